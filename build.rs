@@ -1,0 +1,7 @@
+//! Names the target configurations once, so the code says `#[cfg(web)]` / `#[cfg(native)]`.
+fn main() {
+    cfg_aliases::cfg_aliases! {
+        web: { target_arch = "wasm32" },
+        native: { not(target_arch = "wasm32") },
+    }
+}

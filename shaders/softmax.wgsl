@@ -1,0 +1,131 @@
+// softmax / log_softmax along rows, in up to three passes, all on the GPU.
+//
+// A row's statistics are (m, s): its maximum and the sum of exp(x - m). Pairs merge exactly
+// (the online-softmax rule), so a long row is split into chunks:
+// `stats`: one workgroup per (row, chunk) writes the chunk's (m, s) pair;
+// `combine`: one workgroup per row merges its chunks' pairs (skipped with one chunk per row);
+// `apply`: one invocation per element writes exp(x - m) / s, or x - m - log(s) when LOG.
+// Pairs are stored as two consecutive f32. NaN propagates through m; -inf entries add 0.
+
+override LOG: bool = false;
+
+const WG: u32 = 256u;
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    chunks: u32,
+    chunk_len: u32,
+    n: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+var<workgroup> shared_m: array<f32, WG>;
+var<workgroup> shared_s: array<f32, WG>;
+
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn nan_max(x: f32, y: f32) -> f32 {
+    return select(max(x, y), x + y, is_nan(x) || is_nan(y));
+}
+
+const NEG_INF_BITS: u32 = 0xff800000u;
+
+// A pair's contribution rescaled to the maximum m; an empty pair (s = 0) or a -inf maximum adds 0.
+fn rescale(p: vec2<f32>, m: f32) -> f32 {
+    let empty = p.y == 0.0 || bitcast<u32>(p.x) == NEG_INF_BITS;
+    return select(p.y * exp(p.x - m), 0.0, empty);
+}
+
+fn merge(p: vec2<f32>, q: vec2<f32>) -> vec2<f32> {
+    let m = nan_max(p.x, q.x);
+    return vec2<f32>(m, rescale(p, m) + rescale(q, m));
+}
+
+fn merge_workgroup(lid: u32, v: vec2<f32>) -> vec2<f32> {
+    shared_m[lid] = v.x;
+    shared_s[lid] = v.y;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let r = merge(vec2<f32>(shared_m[lid], shared_s[lid]), vec2<f32>(shared_m[lid + s], shared_s[lid + s]));
+            shared_m[lid] = r.x;
+            shared_s[lid] = r.y;
+        }
+        workgroupBarrier();
+    }
+    return vec2<f32>(shared_m[0], shared_s[0]);
+}
+
+@compute @workgroup_size(256)
+fn stats(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= params.rows * params.chunks) {
+        return;
+    }
+    let row = g / params.chunks;
+    let start = (g % params.chunks) * params.chunk_len;
+    let end = min(start + params.chunk_len, params.cols);
+    let base = row * params.cols;
+    var acc = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
+    for (var i = start + lid; i < end; i = i + WG) {
+        acc = merge(acc, vec2<f32>(a[base + i], 1.0));
+    }
+    let r = merge_workgroup(lid, acc);
+    if (lid == 0u) {
+        out[2u * g] = r.x;
+        out[2u * g + 1u] = r.y;
+    }
+}
+
+@compute @workgroup_size(256)
+fn combine(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= params.rows) {
+        return;
+    }
+    var acc = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
+    for (var i = lid; i < params.chunks; i = i + WG) {
+        let k = 2u * (row * params.chunks + i);
+        acc = merge(acc, vec2<f32>(a[k], a[k + 1u]));
+    }
+    let r = merge_workgroup(lid, acc);
+    if (lid == 0u) {
+        out[2u * row] = r.x;
+        out[2u * row + 1u] = r.y;
+    }
+}
+
+@compute @workgroup_size(256)
+fn apply(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= params.n) {
+        return;
+    }
+    let row = i / params.cols;
+    let m = b[2u * row];
+    let s = b[2u * row + 1u];
+    let x = a[i];
+    if (LOG) {
+        out[i] = x - m - log(s);
+    } else {
+        out[i] = exp(x - m) / s;
+    }
+}

@@ -1,0 +1,72 @@
+// Unary elementwise ops, four elements per invocation.
+//
+// OP selects the op; its codes are `UnaryKind` in src/ops/elementwise.rs. Each pipeline is
+// specialised for one OP (an override constant), so the switch folds away when compiled.
+// NaN handling does not rely on min/max/clamp (whose NaN behaviour WGSL leaves to the driver):
+// comparisons with NaN are false, so `select` passes NaN through.
+
+override OP: u32 = 0u;
+
+struct Params {
+    n4: u32,   // vec4 elements in this dispatch
+    _pad: u32,
+    p0: f32,   // alpha, scale, or clip min
+    p1: f32,   // clip max
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
+
+const SQRT_2_OVER_PI: f32 = 0.7978845608;
+const FRAC_1_SQRT_2: f32 = 0.7071067812;
+
+// tanh(x) is +-1 in f32 beyond |x| = 10; some drivers compute it as inf/inf there.
+fn safe_tanh(v: vec4<f32>) -> vec4<f32> {
+    return select(tanh(v), sign(v), abs(v) > vec4<f32>(10.0));
+}
+
+// erf by Abramowitz and Stegun 7.1.26 (absolute error < 1.5e-7); the CPU backend uses the same.
+fn erf4(v: vec4<f32>) -> vec4<f32> {
+    let a = abs(v);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let r = 1.0 - poly * exp(-a * a);
+    return select(r, -r, v < vec4<f32>(0.0));
+}
+
+fn apply(v: vec4<f32>) -> vec4<f32> {
+    let zero = vec4<f32>(0.0);
+    var r: vec4<f32>;
+    switch OP {
+        case 0u: { r = select(v, zero, v < zero); }                                  // relu
+        case 1u: { r = select(v, v * params.p0, v < zero); }                         // leaky_relu
+        case 2u: { r = select(params.p0 * (exp(v) - 1.0), v, v > zero); }            // elu
+        case 3u: { r = 1.0 / (1.0 + exp(-v)); }                                      // sigmoid
+        case 4u: { r = safe_tanh(v); }                                               // tanh
+        case 5u: { r = v / (1.0 + exp(-v)); }                                        // silu
+        case 6u: { r = 0.5 * v * (1.0 + erf4(v * FRAC_1_SQRT_2)); }                  // gelu (erf)
+        case 7u: { r = 0.5 * v * (1.0 + safe_tanh(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))); } // gelu_tanh
+        case 8u: {                                                                   // clip
+            let lo = vec4<f32>(params.p0);
+            let hi = vec4<f32>(params.p1);
+            r = select(select(v, lo, v < lo), hi, v > hi);
+        }
+        case 9u: { r = v * params.p0; }                                              // scale
+        case 10u: { r = exp(v); }                                                    // exp
+        case 11u: { r = log(v); }                                                    // log
+        case 12u: { r = sqrt(v); }                                                   // sqrt
+        case 13u: { r = -v; }                                                        // neg
+        default: { r = abs(v); }                                                     // abs (14)
+    }
+    return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= params.n4) {
+        return;
+    }
+    y[i] = apply(x[i]);
+}

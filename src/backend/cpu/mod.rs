@@ -1,0 +1,154 @@
+//! The CPU backend: every op on the host, always available. It is what `Device::new` falls back
+//! to when no GPU adapter is usable. (It is a real backend with its own storage; the f64 test
+//! oracle in `tests/common` is separate and stays simple.)
+
+use crate::backend::{BackendOps, Operand};
+use crate::error::Result;
+use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+
+/// Host memory holding a tensor.
+pub(crate) struct CpuStorage(Vec<f32>);
+
+/// The CPU backend.
+pub(crate) struct CpuBackend;
+
+impl CpuBackend {
+    pub(crate) fn info(selection: String) -> DeviceInfo {
+        DeviceInfo {
+            backend: Backend::Cpu,
+            adapter: processor_name(),
+            vendor: "cpu".into(),
+            device_type: DeviceType::Cpu,
+            software: true,
+            driver: format!("gpukit cpu backend ({} threads available)", threads()),
+            limits: DeviceLimits {
+                max_storage_binding: isize::MAX as u64,
+                max_buffer: isize::MAX as u64,
+                workgroup_storage: 0,
+                invocations_per_workgroup: 1,
+                workgroups_per_dimension: u32::MAX,
+            },
+            features: DeviceFeatures::default(),
+            memory_bytes: system_memory(),
+            selection,
+        }
+    }
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(target_os = "linux")]
+fn proc_field(file: &str, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    Some(line.split_once(':')?.1.trim().to_string())
+}
+
+fn processor_name() -> String {
+    #[cfg(target_os = "linux")]
+    if let Some(name) = proc_field("/proc/cpuinfo", "model name") {
+        return name;
+    }
+    format!("{} CPU", std::env::consts::ARCH)
+}
+
+fn system_memory() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let kb = proc_field("/proc/meminfo", "MemTotal")?;
+        kb.trim_end_matches("kB").trim().parse::<u64>().ok().map(|k| k * 1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Max and min that return NaN when either side is NaN.
+fn nan_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn nan_min(a: f32, b: f32) -> f32 {
+    if a.is_nan() || b.is_nan() {
+        f32::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+fn reduce_row(op: ReduceOp, row: &[f32]) -> f32 {
+    match op {
+        ReduceOp::Sum => row.iter().map(|&x| x as f64).sum::<f64>() as f32,
+        ReduceOp::Mean => (row.iter().map(|&x| x as f64).sum::<f64>() / row.len() as f64) as f32,
+        ReduceOp::Max => row.iter().copied().fold(f32::NEG_INFINITY, nan_max),
+        ReduceOp::Min => row.iter().copied().fold(f32::INFINITY, nan_min),
+    }
+}
+
+impl BackendOps for CpuBackend {
+    type Storage = CpuStorage;
+
+    fn upload(&self, data: &[f32]) -> Result<CpuStorage> {
+        Ok(CpuStorage(data.to_vec()))
+    }
+
+    fn unary(&self, op: UnaryOp, x: &CpuStorage, n: usize) -> Result<CpuStorage> {
+        Ok(CpuStorage(x.0[..n].iter().map(|&v| op.apply(v)).collect()))
+    }
+
+    fn binary(&self, op: BinaryOp, a: Operand<'_, CpuStorage>, b: Operand<'_, CpuStorage>, n: usize) -> Result<CpuStorage> {
+        let (sa, la) = (&a.0 .0, a.1);
+        let (sb, lb) = (&b.0 .0, b.1);
+        let out = if la == n && lb == n {
+            sa[..n].iter().zip(&sb[..n]).map(|(&x, &y)| op.apply(x, y)).collect()
+        } else {
+            (0..n).map(|i| op.apply(sa[i % la], sb[i % lb])).collect()
+        };
+        Ok(CpuStorage(out))
+    }
+
+    fn reduce(&self, op: ReduceOp, x: &CpuStorage, rows: usize, cols: usize) -> Result<CpuStorage> {
+        if cols == 0 {
+            return Ok(CpuStorage(vec![0.0; rows]));
+        }
+        Ok(CpuStorage(x.0[..rows * cols].chunks_exact(cols).map(|r| reduce_row(op, r)).collect()))
+    }
+
+    fn dot(&self, a: &CpuStorage, b: &CpuStorage, n: usize) -> Result<CpuStorage> {
+        let s: f64 = a.0[..n].iter().zip(&b.0[..n]).map(|(&x, &y)| x as f64 * y as f64).sum();
+        Ok(CpuStorage(vec![s as f32]))
+    }
+
+    fn softmax(&self, x: &CpuStorage, rows: usize, cols: usize, log: bool) -> Result<CpuStorage> {
+        let mut out = Vec::with_capacity(rows * cols);
+        if cols == 0 {
+            return Ok(CpuStorage(out));
+        }
+        for row in x.0[..rows * cols].chunks_exact(cols) {
+            let m = reduce_row(ReduceOp::Max, row);
+            let s: f64 = row.iter().map(|&v| ((v - m).exp()) as f64).sum();
+            let s = s as f32;
+            if log {
+                let ls = s.ln();
+                out.extend(row.iter().map(|&v| v - m - ls));
+            } else {
+                out.extend(row.iter().map(|&v| (v - m).exp() / s));
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    async fn read(&self, x: &CpuStorage, n: usize) -> Result<Vec<f32>> {
+        Ok(x.0[..n].to_vec())
+    }
+
+    async fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}

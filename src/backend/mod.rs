@@ -1,0 +1,123 @@
+//! The backend trait and the closed enums that dispatch to each backend.
+//!
+//! A backend receives requests that the ops layer has already validated (shapes agree,
+//! parameters make sense); it checks only what depends on the device (limits, memory, loss).
+
+pub(crate) mod cpu;
+pub(crate) mod wgpu;
+
+use crate::error::{Error, Result};
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+
+/// An operand of a broadcasting binary op: its storage and how many elements repeat
+/// (`n` for a full operand, the row length for a row, 1 for a scalar).
+pub(crate) type Operand<'a, S> = (&'a S, usize);
+
+/// What every backend implements. Lengths are element counts; all data is f32.
+pub(crate) trait BackendOps {
+    type Storage;
+
+    /// Copies host data into a new device buffer.
+    fn upload(&self, data: &[f32]) -> Result<Self::Storage>;
+    /// `out[i] = op(x[i])` for `i < n`.
+    fn unary(&self, op: UnaryOp, x: &Self::Storage, n: usize) -> Result<Self::Storage>;
+    /// `out[i] = op(a[i % a.1], b[i % b.1])` for `i < n`.
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: Operand<'_, Self::Storage>,
+        b: Operand<'_, Self::Storage>,
+        n: usize,
+    ) -> Result<Self::Storage>;
+    /// Reduces each of `rows` rows of `cols` elements to one value.
+    fn reduce(&self, op: ReduceOp, x: &Self::Storage, rows: usize, cols: usize) -> Result<Self::Storage>;
+    /// `sum(a[i] * b[i])` for `i < n`, as one element.
+    fn dot(&self, a: &Self::Storage, b: &Self::Storage, n: usize) -> Result<Self::Storage>;
+    /// softmax (or log_softmax) of each of `rows` rows of `cols` elements.
+    fn softmax(&self, x: &Self::Storage, rows: usize, cols: usize, log: bool) -> Result<Self::Storage>;
+    /// Copies the first `n` elements back to the host.
+    async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
+    /// Waits until all enqueued work has finished.
+    async fn synchronize(&self) -> Result<()>;
+}
+
+/// The backend a device runs on.
+pub(crate) enum BackendImpl {
+    Wgpu(self::wgpu::WgpuBackend),
+    Cpu(cpu::CpuBackend),
+}
+
+/// A tensor's data, on the backend that made it.
+pub(crate) enum Storage {
+    Wgpu(self::wgpu::WgpuStorage),
+    Cpu(cpu::CpuStorage),
+}
+
+/// A tensor of one backend handed to another: impossible through the public API, since
+/// tensors are checked to share a device first; kept as an error rather than a panic.
+fn mismatch() -> Error {
+    Error::DeviceMismatch { op: "backend dispatch" }
+}
+
+/// Matches the backend and the storages of the same variant, and calls `$body` with them bound.
+macro_rules! dispatch {
+    ($self:expr, $b:ident, [$($s:ident = $e:expr),*], $body:expr) => {
+        match $self {
+            BackendImpl::Wgpu($b) => {
+                $(let Storage::Wgpu($s) = $e else { return Err(mismatch()) };)*
+                $body.map(Storage::Wgpu)
+            }
+            BackendImpl::Cpu($b) => {
+                $(let Storage::Cpu($s) = $e else { return Err(mismatch()) };)*
+                $body.map(Storage::Cpu)
+            }
+        }
+    };
+}
+
+impl BackendImpl {
+    pub(crate) fn upload(&self, data: &[f32]) -> Result<Storage> {
+        dispatch!(self, b, [], b.upload(data))
+    }
+
+    pub(crate) fn unary(&self, op: UnaryOp, x: &Storage, n: usize) -> Result<Storage> {
+        dispatch!(self, b, [x = x], b.unary(op, x, n))
+    }
+
+    pub(crate) fn binary(
+        &self,
+        op: BinaryOp,
+        a: Operand<'_, Storage>,
+        b: Operand<'_, Storage>,
+        n: usize,
+    ) -> Result<Storage> {
+        dispatch!(self, be, [sa = a.0, sb = b.0], be.binary(op, (sa, a.1), (sb, b.1), n))
+    }
+
+    pub(crate) fn reduce(&self, op: ReduceOp, x: &Storage, rows: usize, cols: usize) -> Result<Storage> {
+        dispatch!(self, b, [x = x], b.reduce(op, x, rows, cols))
+    }
+
+    pub(crate) fn dot(&self, a: &Storage, b: &Storage, n: usize) -> Result<Storage> {
+        dispatch!(self, be, [a = a, b = b], be.dot(a, b, n))
+    }
+
+    pub(crate) fn softmax(&self, x: &Storage, rows: usize, cols: usize, log: bool) -> Result<Storage> {
+        dispatch!(self, b, [x = x], b.softmax(x, rows, cols, log))
+    }
+
+    pub(crate) async fn read(&self, x: &Storage, n: usize) -> Result<Vec<f32>> {
+        match (self, x) {
+            (BackendImpl::Wgpu(b), Storage::Wgpu(x)) => b.read(x, n).await,
+            (BackendImpl::Cpu(b), Storage::Cpu(x)) => b.read(x, n).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    pub(crate) async fn synchronize(&self) -> Result<()> {
+        match self {
+            BackendImpl::Wgpu(b) => b.synchronize().await,
+            BackendImpl::Cpu(b) => b.synchronize().await,
+        }
+    }
+}

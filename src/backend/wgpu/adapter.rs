@@ -1,0 +1,172 @@
+//! Finding wgpu adapters, describing them, and ranking them for automatic selection.
+
+use crate::info::{is_software_name, vendor_name, Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+
+/// gpukit's name for a wgpu backend.
+pub(crate) fn backend_of(b: wgpu::Backend) -> Option<Backend> {
+    match b {
+        wgpu::Backend::Vulkan => Some(Backend::Vulkan),
+        wgpu::Backend::Metal => Some(Backend::Metal),
+        wgpu::Backend::Dx12 => Some(Backend::Dx12),
+        wgpu::Backend::Gl => Some(Backend::Gl),
+        wgpu::Backend::BrowserWebGpu => Some(Backend::WebGpu),
+        _ => None,
+    }
+}
+
+/// The wgpu backend bit for one of ours (`None` for CUDA and the CPU).
+pub(crate) fn wgpu_backend(b: Backend) -> Option<wgpu::Backends> {
+    match b {
+        Backend::Vulkan => Some(wgpu::Backends::VULKAN),
+        Backend::Metal => Some(wgpu::Backends::METAL),
+        Backend::Dx12 => Some(wgpu::Backends::DX12),
+        Backend::Gl => Some(wgpu::Backends::GL),
+        Backend::WebGpu => Some(wgpu::Backends::BROWSER_WEBGPU),
+        Backend::Cuda | Backend::Cpu => None,
+    }
+}
+
+/// Why a wgpu backend cannot exist in this build, if it cannot.
+pub(crate) fn not_compiled(b: Backend) -> Option<String> {
+    let bits = wgpu_backend(b)?;
+    if wgpu::Instance::enabled_backend_features().contains(bits) {
+        return None;
+    }
+    Some(match b {
+        Backend::Gl if cfg!(web) => "WebGL2 has no compute shaders, so gpukit does not build it for the browser".into(),
+        Backend::WebGpu => "WebGPU exists only in the browser (wasm32 builds)".into(),
+        _ => format!("{b} is not on this platform"),
+    })
+}
+
+/// Every adapter of the given backends. In the browser, where wgpu would panic without
+/// WebGPU (for example in Node), support is checked first.
+pub(crate) async fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
+    #[cfg(web)]
+    {
+        if !backends.contains(wgpu::Backends::BROWSER_WEBGPU) || !wgpu::util::is_browser_webgpu_supported().await {
+            return Vec::new();
+        }
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::BROWSER_WEBGPU,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let options = wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        };
+        instance.request_adapter(&options).await.into_iter().collect()
+    }
+    #[cfg(native)]
+    {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+        });
+        instance.enumerate_adapters(backends).await
+    }
+}
+
+/// Describes an adapter (the `selection` field is left empty).
+pub(crate) fn describe(adapter: &wgpu::Adapter) -> DeviceInfo {
+    let ai = adapter.get_info();
+    let limits = adapter.limits();
+    let features = adapter.features();
+    let device_type = match ai.device_type {
+        wgpu::DeviceType::DiscreteGpu => DeviceType::Discrete,
+        wgpu::DeviceType::IntegratedGpu => DeviceType::Integrated,
+        wgpu::DeviceType::VirtualGpu => DeviceType::Virtual,
+        wgpu::DeviceType::Cpu => DeviceType::Cpu,
+        wgpu::DeviceType::Other => DeviceType::Other,
+    };
+    let driver = [ai.driver.as_str(), ai.driver_info.as_str()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ");
+    DeviceInfo {
+        backend: backend_of(ai.backend).unwrap_or(Backend::WebGpu),
+        software: device_type == DeviceType::Cpu || is_software_name(&ai.name) || is_software_name(&ai.driver),
+        adapter: if ai.name.is_empty() { "(unnamed adapter)".into() } else { ai.name.clone() },
+        vendor: vendor_name(ai.vendor),
+        device_type,
+        driver,
+        limits: DeviceLimits {
+            max_storage_binding: limits.max_storage_buffer_binding_size,
+            max_buffer: limits.max_buffer_size,
+            workgroup_storage: limits.max_compute_workgroup_storage_size,
+            invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+            workgroups_per_dimension: limits.max_compute_workgroups_per_dimension,
+        },
+        features: DeviceFeatures {
+            shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            subgroups: features.contains(wgpu::Features::SUBGROUP),
+            timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        },
+        memory_bytes: None,
+        selection: String::new(),
+    }
+}
+
+/// Why gpukit's kernels cannot run on an adapter, if they cannot.
+pub(crate) fn unsuitable(adapter: &wgpu::Adapter) -> Option<String> {
+    let caps = adapter.get_downlevel_capabilities();
+    let l = adapter.limits();
+    if !caps.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) {
+        return Some("no compute shaders".into());
+    }
+    if l.max_compute_invocations_per_workgroup < 256 || l.max_compute_workgroup_size_x < 256 {
+        return Some(format!(
+            "workgroups of 256 invocations are needed, the adapter allows {}",
+            l.max_compute_invocations_per_workgroup.min(l.max_compute_workgroup_size_x)
+        ));
+    }
+    if l.max_storage_buffers_per_shader_stage < 3 {
+        return Some(format!(
+            "3 storage buffers per shader are needed, the adapter allows {}",
+            l.max_storage_buffers_per_shader_stage
+        ));
+    }
+    if l.max_compute_workgroup_storage_size < 2048 {
+        return Some("less than 2 KiB of workgroup memory".into());
+    }
+    None
+}
+
+/// Sort key for automatic selection, best first: discrete, integrated, virtual or other,
+/// then software; within a kind, native APIs before GL.
+pub(crate) fn rank(info: &DeviceInfo) -> (u8, u8) {
+    let kind = if info.software {
+        4
+    } else {
+        match info.device_type {
+            DeviceType::Discrete => 0,
+            DeviceType::Integrated => 1,
+            DeviceType::Virtual => 2,
+            DeviceType::Other => 3,
+            DeviceType::Cpu => 4,
+        }
+    };
+    let api = match info.backend {
+        Backend::Vulkan | Backend::Metal | Backend::WebGpu => 0,
+        Backend::Dx12 => 1,
+        _ => 2,
+    };
+    (kind, api)
+}
+
+/// Usable adapters of the given backends, best first, and the reasons others were rejected.
+pub(crate) async fn ranked(backends: wgpu::Backends) -> (Vec<(wgpu::Adapter, DeviceInfo)>, Vec<String>) {
+    let mut usable = Vec::new();
+    let mut rejected = Vec::new();
+    for adapter in adapters(backends).await {
+        let info = describe(&adapter);
+        match unsuitable(&adapter) {
+            Some(why) => rejected.push(format!("{} ({}): {why}", info.adapter, info.backend)),
+            None => usable.push((adapter, info)),
+        }
+    }
+    usable.sort_by_key(|(_, info)| rank(info));
+    (usable, rejected)
+}

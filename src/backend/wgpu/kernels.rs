@@ -1,0 +1,384 @@
+//! How each op is encoded: which kernels, with which parameters, over which buffer ranges.
+//!
+//! Elementwise ops larger than the device's storage-binding limit run in chunks, each bound at
+//! an aligned offset. Reductions and softmax read their input in one binding and return
+//! [`Error::LimitExceeded`] naming the limit when it does not fit.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::pipelines::Kernel;
+use super::{Shared, State, WgpuBackend, WgpuStorage};
+use crate::backend::{BackendOps, Operand};
+use crate::error::{Error, Result};
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+
+/// Invocations per workgroup of every kernel (WebGPU guarantees 256).
+const WG: u64 = 256;
+/// Columns one reduction or softmax workgroup covers before the row is split into chunks.
+const CHUNK: u64 = 4096;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct UnaryParams {
+    n4: u32,
+    _pad: u32,
+    p0: f32,
+    p1: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct BinaryParams {
+    n: u32,
+    base: u32,
+    la: u32,
+    lb: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RowParams {
+    rows: u32,
+    cols: u32,
+    chunks: u32,
+    chunk_len: u32,
+    /// `scale` (f32 bits) for reductions, element count for softmax.
+    extra: u32,
+    _pad: [u32; 3],
+}
+
+/// A buffer range bound to a kernel.
+#[derive(Clone, Copy)]
+struct Bind<'a> {
+    buffer: &'a wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
+fn whole(buffer: &wgpu::Buffer, elements: u64) -> Bind<'_> {
+    Bind { buffer, offset: 0, size: (elements * 4).next_multiple_of(16).max(16) }
+}
+
+fn u32_of(v: u64, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::LimitExceeded {
+        what: what.to_string(),
+        limit: "u32 index range of the shaders",
+        needed: v,
+        max: u64::from(u32::MAX),
+    })
+}
+
+impl Shared {
+    /// Elements per chunk of an elementwise op: the largest count whose bytes fit one storage
+    /// binding and start at an aligned offset.
+    fn chunk_elems(&self) -> u64 {
+        let align = u64::from(self.limits.min_storage_buffer_offset_alignment).max(16);
+        (self.limits.max_storage_buffer_binding_size / align * align / 4).max(4)
+    }
+
+    fn check_binding(&self, what: &str, elements: u64) -> Result<()> {
+        let needed = (elements * 4).next_multiple_of(16);
+        if needed > self.limits.max_storage_buffer_binding_size {
+            return Err(Error::LimitExceeded {
+                what: what.to_string(),
+                limit: "max_storage_buffer_binding_size",
+                needed,
+                max: self.limits.max_storage_buffer_binding_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Splits `groups` workgroups into a 2-D grid within the per-dimension limit.
+    fn grid(&self, groups: u64) -> Result<(u32, u32)> {
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension);
+        if groups <= max {
+            return Ok((groups as u32, 1));
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(Error::LimitExceeded {
+                what: format!("a dispatch of {groups} workgroups"),
+                limit: "max_compute_workgroups_per_dimension squared",
+                needed: groups,
+                max: max * max,
+            });
+        }
+        Ok((groups.div_ceil(y) as u32, y as u32))
+    }
+
+    /// Records one dispatch into the open compute pass.
+    fn dispatch(&self, st: &mut State, kernel: Kernel, params: &[u8], binds: &[Bind<'_>], groups: u64) -> Result<()> {
+        if groups == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid(groups)?;
+        let offset = match st.recorder.push_params(params) {
+            Some(o) => o,
+            None => {
+                self.submit(st);
+                st.recorder.push_params(params).ok_or(Error::Backend {
+                    backend: self.backend,
+                    detail: "dispatch parameters larger than the parameter buffer".into(),
+                })?
+            }
+        };
+        let pipeline = st.pipelines.get(&self.device, kernel, || lock_take(&self.error))?.clone();
+        let layout = st.pipelines.bind_group_layout(&self.device, kernel.layout()).clone();
+        let params_buffer = st.recorder.params_buffer.clone();
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &params_buffer,
+                offset,
+                size: NonZeroU64::new((params.len() as u64).next_multiple_of(16)),
+            }),
+        }];
+        entries.extend(binds.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32 + 1,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: b.buffer,
+                offset: b.offset,
+                size: NonZeroU64::new(b.size),
+            }),
+        }));
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("gpukit"),
+            layout: &layout,
+            entries: &entries,
+        });
+        let pass = st.recorder.pass(&self.device);
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(gx, gy, 1);
+        st.recorder.dispatches += 1;
+        Ok(())
+    }
+
+    /// Runs an elementwise kernel over `n` elements in binding-sized chunks. `binds` gives the
+    /// bindings of one chunk (from its first element and length); `params` its parameters.
+    #[allow(clippy::too_many_arguments)]
+    fn elementwise<'b>(
+        &self,
+        st: &mut State,
+        kernel: Kernel,
+        n: u64,
+        vec4: bool,
+        params: impl Fn(u64, u64) -> Result<Vec<u8>>,
+        binds: impl Fn(u64, u64) -> Vec<Bind<'b>>,
+    ) -> Result<()> {
+        let chunk = self.chunk_elems();
+        let mut start = 0;
+        while start < n {
+            let len = chunk.min(n - start);
+            let threads = if vec4 { len.div_ceil(4) } else { len };
+            let p = params(start, len)?;
+            self.dispatch(st, kernel, &p, &binds(start, len), threads.div_ceil(WG))?;
+            start += len;
+        }
+        Ok(())
+    }
+}
+
+fn lock_take(m: &std::sync::Mutex<Option<Error>>) -> Option<String> {
+    super::lock(m).take().map(|e| e.to_string())
+}
+
+/// The range of a full operand that one chunk reads.
+fn range(buffer: &wgpu::Buffer, start: u64, len: u64) -> Bind<'_> {
+    Bind { buffer, offset: start * 4, size: (len * 4).next_multiple_of(16) }
+}
+
+impl WgpuBackend {
+    fn begin(&self) -> Result<&Arc<Shared>> {
+        self.shared.check()?;
+        Ok(&self.shared)
+    }
+}
+
+impl BackendOps for WgpuBackend {
+    type Storage = WgpuStorage;
+
+    fn upload(&self, data: &[f32]) -> Result<WgpuStorage> {
+        self.shared.upload(data)
+    }
+
+    fn unary(&self, op: UnaryOp, x: &WgpuStorage, n: usize) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, n as u64 * 4)?;
+        let [p0, p1] = op.params();
+        let xb = x.buffer()?;
+        s.elementwise(
+            &mut st,
+            Kernel::Unary(op.kind()),
+            n as u64,
+            true,
+            |_, len| Ok(bytemuck::bytes_of(&UnaryParams { n4: len.div_ceil(4) as u32, _pad: 0, p0, p1 }).to_vec()),
+            |start, len| vec![range(xb, start, len), range(&out, start, len)],
+        )?;
+        Ok(s.storage(out))
+    }
+
+    fn binary(&self, op: BinaryOp, a: Operand<'_, WgpuStorage>, b: Operand<'_, WgpuStorage>, n: usize) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let mut st = s.state();
+        let n = n as u64;
+        let out = s.alloc(&mut st, n * 4)?;
+        let (ab, bb) = (a.0.buffer()?, b.0.buffer()?);
+        let (la, lb) = (a.1 as u64, b.1 as u64);
+        if la == n && lb == n {
+            s.elementwise(
+                &mut st,
+                Kernel::Binary(op),
+                n,
+                true,
+                |_, len| Ok(bytemuck::bytes_of(&BinaryParams { n: len.div_ceil(4) as u32, base: 0, la: 0, lb: 0 }).to_vec()),
+                |start, len| vec![range(ab, start, len), range(bb, start, len), range(&out, start, len)],
+            )?;
+        } else {
+            for (l, name) in [(la, "the broadcast left operand"), (lb, "the broadcast right operand")] {
+                if l != n {
+                    s.check_binding(name, l)?;
+                }
+            }
+            u32_of(n, "a broadcasting op's element count")?;
+            let operand = |buf, l: u64, start, len| if l == n { range(buf, start, len) } else { whole(buf, l) };
+            let len_param = |l: u64| if l == n { 0 } else { l as u32 };
+            s.elementwise(
+                &mut st,
+                Kernel::BinaryBroadcast(op),
+                n,
+                false,
+                |start, len| {
+                    let p = BinaryParams { n: len as u32, base: start as u32, la: len_param(la), lb: len_param(lb) };
+                    Ok(bytemuck::bytes_of(&p).to_vec())
+                },
+                |start, len| vec![operand(ab, la, start, len), operand(bb, lb, start, len), range(&out, start, len)],
+            )?;
+        }
+        Ok(s.storage(out))
+    }
+
+    fn reduce(&self, op: ReduceOp, x: &WgpuStorage, rows: usize, cols: usize) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let xb = x.buffer()?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, rows as u64 * 4)?;
+        if rows > 0 && cols == 0 {
+            st.recorder.encoder(&s.device).clear_buffer(&out, 0, None);
+        } else if rows > 0 {
+            let scale = if op == ReduceOp::Mean { 1.0 / cols as f32 } else { 1.0 };
+            s.reduce_rows(&mut st, Kernel::ReducePartial { op, dot: false }, op, (xb, xb), rows as u64, cols as u64, scale, &out)?;
+        }
+        Ok(s.storage(out))
+    }
+
+    fn dot(&self, a: &WgpuStorage, b: &WgpuStorage, n: usize) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let (ab, bb) = (a.buffer()?, b.buffer()?);
+        let mut st = s.state();
+        let out = s.alloc(&mut st, 4)?;
+        if n == 0 {
+            st.recorder.encoder(&s.device).clear_buffer(&out, 0, None);
+        } else {
+            let kernel = Kernel::ReducePartial { op: ReduceOp::Sum, dot: true };
+            s.reduce_rows(&mut st, kernel, ReduceOp::Sum, (ab, bb), 1, n as u64, 1.0, &out)?;
+        }
+        Ok(s.storage(out))
+    }
+
+    fn softmax(&self, x: &WgpuStorage, rows: usize, cols: usize, log: bool) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let xb = x.buffer()?;
+        let (rows, cols) = (rows as u64, cols as u64);
+        let n = rows * cols;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, n * 4)?;
+        if n == 0 {
+            return Ok(s.storage(out));
+        }
+        s.check_binding("softmax's input", n)?;
+        let chunks = cols.div_ceil(CHUNK);
+        let params = bytemuck::bytes_of(&RowParams {
+            rows: u32_of(rows, "softmax rows")?,
+            cols: cols as u32,
+            chunks: chunks as u32,
+            chunk_len: CHUNK as u32,
+            extra: n as u32,
+            _pad: [0; 3],
+        })
+        .to_vec();
+        let stats = s.alloc(&mut st, rows * chunks * 8)?;
+        let stats_bind = || whole(&stats, rows * chunks * 2);
+        s.dispatch(&mut st, Kernel::SoftmaxStats, &params, &[whole(xb, n), whole(xb, n), stats_bind()], rows * chunks)?;
+        let row_stats = if chunks > 1 {
+            let combined = s.alloc(&mut st, rows * 8)?;
+            s.dispatch(&mut st, Kernel::SoftmaxCombine, &params, &[stats_bind(), stats_bind(), whole(&combined, rows * 2)], rows)?;
+            st.pool.retire(stats);
+            combined
+        } else {
+            stats
+        };
+        let binds = [whole(xb, n), whole(&row_stats, rows * 2), whole(&out, n)];
+        s.dispatch(&mut st, Kernel::SoftmaxApply { log }, &params, &binds, n.div_ceil(WG))?;
+        st.pool.retire(row_stats);
+        Ok(s.storage(out))
+    }
+
+    async fn read(&self, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
+        self.shared.read(x, n).await
+    }
+
+    async fn synchronize(&self) -> Result<()> {
+        self.shared.synchronize().await
+    }
+}
+
+impl Shared {
+    /// Reduces `rows` rows of `cols` elements (two passes when a row spans several chunks).
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_rows(
+        &self,
+        st: &mut State,
+        partial: Kernel,
+        op: ReduceOp,
+        (a, b): (&wgpu::Buffer, &wgpu::Buffer),
+        rows: u64,
+        cols: u64,
+        scale: f32,
+        out: &wgpu::Buffer,
+    ) -> Result<()> {
+        let n = rows * cols;
+        self.check_binding("a reduction's input", n)?;
+        let chunks = cols.div_ceil(CHUNK);
+        let params = |rows: u64, cols: u64, chunks: u64, scale: f32| {
+            bytemuck::bytes_of(&RowParams {
+                rows: rows as u32,
+                cols: cols as u32,
+                chunks: chunks as u32,
+                chunk_len: CHUNK as u32,
+                extra: scale.to_bits(),
+                _pad: [0; 3],
+            })
+            .to_vec()
+        };
+        u32_of(rows * chunks, "reduction workgroups")?;
+        let inputs = [whole(a, n), whole(b, n)];
+        if chunks == 1 {
+            let binds = [inputs[0], inputs[1], whole(out, rows)];
+            return self.dispatch(st, partial, &params(rows, cols, 1, scale), &binds, rows);
+        }
+        let partials = self.alloc(st, rows * chunks * 4)?;
+        let binds = [inputs[0], inputs[1], whole(&partials, rows * chunks)];
+        self.dispatch(st, partial, &params(rows, cols, chunks, 1.0), &binds, rows * chunks)?;
+        let p = whole(&partials, rows * chunks);
+        let binds = [p, p, whole(out, rows)];
+        self.dispatch(st, Kernel::ReduceFinish(op), &params(rows, cols, chunks, scale), &binds, rows)?;
+        st.pool.retire(partials);
+        Ok(())
+    }
+}

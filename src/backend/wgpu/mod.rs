@@ -1,0 +1,246 @@
+//! The wgpu backend: WebGPU in the browser; Vulkan, Metal, DX12 and GL natively.
+//!
+//! One [`Shared`] per device holds the wgpu device and queue and, behind one lock, the buffer
+//! pool, the pipeline cache and the recorder of unsubmitted work. Errors that wgpu reports
+//! through its uncaptured-error handler, and device loss, are stored and returned as `Err` by
+//! the next call.
+
+pub(crate) mod adapter;
+mod kernels;
+pub(crate) mod pipelines;
+pub(crate) mod pool;
+mod recorder;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::error::{Error, Result};
+use crate::future::oneshot;
+use crate::info::{Backend, DeviceInfo};
+use pipelines::PipelineCache;
+use pool::{BufferPool, MemoryStats};
+use recorder::Recorder;
+
+/// Work retired since the last submit beyond which a submit is forced, so that memory of
+/// dropped intermediates is recycled even when nothing reads back for a long time.
+const RETIRED_FLUSH_BYTES: u64 = 256 << 20;
+
+pub(crate) struct WgpuBackend {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    backend: Backend,
+    limits: wgpu::Limits,
+    state: Mutex<State>,
+    /// The first error wgpu reported since it was last taken.
+    error: Arc<Mutex<Option<Error>>>,
+    /// Set once the device is lost.
+    lost: Arc<Mutex<Option<String>>>,
+}
+
+struct State {
+    pool: BufferPool,
+    recorder: Recorder,
+    pipelines: PipelineCache,
+}
+
+/// A tensor's device buffer. Dropping it retires the buffer into the pool.
+pub(crate) struct WgpuStorage {
+    buffer: Option<wgpu::Buffer>,
+    shared: Arc<Shared>,
+}
+
+impl WgpuStorage {
+    fn buffer(&self) -> Result<&wgpu::Buffer> {
+        // Only `drop` takes the buffer, so a live storage always has one.
+        self.buffer.as_ref().ok_or(Error::DeviceLost { reason: "tensor buffer already released".into() })
+    }
+}
+
+impl Drop for WgpuStorage {
+    fn drop(&mut self) {
+        if let Some(b) = self.buffer.take() {
+            self.shared.state().pool.retire(b);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl WgpuBackend {
+    /// Opens a device on `adapter` with the adapter's own limits (not the defaults, so large
+    /// tensors fit) and the optional features gpukit can use.
+    pub(crate) async fn new(adapter: &wgpu::Adapter, selection: String) -> Result<(WgpuBackend, DeviceInfo)> {
+        let mut info = adapter::describe(adapter);
+        info.selection = selection;
+        let backend = info.backend;
+        let limits = adapter.limits();
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("gpukit"),
+                required_features: adapter.features() & wanted,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::BackendUnavailable { backend, reason: format!("device request failed: {e}") })?;
+
+        let error: Arc<Mutex<Option<Error>>> = Arc::default();
+        let slot = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = lock(&slot);
+            if slot.is_none() {
+                *slot = Some(match e {
+                    wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory { detail: e.to_string() },
+                    other => Error::Backend { backend, detail: other.to_string() },
+                });
+            }
+        }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost_slot = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            *lock(&lost_slot) = Some(format!("{reason:?}: {msg}"));
+        });
+
+        let align = u64::from(limits.min_uniform_buffer_offset_alignment);
+        let state = State {
+            pool: BufferPool::default(),
+            recorder: Recorder::new(&device, align),
+            pipelines: PipelineCache::default(),
+        };
+        let shared = Shared { device, queue, backend, limits, state: Mutex::new(state), error, lost };
+        Ok((WgpuBackend { shared: Arc::new(shared) }, info))
+    }
+
+    pub(crate) fn memory_stats(&self) -> MemoryStats {
+        self.shared.state().pool.stats()
+    }
+
+    pub(crate) fn release_cached_memory(&self) {
+        self.shared.state().pool.release();
+    }
+
+    /// Submits everything recorded so far without waiting.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let s = &self.shared;
+        s.submit(&mut s.state());
+        s.check()
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Returns (and clears) the error wgpu reported, or the device loss.
+    fn check(&self) -> Result<()> {
+        if let Some(reason) = lock(&self.lost).clone() {
+            return Err(Error::DeviceLost { reason });
+        }
+        match lock(&self.error).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn storage(self: &Arc<Self>, buffer: wgpu::Buffer) -> WgpuStorage {
+        WgpuStorage { buffer: Some(buffer), shared: self.clone() }
+    }
+
+    /// A tensor buffer of at least `bytes`, within the device's limits.
+    fn alloc(&self, st: &mut State, bytes: u64) -> Result<wgpu::Buffer> {
+        let class = pool::size_class(bytes);
+        if class > self.limits.max_buffer_size {
+            return Err(Error::LimitExceeded {
+                what: format!("a tensor of {bytes} bytes"),
+                limit: "max_buffer_size",
+                needed: class,
+                max: self.limits.max_buffer_size,
+            });
+        }
+        if st.pool.retired_bytes() > RETIRED_FLUSH_BYTES {
+            self.submit(st);
+        }
+        let buffer = st.pool.take(&self.device, bytes);
+        if let Err(e) = self.check() {
+            st.pool.retire(buffer);
+            return Err(e);
+        }
+        Ok(buffer)
+    }
+
+    fn submit(&self, st: &mut State) {
+        st.recorder.submit(&self.queue);
+        st.pool.submitted();
+    }
+
+    /// Blocks natively until submitted work is done (in the browser the event loop drives it).
+    fn wait(&self) -> Result<()> {
+        #[cfg(native)]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::DeviceLost { reason: format!("waiting for the GPU failed: {e}") })?;
+        Ok(())
+    }
+
+    fn upload(self: &Arc<Self>, data: &[f32]) -> Result<WgpuStorage> {
+        self.check()?;
+        let bytes = std::mem::size_of_val(data) as u64;
+        let buffer = self.alloc(&mut self.state(), bytes)?;
+        if !data.is_empty() {
+            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+        }
+        Ok(self.storage(buffer))
+    }
+
+    async fn read(&self, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
+        self.check()?;
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = (n * 4) as u64;
+        let staging = {
+            let mut st = self.state();
+            let staging = st.pool.take_staging(&self.device, bytes);
+            st.recorder.encoder(&self.device).copy_buffer_to_buffer(x.buffer()?, 0, &staging, 0, bytes);
+            self.submit(&mut st);
+            staging
+        };
+        self.check()?;
+        let (tx, rx) = oneshot();
+        staging.map_async(wgpu::MapMode::Read, 0..bytes, move |r| tx.send(r));
+        self.wait()?;
+        match rx.await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                self.check()?;
+                return Err(Error::Backend { backend: self.backend, detail: format!("mapping the read-back buffer failed: {e}") });
+            }
+            None => return Err(Error::DeviceLost { reason: "the read back was abandoned by the device".into() }),
+        }
+        let data = {
+            let view = staging
+                .get_mapped_range(0..bytes)
+                .map_err(|e| Error::Backend { backend: self.backend, detail: e.to_string() })?;
+            bytemuck::pod_collect_to_vec::<u8, f32>(&view)
+        };
+        staging.unmap();
+        self.state().pool.return_staging(staging);
+        Ok(data)
+    }
+
+    async fn synchronize(&self) -> Result<()> {
+        self.submit(&mut self.state());
+        let (tx, rx) = oneshot();
+        self.queue.on_submitted_work_done(move || tx.send(()));
+        self.wait()?;
+        rx.await.ok_or(Error::DeviceLost { reason: "the device stopped before finishing its work".into() })?;
+        self.check()
+    }
+}

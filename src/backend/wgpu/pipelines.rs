@@ -1,0 +1,205 @@
+//! Compute pipelines, created once per device and cached under typed keys.
+//!
+//! A key names a shader file, an entry point and the override constants that specialise it.
+//! A misspelt kernel is a compile error, never a run-time string miss.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, Result};
+use crate::ops::elementwise::UnaryKind;
+use crate::ops::{BinaryOp, ReduceOp};
+
+/// The shader files in `shaders/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Shader {
+    Unary,
+    Binary,
+    BinaryBroadcast,
+    Reduce,
+    Softmax,
+}
+
+impl Shader {
+    pub(crate) const ALL: [Shader; 5] =
+        [Shader::Unary, Shader::Binary, Shader::BinaryBroadcast, Shader::Reduce, Shader::Softmax];
+
+    pub(crate) fn file(self) -> &'static str {
+        match self {
+            Shader::Unary => "unary.wgsl",
+            Shader::Binary => "binary.wgsl",
+            Shader::BinaryBroadcast => "binary_broadcast.wgsl",
+            Shader::Reduce => "reduce.wgsl",
+            Shader::Softmax => "softmax.wgsl",
+        }
+    }
+
+    pub(crate) fn source(self) -> &'static str {
+        match self {
+            Shader::Unary => include_str!("../../../shaders/unary.wgsl"),
+            Shader::Binary => include_str!("../../../shaders/binary.wgsl"),
+            Shader::BinaryBroadcast => include_str!("../../../shaders/binary_broadcast.wgsl"),
+            Shader::Reduce => include_str!("../../../shaders/reduce.wgsl"),
+            Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
+        }
+    }
+}
+
+/// How many read-only storage inputs a kernel binds (after the uniform at binding 0, before
+/// the one read-write output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Layout {
+    OneInput,
+    TwoInputs,
+}
+
+impl Layout {
+    pub(crate) fn inputs(self) -> usize {
+        match self {
+            Layout::OneInput => 1,
+            Layout::TwoInputs => 2,
+        }
+    }
+}
+
+/// One pipeline: a kernel and its specialisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kernel {
+    Unary(UnaryKind),
+    Binary(BinaryOp),
+    BinaryBroadcast(BinaryOp),
+    ReducePartial { op: ReduceOp, dot: bool },
+    ReduceFinish(ReduceOp),
+    SoftmaxStats,
+    SoftmaxCombine,
+    SoftmaxApply { log: bool },
+}
+
+impl Kernel {
+    pub(crate) fn shader(self) -> Shader {
+        match self {
+            Kernel::Unary(_) => Shader::Unary,
+            Kernel::Binary(_) => Shader::Binary,
+            Kernel::BinaryBroadcast(_) => Shader::BinaryBroadcast,
+            Kernel::ReducePartial { .. } | Kernel::ReduceFinish(_) => Shader::Reduce,
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => Shader::Softmax,
+        }
+    }
+
+    pub(crate) fn entry_point(self) -> &'static str {
+        match self {
+            Kernel::Unary(_) | Kernel::Binary(_) | Kernel::BinaryBroadcast(_) => "main",
+            Kernel::ReducePartial { .. } => "partial",
+            Kernel::ReduceFinish(_) => "finish",
+            Kernel::SoftmaxStats => "stats",
+            Kernel::SoftmaxCombine => "combine",
+            Kernel::SoftmaxApply { .. } => "apply",
+        }
+    }
+
+    pub(crate) fn layout(self) -> Layout {
+        match self {
+            Kernel::Unary(_) => Layout::OneInput,
+            _ => Layout::TwoInputs,
+        }
+    }
+
+    /// The override constants that specialise the shader.
+    pub(crate) fn constants(self) -> Vec<(&'static str, f64)> {
+        match self {
+            Kernel::Unary(k) => vec![("OP", k as u32 as f64)],
+            Kernel::Binary(op) | Kernel::BinaryBroadcast(op) => vec![("OP", op as u32 as f64)],
+            Kernel::ReducePartial { op, dot } => vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)],
+            Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine => vec![],
+            Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
+        }
+    }
+}
+
+/// Shader modules, bind group layouts and pipelines of one device.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    modules: HashMap<Shader, wgpu::ShaderModule>,
+    layouts: HashMap<Layout, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
+    pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
+}
+
+impl PipelineCache {
+    pub(crate) fn bind_group_layout(&mut self, device: &wgpu::Device, layout: Layout) -> &wgpu::BindGroupLayout {
+        &self.layouts.entry(layout).or_insert_with(|| create_layout(device, layout)).0
+    }
+
+    /// The pipeline for `kernel`, created on first use. `check` reports driver errors raised
+    /// while creating it.
+    pub(crate) fn get(
+        &mut self,
+        device: &wgpu::Device,
+        kernel: Kernel,
+        check: impl Fn() -> Option<String>,
+    ) -> Result<&wgpu::ComputePipeline> {
+        if !self.pipelines.contains_key(&kernel) {
+            let shader = kernel.shader();
+            let module = self.modules.entry(shader).or_insert_with(|| {
+                device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(shader.file()),
+                    source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+                })
+            });
+            let (_, pipeline_layout) =
+                self.layouts.entry(kernel.layout()).or_insert_with(|| create_layout(device, kernel.layout()));
+            let constants = kernel.constants();
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(shader.file()),
+                layout: Some(pipeline_layout),
+                module,
+                entry_point: Some(kernel.entry_point()),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+            if let Some(detail) = check() {
+                self.modules.remove(&shader);
+                return Err(Error::ShaderCompilation { shader: shader.file(), detail });
+            }
+            self.pipelines.insert(kernel, pipeline);
+        }
+        self.pipelines
+            .get(&kernel)
+            .ok_or_else(|| Error::ShaderCompilation { shader: kernel.shader().file(), detail: "pipeline missing from cache".into() })
+    }
+}
+
+fn create_layout(device: &wgpu::Device, layout: Layout) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+    let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }];
+    let inputs = layout.inputs() as u32;
+    entries.extend((1..=inputs).map(|b| storage(b, true)));
+    entries.push(storage(inputs + 1, false));
+    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("gpukit"), entries: &entries });
+    let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("gpukit"),
+        bind_group_layouts: &[Some(&bgl)],
+        immediate_size: 0,
+    });
+    (bgl, pl)
+}

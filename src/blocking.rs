@@ -1,0 +1,67 @@
+//! Blocking twins of every call that waits, for native programs without an async runtime.
+//! They do not exist on wasm32, where blocking the main thread is impossible.
+//!
+//! ```no_run
+//! let device = gpukit::Device::new_blocking()?;
+//! let x = device.tensor(&[1.0, -2.0, 3.0], &[3])?;
+//! assert_eq!(x.relu()?.read_blocking()?, vec![1.0, 0.0, 3.0]);
+//! # Ok::<(), gpukit::Error>(())
+//! ```
+
+use crate::discover::BackendReport;
+use crate::error::Result;
+use crate::future::block_on;
+use crate::info::Backend;
+use crate::ops::{BinaryOp, UnaryOp};
+use crate::{Device, Tensor};
+
+impl Device {
+    /// Blocking [`Device::new`].
+    pub fn new_blocking() -> Result<Device> {
+        block_on(Device::new())
+    }
+    /// Blocking [`Device::with_backend`].
+    pub fn with_backend_blocking(backend: Backend) -> Result<Device> {
+        block_on(Device::with_backend(backend))
+    }
+    /// Blocking [`Device::synchronize`].
+    pub fn synchronize_blocking(&self) -> Result<()> {
+        block_on(self.synchronize())
+    }
+    /// Blocking [`Device::unary_slice`].
+    pub fn unary_slice_blocking(&self, op: UnaryOp, input: &[f32], out: &mut [f32]) -> Result<()> {
+        block_on(self.unary_slice(op, input, out))
+    }
+    /// Blocking [`Device::binary_slice`].
+    pub fn binary_slice_blocking(&self, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+        block_on(self.binary_slice(op, a, b, out))
+    }
+    /// Blocking [`Device::softmax_slice`].
+    pub fn softmax_slice_blocking(&self, input: &[f32], out: &mut [f32]) -> Result<()> {
+        block_on(self.softmax_slice(input, out))
+    }
+    /// Blocking [`Device::sum_slice`].
+    pub fn sum_slice_blocking(&self, input: &[f32]) -> Result<f32> {
+        block_on(self.sum_slice(input))
+    }
+}
+
+impl Tensor {
+    /// Blocking [`Tensor::read`].
+    pub fn read_blocking(&self) -> Result<Vec<f32>> {
+        block_on(self.read())
+    }
+    /// Blocking [`Tensor::read_scalar`].
+    pub fn read_scalar_blocking(&self) -> Result<f32> {
+        block_on(self.read_scalar())
+    }
+    /// Blocking [`Tensor::to_device`].
+    pub fn to_device_blocking(&self, device: &Device) -> Result<Tensor> {
+        block_on(self.to_device(device))
+    }
+}
+
+/// Blocking [`crate::discover`].
+pub fn discover_blocking() -> Vec<BackendReport> {
+    block_on(crate::discover())
+}

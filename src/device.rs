@@ -1,0 +1,198 @@
+//! `Device`: backend selection and the entry point for creating tensors.
+//!
+//! Automatic selection ranks every usable adapter: a discrete GPU, then an integrated GPU,
+//! then other wgpu adapters, then software adapters (llvmpipe, SwiftShader, WARP), then the CPU
+//! backend. `GPUKIT_BACKEND` (native) or [`Device::with_backend`] choose explicitly; an explicit
+//! choice that cannot run is an error saying why, never a silent substitute.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::wgpu::adapter;
+use crate::backend::wgpu::pool::MemoryStats;
+use crate::backend::wgpu::WgpuBackend;
+use crate::backend::BackendImpl;
+use crate::error::{Error, Result};
+use crate::info::{Backend, DeviceInfo};
+use crate::tensor::Tensor;
+
+/// A compute device. Cloning is cheap; clones share the device.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: BackendImpl,
+    info: DeviceInfo,
+}
+
+static WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Logs, once per process, that work runs on a software adapter or the CPU.
+fn warn_if_slow(info: &DeviceInfo) {
+    if info.software && !WARNED.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "gpukit runs on {} ({}, {}): no hardware GPU is in use, expect it to be much slower",
+            info.adapter,
+            info.backend,
+            info.device_type
+        );
+    }
+}
+
+impl Device {
+    /// The best device available: `GPUKIT_BACKEND` if set (natively), otherwise automatic
+    /// selection, falling back to the CPU backend (with a warning) when no adapter is usable.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> gpukit::Result<()> {
+    /// let device = gpukit::Device::new().await?;
+    /// println!("running on {} ({})", device.info().adapter, device.info().backend);
+    /// # Ok(()) }
+    /// ```
+    pub async fn new() -> Result<Device> {
+        #[cfg(native)]
+        if let Ok(name) = std::env::var("GPUKIT_BACKEND") {
+            let name = name.trim();
+            if !name.is_empty() && !name.eq_ignore_ascii_case("auto") {
+                let backend: Backend = name.parse()?;
+                return Device::open(backend, format!("GPUKIT_BACKEND={name}")).await;
+            }
+        }
+        Device::automatic().await
+    }
+
+    /// A device of exactly this backend, or an error that says why it cannot run here.
+    pub async fn with_backend(backend: Backend) -> Result<Device> {
+        Device::open(backend, format!("explicit choice of {backend}")).await
+    }
+
+    /// The CPU backend; always available.
+    pub fn cpu() -> Device {
+        Device::from_parts(BackendImpl::Cpu(CpuBackend), CpuBackend::info("explicit choice of cpu".into()))
+    }
+
+    fn from_parts(backend: BackendImpl, info: DeviceInfo) -> Device {
+        warn_if_slow(&info);
+        Device { inner: Arc::new(Inner { backend, info }) }
+    }
+
+    async fn automatic() -> Result<Device> {
+        let (usable, rejected) = adapter::ranked(wgpu::Backends::all()).await;
+        let total = usable.len();
+        let mut failures = rejected;
+        for (adapter, info) in usable {
+            let why = format!("automatic: best of {total} usable adapter(s) ({}{})", info.device_type, if info.software { ", software" } else { "" });
+            match WgpuBackend::new(&adapter, why).await {
+                Ok((backend, info)) => return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info)),
+                Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
+            }
+        }
+        let reason = if failures.is_empty() { "no GPU adapter found".to_string() } else { failures.join("; ") };
+        log::warn!("gpukit: no usable GPU ({reason}); falling back to the CPU backend");
+        let info = CpuBackend::info(format!("fallback: {reason}"));
+        Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), info))
+    }
+
+    async fn open(backend: Backend, selection: String) -> Result<Device> {
+        let unavailable = |reason: String| Error::BackendUnavailable { backend, reason };
+        let bits = match backend {
+            Backend::Cpu => {
+                return Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), CpuBackend::info(selection)));
+            }
+            Backend::Cuda => return Err(unavailable(cuda_unavailable())),
+            other => adapter::wgpu_backend(other).ok_or_else(|| unavailable("not a wgpu backend".into()))?,
+        };
+        if let Some(why) = adapter::not_compiled(backend) {
+            return Err(unavailable(why));
+        }
+        let (usable, rejected) = adapter::ranked(bits).await;
+        let Some((adapter, _)) = usable.into_iter().next() else {
+            let reason = if rejected.is_empty() {
+                "no adapter found (is a driver installed?)".to_string()
+            } else {
+                format!("no usable adapter: {}", rejected.join("; "))
+            };
+            return Err(unavailable(reason));
+        };
+        let (wgpu, info) = WgpuBackend::new(&adapter, selection).await?;
+        Ok(Device::from_parts(BackendImpl::Wgpu(wgpu), info))
+    }
+
+    /// What this device is and why it was chosen.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    pub(crate) fn backend(&self) -> &BackendImpl {
+        &self.inner.backend
+    }
+
+    pub(crate) fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Uploads `data` as a tensor of `shape` (`data.len()` must be the product of `shape`).
+    /// The copy is enqueued; this returns at once.
+    pub fn tensor(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(Error::shape("tensor", &[data.len()], shape, "(the data length must be the product of the shape)"));
+        }
+        let storage = self.inner.backend.upload(data)?;
+        Ok(Tensor::new(self.clone(), storage, shape.to_vec()))
+    }
+
+    /// A one-element tensor of shape `[]`, for broadcasting.
+    pub fn scalar(&self, value: f32) -> Result<Tensor> {
+        self.tensor(&[value], &[])
+    }
+
+    /// Submits all enqueued work without waiting for it.
+    pub fn flush(&self) -> Result<()> {
+        match &self.inner.backend {
+            BackendImpl::Wgpu(b) => b.flush(),
+            BackendImpl::Cpu(_) => Ok(()),
+        }
+    }
+
+    /// Waits until all enqueued work has finished on the device.
+    pub async fn synchronize(&self) -> Result<()> {
+        self.inner.backend.synchronize().await
+    }
+
+    /// Buffer pool statistics (all zero on the CPU backend).
+    pub fn memory_stats(&self) -> MemoryStats {
+        match &self.inner.backend {
+            BackendImpl::Wgpu(b) => b.memory_stats(),
+            BackendImpl::Cpu(_) => MemoryStats::default(),
+        }
+    }
+
+    /// Frees the buffers the pool keeps for reuse (live tensors keep theirs).
+    pub fn release_cached_memory(&self) {
+        if let BackendImpl::Wgpu(b) = &self.inner.backend {
+            b.release_cached_memory();
+        }
+    }
+}
+
+/// Why CUDA cannot be chosen in this build.
+pub(crate) fn cuda_unavailable() -> String {
+    if cfg!(web) {
+        "CUDA does not exist in the browser".into()
+    } else {
+        "this build of gpukit has no CUDA backend yet; use vulkan on NVIDIA GPUs".into()
+    }
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("backend", &self.inner.info.backend)
+            .field("adapter", &self.inner.info.adapter)
+            .finish()
+    }
+}

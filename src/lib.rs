@@ -1,0 +1,52 @@
+//! # gpukit
+//!
+//! GPU compute that is browser-first and has the same API natively. An async core compiles
+//! WGSL compute pipelines through [wgpu] (WebGPU in the browser; Vulkan, Metal, DX12 and GL
+//! natively), with blocking twins on native and a CPU backend that runs every op when no GPU
+//! is usable.
+//!
+//! ```no_run
+//! # async fn demo() -> gpukit::Result<()> {
+//! use gpukit::Device;
+//!
+//! let device = Device::new().await?;              // best adapter, or the CPU with a warning
+//! let x = device.tensor(&[1.0, -2.0, 3.0, -4.0], &[2, 2])?;
+//! let y = x.relu()?.scale(2.0)?.softmax()?;      // enqueued: nothing waits yet
+//! let values = y.read().await?;                   // the one wait: submit, map, copy
+//! # Ok(()) }
+//! ```
+//!
+//! Design:
+//! - Ops enqueue and return at once; only device creation, [`Tensor::read`] and
+//!   [`Device::synchronize`] wait. Natively each has a `*_blocking` twin (not on wasm32).
+//! - Tensors stay on their device; chained ops never go through the host. Pipelines are cached
+//!   under typed keys, buffers pooled by size class, and ops are recorded into one compute pass
+//!   until something waits.
+//! - `device.info()` says which backend and adapter run and whether it is a software adapter;
+//!   a warning is logged once when work falls back to software or the CPU.
+//! - Bad input is an [`Error`], never a panic.
+
+mod backend;
+#[cfg(native)]
+pub mod blocking;
+mod device;
+mod discover;
+mod error;
+mod future;
+mod info;
+pub mod ops;
+mod slice;
+mod tensor;
+
+pub use backend::wgpu::pool::MemoryStats;
+pub use device::Device;
+pub use discover::{discover, recommended, BackendReport, FoundDevice};
+pub use error::{Error, Result};
+pub use info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+pub use ops::{BinaryOp, ReduceOp, UnaryOp};
+pub use tensor::{DType, Tensor};
+
+/// The WGSL sources of every kernel, by file name (for validation and inspection).
+pub fn shader_sources() -> Vec<(&'static str, &'static str)> {
+    backend::wgpu::pipelines::Shader::ALL.iter().map(|s| (s.file(), s.source())).collect()
+}

@@ -1,0 +1,9 @@
+//! The operations, one file per family. Each op validates its input here, in one place, and
+//! then dispatches to the tensor's backend; backends never see a malformed request.
+
+pub mod elementwise;
+pub mod reduce;
+pub mod softmax;
+
+pub use elementwise::{BinaryOp, UnaryOp};
+pub use reduce::ReduceOp;
