@@ -203,3 +203,52 @@ fn create_layout(device: &wgpu::Device, layout: Layout) -> (wgpu::BindGroupLayou
     });
     (bgl, pl)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::UnaryOp;
+
+    fn every_kernel() -> Vec<Kernel> {
+        let mut k: Vec<Kernel> = UnaryOp::ALL.iter().map(|op| Kernel::Unary(op.kind())).collect();
+        for op in BinaryOp::ALL {
+            k.extend([Kernel::Binary(op), Kernel::BinaryBroadcast(op)]);
+        }
+        for op in ReduceOp::ALL {
+            k.extend([Kernel::ReducePartial { op, dot: false }, Kernel::ReducePartial { op, dot: true }, Kernel::ReduceFinish(op)]);
+        }
+        k.extend([Kernel::SoftmaxStats, Kernel::SoftmaxCombine, Kernel::SoftmaxApply { log: false }, Kernel::SoftmaxApply { log: true }]);
+        k
+    }
+
+    fn parse(shader: Shader) -> naga::Module {
+        naga::front::wgsl::parse_str(shader.source())
+            .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(shader.source())))
+    }
+
+    #[test]
+    fn every_shader_parses_and_validates() {
+        for shader in Shader::ALL {
+            let module = parse(shader);
+            naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(shader.source())));
+        }
+    }
+
+    #[test]
+    fn every_kernel_names_a_real_entry_point_and_overrides() {
+        for kernel in every_kernel() {
+            let module = parse(kernel.shader());
+            let ep = module.entry_points.iter().find(|e| e.name == kernel.entry_point());
+            let ep = ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
+            assert_eq!(ep.workgroup_size, [256, 1, 1], "{kernel:?}: kernels.rs assumes 256 invocations");
+            for (name, _) in kernel.constants() {
+                assert!(
+                    module.overrides.iter().any(|(_, o)| o.name.as_deref() == Some(name)),
+                    "{kernel:?}: shader has no override {name}"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Shared test support: the f64 oracle, seeded random data, comparison, and the op suite that
+//! every backend runs.
+#![allow(dead_code)]
+
+pub mod oracle;
+pub mod suite;
+
+use oracle::Tol;
+
+/// The sizes every op is tried at: empty, one, small odd, around the workgroup size, around a
+/// reduction chunk (4096), and large and odd.
+pub const SIZES: [usize; 8] = [0, 1, 3, 255, 256, 257, 4097, 65537];
+
+/// A 2-D shape with an odd last axis.
+pub const SHAPE_2D: [usize; 2] = [37, 129];
+
+/// Values where ops misbehave: NaN, infinities, signed zeros, tiny and huge magnitudes.
+pub const EDGES: [f32; 15] = [
+    f32::NAN,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    0.0,
+    -0.0,
+    1e-30,
+    -1e-30,
+    0.5,
+    -0.5,
+    50.0,
+    -50.0,
+    100.0,
+    -100.0,
+    1e30,
+    -1e30,
+];
+
+/// SplitMix64: a small, well-mixed generator, so every seed gives the same data everywhere.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+
+    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+
+    /// Magnitudes in [lo, hi) with random signs (never near zero).
+    pub fn signed_vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let v = self.uniform(lo, hi);
+                if self.next_u64() & 1 == 0 { v } else { -v }
+            })
+            .collect()
+    }
+}
+
+/// Whether `got` is within `tol` of `want` (NaN meets NaN; infinities must be equal).
+pub fn close(got: f32, want: f64, tol: Tol) -> bool {
+    let g = got as f64;
+    if want.is_nan() || g.is_nan() {
+        return want.is_nan() && g.is_nan();
+    }
+    if want.is_infinite() || g.is_infinite() {
+        // A finite want that rounds to infinity in f32 counts as infinite.
+        return g == want || (want as f32) == got;
+    }
+    (g - want).abs() <= tol.atol + tol.rtol * want.abs()
+}
+
+/// Fails with the context, the seed and the first few mismatches when any element is off.
+pub fn check(ctx: &str, inputs: &dyn Fn(usize) -> String, got: &[f32], want: &[(f64, Tol)]) {
+    assert_eq!(got.len(), want.len(), "{ctx}: got {} elements, want {}", got.len(), want.len());
+    let bad: Vec<String> = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .filter(|(_, (g, (w, t)))| !close(**g, *w, *t))
+        .take(5)
+        .map(|(i, (g, (w, t)))| format!("  [{i}] input {} got {g:e} want {w:e} (atol {:e}, rtol {:e})", inputs(i), t.atol, t.rtol))
+        .collect();
+    assert!(bad.is_empty(), "{ctx}: {} mismatches, first:\n{}", got.iter().zip(want).filter(|(g, (w, t))| !close(**g, *w, *t)).count(), bad.join("\n"));
+}

@@ -1,0 +1,112 @@
+//! The f64 reference: every op written as plainly as possible in f64, the oracle the op suite
+//! checks each backend against, with the tolerance each op is allowed next to it.
+
+use gpukit::{BinaryOp, ReduceOp, UnaryOp};
+
+/// Allowed error: |got - want| <= atol + rtol * |want|. NaN must meet NaN, infinities must match.
+#[derive(Debug, Clone, Copy)]
+pub struct Tol {
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+/// erf in f64: its Maclaurin series below 2.5, the continued fraction of erfc above.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let r = if a < 2.5 {
+        let (mut term, mut sum, mut n) = (a, a, 0.0);
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -a * a / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else if a.is_infinite() {
+        1.0
+    } else {
+        let mut f = a;
+        for k in (1..=80).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
+    };
+    r.copysign(x)
+}
+
+/// Each unary op in f64, and its tolerance. Tolerances follow WGSL's accuracy rules (exp and
+/// log within a few ULP, tanh and erf through their formulas) with room for f32 rounding.
+pub fn unary(op: UnaryOp, x: f64) -> (f64, Tol) {
+    let exact = Tol { atol: 1e-30, rtol: 1e-6 };
+    let transcendental = Tol { atol: 2e-6, rtol: 2e-5 };
+    match op {
+        UnaryOp::Relu => (if x < 0.0 { 0.0 } else { x }, exact),
+        UnaryOp::LeakyRelu(a) => (if x < 0.0 { a as f64 * x } else { x }, exact),
+        UnaryOp::Elu(a) => (if x > 0.0 { x } else { a as f64 * x.exp_m1() }, transcendental),
+        UnaryOp::Sigmoid => (1.0 / (1.0 + (-x).exp()), transcendental),
+        UnaryOp::Tanh => (x.tanh(), transcendental),
+        UnaryOp::Silu => (x / (1.0 + (-x).exp()), transcendental),
+        UnaryOp::Gelu => (0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)), transcendental),
+        UnaryOp::GeluTanh => {
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            (0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()), transcendental)
+        }
+        UnaryOp::Clip { min, max } => {
+            let (lo, hi) = (min as f64, max as f64);
+            (if x < lo { lo } else if x > hi { hi } else { x }, exact)
+        }
+        UnaryOp::Scale(s) => (x * s as f64, exact),
+        UnaryOp::Exp => (x.exp(), Tol { atol: 1e-30, rtol: 2e-5 }),
+        UnaryOp::Log => (x.ln(), Tol { atol: 2e-6, rtol: 1e-5 }),
+        UnaryOp::Sqrt => (x.sqrt(), Tol { atol: 1e-30, rtol: 2e-6 }),
+        UnaryOp::Neg => (-x, exact),
+        UnaryOp::Abs => (x.abs(), exact),
+    }
+}
+
+/// Each binary op in f64 and its tolerance (f32 arithmetic is correctly rounded; WGSL allows
+/// division 2.5 ULP).
+pub fn binary(op: BinaryOp, a: f64, b: f64) -> (f64, Tol) {
+    let tol = Tol { atol: 1e-30, rtol: 1e-6 };
+    let v = match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+    };
+    (v, tol)
+}
+
+/// A reduction of one row in f64 and its tolerance: sums are allowed 2e-6 of the sum of
+/// magnitudes (f32 tree summation), max and min must be exact. NaN anywhere gives NaN.
+pub fn reduce(op: ReduceOp, row: &[f64]) -> (f64, Tol) {
+    let mag: f64 = row.iter().map(|x| x.abs()).filter(|x| x.is_finite()).sum();
+    let sum_tol = Tol { atol: 2e-6 * mag + 1e-6, rtol: 1e-6 };
+    let exact = Tol { atol: 0.0, rtol: 0.0 };
+    let nan = row.iter().any(|x| x.is_nan());
+    match op {
+        ReduceOp::Sum => (row.iter().sum(), sum_tol),
+        ReduceOp::Mean => {
+            let n = row.len() as f64;
+            (row.iter().sum::<f64>() / n, Tol { atol: sum_tol.atol / n, rtol: 1e-6 })
+        }
+        ReduceOp::Max if nan => (f64::NAN, exact),
+        ReduceOp::Min if nan => (f64::NAN, exact),
+        ReduceOp::Max => (row.iter().copied().fold(f64::NEG_INFINITY, f64::max), exact),
+        ReduceOp::Min => (row.iter().copied().fold(f64::INFINITY, f64::min), exact),
+    }
+}
+
+/// softmax / log_softmax of one row in f64, and the tolerance.
+pub fn softmax(row: &[f64], log: bool) -> (Vec<f64>, Tol) {
+    let m = if row.iter().any(|x| x.is_nan()) { f64::NAN } else { row.iter().copied().fold(f64::NEG_INFINITY, f64::max) };
+    let s: f64 = row.iter().map(|x| (x - m).exp()).sum();
+    if log {
+        let ls = s.ln();
+        (row.iter().map(|x| x - m - ls).collect(), Tol { atol: 2e-5, rtol: 2e-5 })
+    } else {
+        (row.iter().map(|x| (x - m).exp() / s).collect(), Tol { atol: 1e-7, rtol: 5e-5 })
+    }
+}

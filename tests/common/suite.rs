@@ -1,0 +1,294 @@
+//! The op suite, written once. Each function takes the device to test; `tests/ops.rs`
+//! instantiates every function for every backend. Inputs are seeded random data (never zeros),
+//! the edge values in `EDGES`, and the sizes in `SIZES`; every result is compared with the f64
+//! oracle within the op's tolerance.
+
+use super::oracle::{self, Tol};
+use super::{check, Rng, EDGES, SHAPE_2D, SIZES};
+use gpukit::{BinaryOp, Device, Error, ReduceOp, Tensor, UnaryOp};
+
+fn shapes() -> Vec<Vec<usize>> {
+    let mut s: Vec<Vec<usize>> = SIZES.iter().map(|&n| vec![n]).collect();
+    s.push(SHAPE_2D.to_vec());
+    s
+}
+
+fn widen(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// Random inputs where the op is defined (log and sqrt get positive values; their negative
+/// and zero inputs are covered by the edge test).
+fn unary_input(op: UnaryOp, rng: &mut Rng, n: usize) -> Vec<f32> {
+    match op {
+        UnaryOp::Log | UnaryOp::Sqrt => rng.vec(n, 0.01, 4.0),
+        _ => rng.vec(n, -4.0, 4.0),
+    }
+}
+
+async fn run_unary(dev: &Device, op: UnaryOp, x: &[f32], shape: &[usize], ctx: &str) {
+    let t = dev.tensor(x, shape).unwrap();
+    let y = t.unary(op).unwrap();
+    assert_eq!(y.shape(), shape, "{ctx}: output shape");
+    let got = y.read().await.unwrap();
+    let want: Vec<(f64, Tol)> = x.iter().map(|&v| oracle::unary(op, v as f64)).collect();
+    check(ctx, &|i| format!("{:e}", x[i]), &got, &want);
+}
+
+pub async fn unary_random(dev: &Device) {
+    for (k, op) in UnaryOp::ALL.into_iter().enumerate() {
+        for shape in shapes() {
+            let n: usize = shape.iter().product();
+            let seed = 1000 + k as u64 * 100 + n as u64;
+            let x = unary_input(op, &mut Rng::new(seed), n);
+            run_unary(dev, op, &x, &shape, &format!("{} shape {shape:?} seed {seed}", op.name())).await;
+        }
+    }
+}
+
+pub async fn unary_edges(dev: &Device) {
+    for op in UnaryOp::ALL {
+        run_unary(dev, op, &EDGES, &[EDGES.len()], &format!("{} on NaN/inf/edge values", op.name())).await;
+    }
+}
+
+async fn run_binary(dev: &Device, op: BinaryOp, (a, sa): (&[f32], &[usize]), (b, sb): (&[f32], &[usize]), ctx: &str) {
+    let ta = dev.tensor(a, sa).unwrap();
+    let tb = dev.tensor(b, sb).unwrap();
+    let y = ta.binary(op, &tb).unwrap();
+    let got = y.read().await.unwrap();
+    let n = got.len();
+    assert_eq!(n, y.len(), "{ctx}: read length");
+    assert_eq!(n, a.len().max(b.len()), "{ctx}: output size");
+    let want: Vec<(f64, Tol)> =
+        (0..n).map(|i| oracle::binary(op, a[i % a.len()] as f64, b[i % b.len()] as f64)).collect();
+    check(ctx, &|i| format!("({:e}, {:e})", a[i % a.len()], b[i % b.len()]), &got, &want);
+}
+
+fn operands(op: BinaryOp, rng: &mut Rng, na: usize, nb: usize) -> (Vec<f32>, Vec<f32>) {
+    let a = rng.vec(na, -4.0, 4.0);
+    let b = if op == BinaryOp::Div { rng.signed_vec(nb, 0.5, 4.0) } else { rng.vec(nb, -4.0, 4.0) };
+    (a, b)
+}
+
+pub async fn binary_random(dev: &Device) {
+    for (k, op) in BinaryOp::ALL.into_iter().enumerate() {
+        for shape in shapes() {
+            let n: usize = shape.iter().product();
+            let seed = 2000 + k as u64 * 100 + n as u64;
+            let (a, b) = operands(op, &mut Rng::new(seed), n, n);
+            run_binary(dev, op, (&a, &shape), (&b, &shape), &format!("{} {shape:?} seed {seed}", op.name())).await;
+        }
+        // Broadcasting: a row over the last axis, a scalar, on either side; odd sizes.
+        let cases: [(&[usize], &[usize]); 7] = [
+            (&[37, 129], &[129]),
+            (&[129], &[37, 129]),
+            (&[1, 129], &[37, 129]),
+            (&[37, 129], &[]),
+            (&[1], &[65537]),
+            (&[65537], &[1]),
+            (&[3, 4097], &[4097]),
+        ];
+        for (sa, sb) in cases {
+            let seed = 3000 + k as u64;
+            let (a, b) = operands(op, &mut Rng::new(seed), sa.iter().product(), sb.iter().product());
+            run_binary(dev, op, (&a, sa), (&b, sb), &format!("{} {sa:?} with {sb:?} seed {seed}", op.name())).await;
+        }
+    }
+}
+
+pub async fn binary_edges(dev: &Device) {
+    let n = EDGES.len();
+    let a: Vec<f32> = (0..n * n).map(|i| EDGES[i / n]).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| EDGES[i % n]).collect();
+    for op in BinaryOp::ALL {
+        run_binary(dev, op, (&a, &[n * n]), (&b, &[n * n]), &format!("{} on all pairs of edge values", op.name())).await;
+    }
+}
+
+async fn run_reduce(dev: &Device, op: ReduceOp, x: &[f32], shape: &[usize], last: bool, ctx: &str) {
+    let t = dev.tensor(x, shape).unwrap();
+    let y = if last { t.reduce_last(op).unwrap() } else { t.reduce(op).unwrap() };
+    let cols = if last { *shape.last().unwrap() } else { x.len() };
+    let rows = if cols == 0 { if last { shape[..shape.len() - 1].iter().product() } else { 1 } } else { x.len() / cols };
+    let expect_shape: Vec<usize> = if last { shape[..shape.len() - 1].to_vec() } else { vec![] };
+    assert_eq!(y.shape(), expect_shape.as_slice(), "{ctx}: output shape");
+    let got = y.read().await.unwrap();
+    let xs = widen(x);
+    let want: Vec<(f64, Tol)> = (0..rows)
+        .map(|r| if cols == 0 { (0.0, Tol { atol: 0.0, rtol: 0.0 }) } else { oracle::reduce(op, &xs[r * cols..(r + 1) * cols]) })
+        .collect();
+    check(ctx, &|r| format!("row {r}"), &got, &want);
+}
+
+pub async fn reduce_random(dev: &Device) {
+    for (k, op) in ReduceOp::ALL.into_iter().enumerate() {
+        let mut shapes = shapes();
+        shapes.extend([vec![3, 4097], vec![2, 65537], vec![1_000_003]]);
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let seed = 4000 + k as u64 * 100 + n as u64;
+            let x = Rng::new(seed).vec(n, -4.0, 4.0);
+            if n == 0 && op != ReduceOp::Sum {
+                let t = dev.tensor(&x, &shape).unwrap();
+                let e = t.reduce(op).unwrap_err();
+                assert!(matches!(e, Error::Empty { .. }), "{} of empty: {e}", op.name());
+                continue;
+            }
+            run_reduce(dev, op, &x, &shape, false, &format!("{} of all {shape:?} seed {seed}", op.name())).await;
+            if shape.len() == 2 {
+                run_reduce(dev, op, &x, &shape, true, &format!("{} along last axis {shape:?} seed {seed}", op.name())).await;
+            }
+        }
+    }
+    // The sum along an empty last axis is 0 per row; the mean has no value.
+    let t = dev.tensor(&[], &[4, 0]).unwrap();
+    assert_eq!(t.sum_last().unwrap().read().await.unwrap(), vec![0.0; 4]);
+    assert!(matches!(t.mean_last().unwrap_err(), Error::Empty { .. }));
+}
+
+pub async fn reduce_edges(dev: &Device) {
+    let rows: [&[f32]; 5] = [
+        &[1.0, f32::NAN, 2.0],
+        &[1.0, f32::INFINITY, 2.0],
+        &[f32::NEG_INFINITY, 1.0, 2.0],
+        &[f32::INFINITY, f32::NEG_INFINITY, 0.0],
+        &[-0.0, 0.0, -0.0],
+    ];
+    for op in ReduceOp::ALL {
+        for row in rows {
+            run_reduce(dev, op, row, &[row.len()], false, &format!("{} of {row:?}", op.name())).await;
+        }
+        let flat: Vec<f32> = rows.concat();
+        run_reduce(dev, op, &flat, &[rows.len(), 3], true, &format!("{} of edge rows", op.name())).await;
+    }
+}
+
+pub async fn dot_random(dev: &Device) {
+    for n in SIZES.into_iter().chain([1_000_003]) {
+        let seed = 5000 + n as u64;
+        let mut rng = Rng::new(seed);
+        let (a, b) = (rng.vec(n, -2.0, 2.0), rng.vec(n, -2.0, 2.0));
+        let got = dev.tensor(&a, &[n]).unwrap().dot(&dev.tensor(&b, &[n]).unwrap()).unwrap().read().await.unwrap();
+        let prods: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).collect();
+        let (want, tol) = oracle::reduce(ReduceOp::Sum, &prods);
+        check(&format!("dot n={n} seed {seed}"), &|_| "".into(), &got, &[(want, tol)]);
+    }
+    let a = dev.tensor(&[1.0, 2.0], &[2]).unwrap();
+    let b = dev.tensor(&[1.0, 2.0, 3.0], &[3]).unwrap();
+    assert!(matches!(a.dot(&b).unwrap_err(), Error::ShapeMismatch { .. }));
+}
+
+async fn run_softmax(dev: &Device, x: &[f32], shape: &[usize], log: bool, ctx: &str) {
+    let t = dev.tensor(x, shape).unwrap();
+    let y = if log { t.log_softmax().unwrap() } else { t.softmax().unwrap() };
+    assert_eq!(y.shape(), shape, "{ctx}: shape");
+    let got = y.read().await.unwrap();
+    let cols = *shape.last().unwrap();
+    let xs = widen(x);
+    let want: Vec<(f64, Tol)> = if cols == 0 {
+        vec![]
+    } else {
+        xs.chunks(cols)
+            .flat_map(|row| {
+                let (v, tol) = oracle::softmax(row, log);
+                v.into_iter().map(move |w| (w, tol))
+            })
+            .collect()
+    };
+    check(ctx, &|i| format!("{:e}", x[i]), &got, &want);
+}
+
+pub async fn softmax_random(dev: &Device) {
+    let shapes: [&[usize]; 9] = [&[1], &[3], &[257], &[37, 129], &[4, 4097], &[2, 65537], &[1000, 7], &[0, 5], &[3, 0]];
+    for log in [false, true] {
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let seed = 6000 + n as u64;
+            let x = Rng::new(seed).vec(n, -8.0, 8.0);
+            let name = if log { "log_softmax" } else { "softmax" };
+            run_softmax(dev, &x, shape, log, &format!("{name} {shape:?} seed {seed}")).await;
+        }
+        // Large values: stability needs the maximum subtracted first.
+        let x: Vec<f32> = Rng::new(7).vec(300, 1.0e4, 1.0e4 + 10.0);
+        run_softmax(dev, &x, &[3, 100], log, "softmax of values near 1e4").await;
+    }
+}
+
+pub async fn softmax_edges(dev: &Device) {
+    let x: Vec<f32> = vec![
+        1.0, 2.0, 3.0, //
+        f32::NEG_INFINITY, 0.0, 1.0, //
+        f32::NAN, 1.0, 2.0, //
+        f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, //
+        f32::INFINITY, 0.0, 1.0, //
+        -1e30, 1e30, 0.0,
+    ];
+    for log in [false, true] {
+        run_softmax(dev, &x, &[6, 3], log, &format!("softmax(log={log}) of edge rows")).await;
+    }
+    // A long row whose first chunk is all -inf exercises merging an empty chunk.
+    let mut long = vec![f32::NEG_INFINITY; 5000];
+    long[4500] = 1.0;
+    long[4999] = 2.0;
+    run_softmax(dev, &long, &[5000], false, "softmax with an all -inf first chunk").await;
+}
+
+/// 100 chained elementwise ops on one tensor, one read at the end: results stay on the device
+/// and must match the same chain in f64.
+pub async fn chained_ops(dev: &Device) {
+    let n = 4097;
+    let x = Rng::new(99).vec(n, -1.0, 1.0);
+    let mut t: Tensor = dev.tensor(&x, &[n]).unwrap();
+    let mut want = widen(&x);
+    let bias = dev.tensor(&[0.25], &[]).unwrap();
+    for i in 0..100 {
+        t = match i % 4 {
+            0 => t.relu().unwrap(),
+            1 => t.scale(1.5).unwrap(),
+            2 => t.add(&bias).unwrap(),
+            _ => t.clip(-2.0, 2.0).unwrap(),
+        };
+        for w in &mut want {
+            *w = match i % 4 {
+                0 => w.max(0.0),
+                1 => *w * 1.5,
+                2 => *w + 0.25,
+                _ => w.clamp(-2.0, 2.0),
+            };
+        }
+    }
+    let got = t.read().await.unwrap();
+    let tol = Tol { atol: 1e-5, rtol: 1e-5 };
+    let want: Vec<(f64, Tol)> = want.into_iter().map(|w| (w, tol)).collect();
+    check("100 chained ops", &|i| format!("{:e}", x[i]), &got, &want);
+}
+
+/// Bad input gives the same clear errors on every backend, and the device stays usable.
+pub async fn errors(dev: &Device) {
+    let a = dev.tensor(&[1.0; 6], &[2, 3]).unwrap();
+    let b = dev.tensor(&[1.0; 6], &[3, 2]).unwrap();
+    let e = a.add(&b).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }) && e.is_input(), "{e}");
+    assert!(e.to_string().contains("[2, 3]") && e.to_string().contains("[3, 2]"), "message names both shapes: {e}");
+    assert!(matches!(dev.tensor(&[1.0; 5], &[2, 3]).unwrap_err(), Error::ShapeMismatch { .. }));
+    assert!(matches!(a.clip(1.0, 0.0).unwrap_err(), Error::InvalidArgument { .. }));
+    assert!(matches!(a.clip(f32::NAN, 0.0).unwrap_err(), Error::InvalidArgument { .. }));
+    assert!(matches!(a.reshape(&[4]).unwrap_err(), Error::ShapeMismatch { .. }));
+    assert!(matches!(a.read_scalar().await.unwrap_err(), Error::ShapeMismatch { .. }));
+    let scalar = dev.scalar(3.0).unwrap();
+    assert!(scalar.softmax().is_err() && scalar.sum_last().is_err());
+    let other = Device::cpu();
+    let c = other.tensor(&[1.0; 6], &[2, 3]).unwrap();
+    if !dev.info().backend.eq(&gpukit::Backend::Cpu) {
+        assert!(matches!(a.add(&c).unwrap_err(), Error::DeviceMismatch { .. }));
+    }
+    // Still usable after the errors.
+    let r = a.reshape(&[6]).unwrap().add(&scalar).unwrap().read().await.unwrap();
+    assert_eq!(r, vec![4.0; 6]);
+    let mut out = vec![0.0; 2];
+    assert!(dev.relu_slice(&[1.0, 2.0, 3.0], &mut out).await.is_err());
+    dev.relu_slice(&[1.0, -2.0], &mut out).await.unwrap();
+    assert_eq!(out, [1.0, 0.0]);
+    assert_eq!(dev.sum_slice(&[1.0, 2.0, 3.5]).await.unwrap(), 6.5);
+}

@@ -1,0 +1,65 @@
+//! The op suite on every backend compiled in: each function of `common::suite` becomes one test
+//! per backend. The GPU backend must exist: `make test` installs Mesa's lavapipe so that a Vulkan
+//! adapter always does, and a missing adapter fails these tests rather than skipping them.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use gpukit::{Backend, Device};
+
+/// The wgpu backend under test: `GPUKIT_TEST_GPU` if set, else the platform's native API.
+fn gpu_backend() -> Backend {
+    if let Ok(name) = std::env::var("GPUKIT_TEST_GPU") {
+        return name.parse().expect("GPUKIT_TEST_GPU names a backend");
+    }
+    if cfg!(target_os = "macos") {
+        Backend::Metal
+    } else {
+        Backend::Vulkan
+    }
+}
+
+fn wgpu_device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        let backend = gpu_backend();
+        let d = Device::with_backend_blocking(backend)
+            .unwrap_or_else(|e| panic!("the GPU op suite needs a {backend} adapter (make test installs lavapipe): {e}"));
+        eprintln!("op suite on {} ({}, software: {})", d.info().adapter, d.info().backend, d.info().software);
+        d
+    })
+}
+
+fn cpu_device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(Device::cpu)
+}
+
+macro_rules! suite_for {
+    ($backend:ident, $device:expr, [$($test:ident),* $(,)?]) => {
+        mod $backend {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    pollster::block_on(common::suite::$test($device));
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! op_suite {
+    ($($backend:ident => $device:expr),* $(,)?) => {
+        $(suite_for!($backend, $device, [
+            unary_random, unary_edges, binary_random, binary_edges, reduce_random, reduce_edges,
+            dot_random, softmax_random, softmax_edges, chained_ops, errors,
+        ]);)*
+    };
+}
+
+op_suite! {
+    wgpu => wgpu_device(),
+    cpu => cpu_device(),
+}
