@@ -318,14 +318,14 @@ impl BackendOps for WgpuBackend {
         let row_stats = if chunks > 1 {
             let combined = s.alloc(&mut st, rows * 8)?;
             s.dispatch(&mut st, Kernel::SoftmaxCombine, &params, &[stats_bind(), stats_bind(), whole(&combined, rows * 2)], rows)?;
-            st.pool.retire(stats);
+            st.retire(stats);
             combined
         } else {
             stats
         };
         let binds = [whole(xb, n), whole(&row_stats, rows * 2), whole(&out, n)];
         s.dispatch(&mut st, Kernel::SoftmaxApply { log }, &params, &binds, n.div_ceil(WG))?;
-        st.pool.retire(row_stats);
+        st.retire(row_stats);
         Ok(s.storage(out))
     }
 
@@ -378,7 +378,7 @@ impl Shared {
         let p = whole(&partials, rows * chunks);
         let binds = [p, p, whole(out, rows)];
         self.dispatch(st, Kernel::ReduceFinish(op), &params(rows, cols, chunks, scale), &binds, rows)?;
-        st.pool.retire(partials);
+        st.retire(partials);
         Ok(())
     }
 }

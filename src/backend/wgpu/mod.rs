@@ -46,6 +46,14 @@ struct State {
     pipelines: PipelineCache,
 }
 
+impl State {
+    /// Returns a buffer to the pool once no unsubmitted work can use it.
+    fn retire(&mut self, buffer: wgpu::Buffer) {
+        let pending = self.recorder.pending();
+        self.pool.retire(buffer, pending);
+    }
+}
+
 /// A tensor's device buffer. Dropping it retires the buffer into the pool.
 pub(crate) struct WgpuStorage {
     buffer: Option<wgpu::Buffer>,
@@ -62,7 +70,7 @@ impl WgpuStorage {
 impl Drop for WgpuStorage {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
-            self.shared.state().pool.retire(b);
+            self.shared.state().retire(b);
         }
     }
 }
@@ -169,7 +177,7 @@ impl Shared {
         }
         let buffer = st.pool.take(&self.device, bytes);
         if let Err(e) = self.check() {
-            st.pool.retire(buffer);
+            st.retire(buffer);
             return Err(e);
         }
         Ok(buffer)

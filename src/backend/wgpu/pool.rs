@@ -2,9 +2,9 @@
 //!
 //! Size classes are 256 bytes and up, in quarter steps between powers of two (256, 320, 384,
 //! 448, 512, 640, ...), so no buffer wastes more than a quarter of itself. A buffer given back is
-//! *retired* first and becomes reusable only after the next submit: work already recorded but not
-//! yet submitted may still read it, and `queue.write_buffer` (used for uploads) runs before the
-//! command buffers of the submit it belongs to.
+//! *retired* first while work is pending and becomes reusable only after the next submit: work
+//! already recorded but not yet submitted may still read it, and `queue.write_buffer` (used for
+//! uploads) runs before the command buffers of the submit it belongs to.
 
 use std::collections::HashMap;
 
@@ -75,11 +75,17 @@ impl BufferPool {
         buffer
     }
 
-    /// Gives a buffer back; it is reused after the next submit.
-    pub(crate) fn retire(&mut self, buffer: wgpu::Buffer) {
+    /// Gives a buffer back. With work pending it is reused after the next submit; with none,
+    /// no unsubmitted command can refer to it and it is reusable at once.
+    pub(crate) fn retire(&mut self, buffer: wgpu::Buffer, pending: bool) {
         self.stats.live_bytes -= buffer.size();
-        self.retired_bytes += buffer.size();
-        self.retired.push(buffer);
+        if pending {
+            self.retired_bytes += buffer.size();
+            self.retired.push(buffer);
+        } else {
+            self.stats.pooled_bytes += buffer.size();
+            self.free.entry(buffer.size()).or_default().push(buffer);
+        }
     }
 
     /// Bytes retired since the last submit.

@@ -71,6 +71,11 @@ impl Recorder {
         self.encoder_mut(device)
     }
 
+    /// Whether anything is recorded and not yet submitted.
+    pub(crate) fn pending(&self) -> bool {
+        self.encoder.is_some()
+    }
+
     /// Writes the parameters and submits everything recorded. Returns whether anything was.
     pub(crate) fn submit(&mut self, queue: &wgpu::Queue) -> bool {
         self.pass = None;
