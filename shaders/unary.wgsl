@@ -2,8 +2,9 @@
 //
 // OP selects the op; its codes are `UnaryKind` in src/ops/elementwise.rs. Each pipeline is
 // specialised for one OP (an override constant), so the switch folds away when compiled.
-// NaN handling does not rely on min/max/clamp (whose NaN behaviour WGSL leaves to the driver):
-// comparisons with NaN are false, so `select` passes NaN through.
+// NaN in gives NaN out for every op. WGSL lets drivers assume floats are never NaN, and they do:
+// NVIDIA's compiler turns `select(v, 0, v < 0)` into a max that drops NaN. So NaN is detected
+// on the bits (integer ops, which no float optimisation touches) and passed through explicitly.
 
 override OP: u32 = 0u;
 
@@ -17,6 +18,10 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
+
+fn is_nan4(v: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
 
 const SQRT_2_OVER_PI: f32 = 0.7978845608;
 const FRAC_1_SQRT_2: f32 = 0.7071067812;
@@ -59,7 +64,7 @@ fn apply(v: vec4<f32>) -> vec4<f32> {
         case 13u: { r = -v; }                                                        // neg
         default: { r = abs(v); }                                                     // abs (14)
     }
-    return r;
+    return select(r, v, is_nan4(v));
 }
 
 @compute @workgroup_size(256)

@@ -1,1 +1,76 @@
-fn main(){}
+//! `gpukit`: discover backends and devices, show the chosen device, and run benchmarks.
+//!
+//! ```text
+//! gpukit backends [--json]     every backend: available or not, and why
+//! gpukit devices  [--json]     every adapter found, usable or not
+//! gpukit info     [--json]     the device Device::new() picks, why, and the recommendation
+//! gpukit bench    [--json] [--quick] [--backend NAME]
+//! ```
+//! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
+
+#[cfg(native)]
+mod baseline;
+#[cfg(native)]
+mod bench;
+#[cfg(native)]
+mod report;
+
+#[cfg(web)]
+fn main() {}
+
+#[cfg(native)]
+fn main() -> std::process::ExitCode {
+    use std::process::ExitCode;
+
+    init_logging();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json = args.iter().any(|a| a == "--json");
+    let result = match args.first().map(String::as_str) {
+        Some("backends") => report::backends(json),
+        Some("devices") => report::devices(json),
+        Some("info") => report::info(json),
+        Some("bench") => bench::run(&args[1..]),
+        Some("help" | "--help" | "-h") | None => {
+            println!("{}", USAGE);
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command {other:?}\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpukit: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(native)]
+const USAGE: &str = "usage: gpukit <backends|devices|info|bench> [--json]
+  backends          every backend compiled in: available or not, and why
+  devices           every adapter found, with its type, limits and features
+  info              the device automatic selection picks (or GPUKIT_BACKEND), and why
+  bench [--quick] [--backend NAME]
+                    run the W and D workloads of PERFORMANCE.md on the chosen device";
+
+/// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
+#[cfg(native)]
+fn init_logging() {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::max_level()
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) && r.target().starts_with("gpukit") {
+                eprintln!("[{}] {}", r.level(), r.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    static LOGGER: Stderr = Stderr;
+    let level = std::env::var("GPUKIT_LOG").ok().and_then(|l| l.parse().ok()).unwrap_or(log::LevelFilter::Warn);
+    if log::set_logger(&LOGGER).is_ok() {
+        log::set_max_level(level);
+    }
+}

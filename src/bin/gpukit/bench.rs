@@ -1,0 +1,254 @@
+//! `gpukit bench`: the workloads of PERFORMANCE.md on the chosen device, each the median of
+//! several timed runs after warm-up, GPU work timed to completion (a read back or
+//! `synchronize`). On wgpu devices the raw-wgpu floor runs beside gpukit in the same process,
+//! on the same adapter, and the table shows the ratio.
+
+use std::time::Instant;
+
+use gpukit::{Backend, Device, Tensor};
+use serde::Serialize;
+
+use crate::baseline::RawWgpu;
+use crate::report::{print_info, table};
+
+type CliResult = Result<(), String>;
+
+#[derive(Serialize)]
+struct Row {
+    id: &'static str,
+    workload: String,
+    /// gpukit's median, in `unit`; `None` when the workload cannot run yet.
+    value: Option<f64>,
+    unit: &'static str,
+    /// The same workload on the raw-wgpu floor, in `unit`.
+    raw_wgpu: Option<f64>,
+    /// gpukit / raw for times, raw / gpukit for throughputs: above 1 means gpukit is slower.
+    slowdown_vs_raw: Option<f64>,
+    runs: usize,
+    note: String,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs `f` `warm` times untimed, then `runs` times timed; returns seconds per run.
+fn time(warm: usize, runs: usize, mut f: impl FnMut() -> gpukit::Result<()>) -> Result<Vec<f64>, String> {
+    for _ in 0..warm {
+        f().map_err(|e| e.to_string())?;
+    }
+    let mut out = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        f().map_err(|e| e.to_string())?;
+        out.push(t0.elapsed().as_secs_f64());
+    }
+    Ok(out)
+}
+
+/// Random data in [-1, 1), never zeros.
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 + 1e-3
+        })
+        .collect()
+}
+
+struct Options {
+    json: bool,
+    quick: bool,
+    backend: Option<Backend>,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options { json: false, quick: false, backend: None };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => o.json = true,
+            "--quick" => o.quick = true,
+            "--backend" => {
+                let name = it.next().ok_or("--backend needs a name")?;
+                o.backend = Some(name.parse().map_err(|e: gpukit::Error| e.to_string())?);
+            }
+            other => return Err(format!("unknown bench option {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+pub fn run(args: &[String]) -> CliResult {
+    let o = parse(args)?;
+    let device = match o.backend {
+        Some(b) => Device::with_backend_blocking(b),
+        None => Device::new_blocking(),
+    }
+    .map_err(|e| e.to_string())?;
+    let raw = if device.info().backend.is_wgpu() {
+        match RawWgpu::new(device.info().backend, &device.info().adapter) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("raw wgpu baseline unavailable: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // Large sizes shrink 16x with --quick (for software adapters and CI smoke runs).
+    let div = if o.quick { 16 } else { 1 };
+    let runs = if o.quick { 5 } else { 20 };
+    let m = (1 << 20) / div;
+    let mut rows = Vec::new();
+    let round_trip = |id, workload: String, times: Vec<f64>, note: &str| Row {
+        id,
+        workload,
+        runs: times.len(),
+        value: Some(median(times) * 1e6),
+        unit: "us",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        note: note.into(),
+    };
+
+    let (a, b) = (data(m, 1), data(m, 2));
+    let t = time(2, runs, || {
+        let x = device.tensor(&a, &[m])?;
+        let y = device.tensor(&b, &[m])?;
+        x.add(&y)?.read_blocking().map(drop)
+    })?;
+    rows.push(round_trip("W1", format!("vec_add {m} round trip"), t, ""));
+
+    let t = time(2, runs, || device.tensor(&a, &[m])?.relu()?.read_blocking().map(drop))?;
+    rows.push(round_trip("W2", format!("relu {m} round trip"), t, ""));
+
+    let t = time(2, runs, || device.tensor(&a, &[m])?.softmax()?.read_blocking().map(drop))?;
+    rows.push(round_trip("W3", format!("softmax of one {m}-element row, round trip"), t, ""));
+
+    rows.push(Row {
+        id: "W4",
+        workload: "matmul 1024x1024 round trip".into(),
+        value: None,
+        unit: "us",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: 0,
+        note: "not measured: matmul arrives with the kernels issue".into(),
+    });
+
+    let t = time(2, runs, || {
+        let x = device.tensor(&a, &[m])?;
+        let y = x.relu()?.scale(2.0)?;
+        y.add(&y)?.sigmoid()?.read_blocking().map(drop)
+    })?;
+    rows.push(round_trip("W5", format!("upload {m}, relu, scale, add, sigmoid, read"), t, "ops recorded into one pass, one submit"));
+
+    let (a6, b6) = (data(1024, 3), data(1024, 4));
+    let w6_runs = if o.quick { 50 } else { 500 };
+    let t = time(20, w6_runs, || {
+        let x = device.tensor(&a6, &[1024])?;
+        let y = device.tensor(&b6, &[1024])?;
+        x.add(&y)?.read_blocking().map(drop)
+    })?;
+    let mut w6 = round_trip("W6", "vec_add 1024 round trip (latency)".into(), t, "");
+    if let Some(r) = &raw {
+        let raw_t = median(r.w6(&a6, &b6, w6_runs)?) * 1e6;
+        w6.raw_wgpu = Some(raw_t);
+        w6.slowdown_vs_raw = w6.value.map(|v| v / raw_t);
+    }
+    rows.push(w6);
+
+    let n1 = (64 << 20) / div;
+    let reps = 10;
+    let (x1, y1) = (device.tensor(&data(n1, 5), &[n1]).map_err(|e| e.to_string())?, device.tensor(&data(n1, 6), &[n1]).map_err(|e| e.to_string())?);
+    let t = time(1, 5, || {
+        for _ in 0..reps {
+            drop(x1.add(&y1)?);
+        }
+        device.synchronize_blocking()
+    })?;
+    let gbs = |secs: f64| 12.0 * n1 as f64 / (secs / reps as f64) / 1e9;
+    let mut d1 = Row {
+        id: "D1",
+        workload: format!("add on device-resident {n1}-element tensors"),
+        value: Some(gbs(median(t.clone()))),
+        unit: "GB/s",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: format!("{reps} adds then synchronize; bytes read + written"),
+    };
+    if let Some(r) = &raw {
+        match r.d1(n1, reps, 5) {
+            Ok(rt) => {
+                let raw_gbs = 12.0 * n1 as f64 / median(rt) / 1e9;
+                d1.raw_wgpu = Some(raw_gbs);
+                d1.slowdown_vs_raw = d1.value.map(|v| raw_gbs / v);
+            }
+            Err(e) => d1.note = format!("{}; raw baseline: {e}", d1.note),
+        }
+    }
+    rows.push(d1);
+    drop((x1, y1));
+
+    let x3 = device.tensor(&data(4096, 7), &[4096]).map_err(|e| e.to_string())?;
+    let bias = device.scalar(0.5).map_err(|e| e.to_string())?;
+    let t = time(3, runs, || {
+        let mut t: Tensor = x3.clone();
+        for i in 0..100 {
+            t = match i % 4 {
+                0 => t.relu()?,
+                1 => t.scale(0.5)?,
+                2 => t.add(&bias)?,
+                _ => t.tanh()?,
+            };
+        }
+        t.read_blocking().map(drop)
+    })?;
+    rows.push(Row {
+        id: "D3",
+        workload: "100 chained elementwise ops on 4096 elements, one read".into(),
+        value: Some(median(t.clone()) * 1e6 / 100.0),
+        unit: "us/op",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: "total time including the one read back, divided by 100".into(),
+    });
+
+    if o.json {
+        let out = serde_json::json!({ "device": device.info(), "quick": o.quick, "rows": rows });
+        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    print_info(device.info());
+    println!();
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") });
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.into(),
+                r.workload.clone(),
+                fmt(r.value),
+                fmt(r.raw_wgpu),
+                r.slowdown_vs_raw.map_or("-".into(), |s| format!("{s:.2}x")),
+                r.unit.into(),
+                r.note.clone(),
+            ]
+        })
+        .collect();
+    table(&["id", "workload", "gpukit", "raw wgpu", "gpukit/raw", "unit", "note"], &body);
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! The `backends`, `devices` and `info` commands: readable tables, or JSON.
+
+use gpukit::{Backend, Device, DeviceInfo};
+
+type CliResult = Result<(), String>;
+
+/// Prints rows as left-aligned columns under a header.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    line(widths.iter().map(|w| "-".repeat(*w)).collect());
+    for r in rows {
+        line(r.clone());
+    }
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> CliResult {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    if bytes >= 1 << 40 {
+        "unlimited".into()
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
+}
+
+pub fn backends(json: bool) -> CliResult {
+    let reports = gpukit::blocking::discover_blocking();
+    if json {
+        return print_json(&reports);
+    }
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.backend.to_string(),
+                if r.available { "yes".into() } else { "no".into() },
+                r.devices.iter().map(|d| d.info.adapter.clone()).collect::<Vec<_>>().join(", "),
+                r.reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(&["backend", "available", "devices", "reason"], &rows);
+    println!("\nrecommended: {}", gpukit::recommended(&reports));
+    Ok(())
+}
+
+pub fn devices(json: bool) -> CliResult {
+    let reports = gpukit::blocking::discover_blocking();
+    let found: Vec<_> = reports.iter().flat_map(|r| r.devices.iter()).collect();
+    if json {
+        return print_json(&found);
+    }
+    let rows: Vec<Vec<String>> = found
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let f = d.info.features;
+            let feats: Vec<&str> = [(f.shader_f16, "f16"), (f.subgroups, "subgroups"), (f.timestamp_query, "timestamps")]
+                .into_iter()
+                .filter_map(|(on, n)| on.then_some(n))
+                .collect();
+            vec![
+                i.to_string(),
+                d.info.backend.to_string(),
+                d.info.adapter.clone(),
+                d.info.device_type.to_string(),
+                if d.info.software { "yes".into() } else { "no".into() },
+                mib(d.info.limits.max_storage_binding),
+                feats.join(","),
+                d.unusable.clone().map_or("yes".into(), |u| format!("no: {u}")),
+            ]
+        })
+        .collect();
+    table(&["#", "backend", "adapter", "type", "software", "max binding", "features", "usable"], &rows);
+    Ok(())
+}
+
+pub fn info(json: bool) -> CliResult {
+    let device = Device::new_blocking().map_err(|e| e.to_string())?;
+    let reports = gpukit::blocking::discover_blocking();
+    let recommended = gpukit::recommended(&reports);
+    let info = device.info();
+    if json {
+        return print_json(&serde_json::json!({ "device": info, "recommended": recommended }));
+    }
+    print_info(info);
+    println!("recommended backend:  {recommended}");
+    if info.backend == Backend::Cpu && recommended != Backend::Cpu {
+        println!("note: a GPU backend ({recommended}) is available; unset GPUKIT_BACKEND to use it");
+    }
+    Ok(())
+}
+
+pub fn print_info(info: &DeviceInfo) {
+    let l = &info.limits;
+    let f = &info.features;
+    let rows = [
+        ("backend", info.backend.to_string()),
+        ("adapter", info.adapter.clone()),
+        ("vendor", info.vendor.clone()),
+        ("device type", info.device_type.to_string()),
+        ("software", if info.software { "yes (expect it to be much slower than a GPU)".into() } else { "no".to_string() }),
+        ("driver", info.driver.clone()),
+        ("max storage binding", mib(l.max_storage_binding)),
+        ("max buffer", mib(l.max_buffer)),
+        ("workgroup storage", format!("{} KiB", l.workgroup_storage / 1024)),
+        ("invocations/workgroup", l.invocations_per_workgroup.to_string()),
+        ("features", format!("shader-f16: {}, subgroups: {}, timestamp-query: {}", f.shader_f16, f.subgroups, f.timestamp_query)),
+        ("memory", info.memory_bytes.map_or("not reported".into(), mib)),
+        ("chosen because", info.selection.clone()),
+    ];
+    for (k, v) in rows {
+        println!("{:<23} {v}", format!("{k}:"));
+    }
+}
