@@ -33,7 +33,13 @@ impl Device {
         block_on(self.unary_slice(op, input, out))
     }
     /// Blocking [`Device::binary_slice`].
-    pub fn binary_slice_blocking(&self, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+    pub fn binary_slice_blocking(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         block_on(self.binary_slice(op, a, b, out))
     }
     /// Blocking [`Device::softmax_slice`].

@@ -71,12 +71,17 @@ impl Device {
 
     /// The CPU backend; always available.
     pub fn cpu() -> Device {
-        Device::from_parts(BackendImpl::Cpu(CpuBackend), CpuBackend::info("explicit choice of cpu".into()))
+        Device::from_parts(
+            BackendImpl::Cpu(CpuBackend),
+            CpuBackend::info("explicit choice of cpu".into()),
+        )
     }
 
     fn from_parts(backend: BackendImpl, info: DeviceInfo) -> Device {
         warn_if_slow(&info);
-        Device { inner: Arc::new(Inner { backend, info }) }
+        Device {
+            inner: Arc::new(Inner { backend, info }),
+        }
     }
 
     async fn automatic() -> Result<Device> {
@@ -84,13 +89,23 @@ impl Device {
         let total = usable.len();
         let mut failures = rejected;
         for (adapter, info) in usable {
-            let why = format!("automatic: best of {total} usable adapter(s) ({}{})", info.device_type, if info.software { ", software" } else { "" });
+            let why = format!(
+                "automatic: best of {total} usable adapter(s) ({}{})",
+                info.device_type,
+                if info.software { ", software" } else { "" }
+            );
             match WgpuBackend::new(&adapter, why).await {
-                Ok((backend, info)) => return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info)),
+                Ok((backend, info)) => {
+                    return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info))
+                }
                 Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
             }
         }
-        let reason = if failures.is_empty() { "no GPU adapter found".to_string() } else { failures.join("; ") };
+        let reason = if failures.is_empty() {
+            "no GPU adapter found".to_string()
+        } else {
+            failures.join("; ")
+        };
         log::warn!("gpukit: no usable GPU ({reason}); falling back to the CPU backend");
         let info = CpuBackend::info(format!("fallback: {reason}"));
         Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), info))
@@ -100,10 +115,14 @@ impl Device {
         let unavailable = |reason: String| Error::BackendUnavailable { backend, reason };
         let bits = match backend {
             Backend::Cpu => {
-                return Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), CpuBackend::info(selection)));
+                return Ok(Device::from_parts(
+                    BackendImpl::Cpu(CpuBackend),
+                    CpuBackend::info(selection),
+                ));
             }
             Backend::Cuda => return Err(unavailable(cuda_unavailable())),
-            other => adapter::wgpu_backend(other).ok_or_else(|| unavailable("not a wgpu backend".into()))?,
+            other => adapter::wgpu_backend(other)
+                .ok_or_else(|| unavailable("not a wgpu backend".into()))?,
         };
         if let Some(why) = adapter::not_compiled(backend) {
             return Err(unavailable(why));
@@ -139,7 +158,12 @@ impl Device {
     pub fn tensor(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            return Err(Error::shape("tensor", &[data.len()], shape, "(the data length must be the product of the shape)"));
+            return Err(Error::shape(
+                "tensor",
+                &[data.len()],
+                shape,
+                "(the data length must be the product of the shape)",
+            ));
         }
         let storage = self.inner.backend.upload(data)?;
         Ok(Tensor::new(self.clone(), storage, shape.to_vec()))

@@ -49,12 +49,25 @@ pub fn recommended(reports: &[BackendReport]) -> Backend {
 }
 
 async fn report(backend: Backend) -> BackendReport {
-    let unavailable = |reason: String| BackendReport { backend, available: false, reason: Some(reason), devices: Vec::new() };
+    let unavailable = |reason: String| BackendReport {
+        backend,
+        available: false,
+        reason: Some(reason),
+        devices: Vec::new(),
+    };
     match backend {
         Backend::Cuda => return unavailable(cuda_unavailable()),
         Backend::Cpu => {
             let info = CpuBackend::info("always available".into());
-            return BackendReport { backend, available: true, reason: None, devices: vec![FoundDevice { info, unusable: None }] };
+            return BackendReport {
+                backend,
+                available: true,
+                reason: None,
+                devices: vec![FoundDevice {
+                    info,
+                    unusable: None,
+                }],
+            };
         }
         _ => {}
     }
@@ -67,15 +80,31 @@ async fn report(backend: Backend) -> BackendReport {
     let devices: Vec<FoundDevice> = adapter::adapters(bits)
         .await
         .iter()
-        .map(|a| FoundDevice { info: adapter::describe(a), unusable: adapter::unsuitable(a) })
+        .map(|a| FoundDevice {
+            info: adapter::describe(a),
+            unusable: adapter::unsuitable(a),
+        })
         .collect();
     let available = devices.iter().any(|d| d.unusable.is_none());
     let reason = match (available, devices.is_empty()) {
         (true, _) => None,
         (false, true) => Some("no adapter found (is a driver installed?)".to_string()),
         (false, false) => Some(
-            devices.iter().filter_map(|d| d.unusable.as_ref().map(|u| format!("{}: {u}", d.info.adapter))).collect::<Vec<_>>().join("; "),
+            devices
+                .iter()
+                .filter_map(|d| {
+                    d.unusable
+                        .as_ref()
+                        .map(|u| format!("{}: {u}", d.info.adapter))
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
         ),
     };
-    BackendReport { backend, available, reason, devices }
+    BackendReport {
+        backend,
+        available,
+        reason,
+        devices,
+    }
 }

@@ -103,7 +103,9 @@ pub enum Error {
     },
 
     /// A shader failed to compile on this device. This is a gpukit bug or a driver bug.
-    #[error("shader {shader} failed to compile: {detail}. Please report it with `gpukit info --json`")]
+    #[error(
+        "shader {shader} failed to compile: {detail}. Please report it with `gpukit info --json`"
+    )]
     ShaderCompilation {
         /// The shader file.
         shader: &'static str,
@@ -126,7 +128,9 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            Error::NoAdapter { .. } | Error::BackendUnavailable { .. } | Error::UnknownBackend { .. }
+            Error::NoAdapter { .. }
+                | Error::BackendUnavailable { .. }
+                | Error::UnknownBackend { .. }
         )
     }
 
@@ -143,7 +147,10 @@ impl Error {
 
     /// A device limit or memory: make the work smaller.
     pub fn is_resource(&self) -> bool {
-        matches!(self, Error::LimitExceeded { .. } | Error::OutOfMemory { .. })
+        matches!(
+            self,
+            Error::LimitExceeded { .. } | Error::OutOfMemory { .. }
+        )
     }
 
     /// The device is gone: create a new one.

@@ -75,7 +75,9 @@ impl FromStr for Backend {
         Backend::ALL
             .into_iter()
             .find(|b| b.name() == lower)
-            .ok_or(Error::UnknownBackend { name: s.to_string() })
+            .ok_or(Error::UnknownBackend {
+                name: s.to_string(),
+            })
     }
 }
 
@@ -179,7 +181,14 @@ pub(crate) fn vendor_name(id: u32) -> String {
 /// Whether an adapter name belongs to a known software rasteriser.
 pub(crate) fn is_software_name(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    ["llvmpipe", "lavapipe", "softpipe", "swiftshader", "warp", "basic render"]
-        .iter()
-        .any(|s| n.contains(s))
+    [
+        "llvmpipe",
+        "lavapipe",
+        "softpipe",
+        "swiftshader",
+        "warp",
+        "basic render",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
 }

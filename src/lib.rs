@@ -26,6 +26,11 @@
 //!   a warning is logged once when work falls back to software or the CPU.
 //! - Bad input is an [`Error`], never a panic.
 
+// In the browser wgpu's WebGPU handles are neither Send nor Sync, so Arc<..> holding them could
+// be Rc there; one Arc-based code path for both targets is simpler than two, and costs nothing
+// measurable on a single-threaded target.
+#![cfg_attr(web, allow(clippy::arc_with_non_send_sync))]
+
 mod backend;
 #[cfg(native)]
 pub mod blocking;
@@ -48,5 +53,8 @@ pub use tensor::{DType, Tensor};
 
 /// The WGSL sources of every kernel, by file name (for validation and inspection).
 pub fn shader_sources() -> Vec<(&'static str, &'static str)> {
-    backend::wgpu::pipelines::Shader::ALL.iter().map(|s| (s.file(), s.source())).collect()
+    backend::wgpu::pipelines::Shader::ALL
+        .iter()
+        .map(|s| (s.file(), s.source()))
+        .collect()
 }

@@ -16,7 +16,12 @@ use crate::Device;
 
 fn check_out(op: &'static str, input: usize, out: usize) -> Result<()> {
     if input != out {
-        return Err(Error::shape(op, &[input], &[out], "(the output slice must be as long as the input)"));
+        return Err(Error::shape(
+            op,
+            &[input],
+            &[out],
+            "(the output slice must be as long as the input)",
+        ));
     }
     Ok(())
 }
@@ -25,7 +30,11 @@ impl Device {
     /// `out[i] = op(input[i])`.
     pub async fn unary_slice(&self, op: UnaryOp, input: &[f32], out: &mut [f32]) -> Result<()> {
         check_out(op.name(), input.len(), out.len())?;
-        let y = self.tensor(input, &[input.len()])?.unary(op)?.read().await?;
+        let y = self
+            .tensor(input, &[input.len()])?
+            .unary(op)?
+            .read()
+            .await?;
         out.copy_from_slice(&y);
         Ok(())
     }
@@ -36,9 +45,20 @@ impl Device {
     }
 
     /// `out[i] = op(a[i], b[i])`; `a` and `b` must have the same length as `out`.
-    pub async fn binary_slice(&self, op: BinaryOp, a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+    pub async fn binary_slice(
+        &self,
+        op: BinaryOp,
+        a: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         if a.len() != b.len() {
-            return Err(Error::shape(op.name(), &[a.len()], &[b.len()], "(slices must have the same length)"));
+            return Err(Error::shape(
+                op.name(),
+                &[a.len()],
+                &[b.len()],
+                "(slices must have the same length)",
+            ));
         }
         check_out(op.name(), a.len(), out.len())?;
         let ta = self.tensor(a, &[a.len()])?;
@@ -55,12 +75,21 @@ impl Device {
     /// softmax of one row.
     pub async fn softmax_slice(&self, input: &[f32], out: &mut [f32]) -> Result<()> {
         check_out("softmax", input.len(), out.len())?;
-        out.copy_from_slice(&self.tensor(input, &[input.len()])?.softmax()?.read().await?);
+        out.copy_from_slice(
+            &self
+                .tensor(input, &[input.len()])?
+                .softmax()?
+                .read()
+                .await?,
+        );
         Ok(())
     }
 
     /// The sum of a slice.
     pub async fn sum_slice(&self, input: &[f32]) -> Result<f32> {
-        self.tensor(input, &[input.len()])?.sum()?.read_scalar().await
+        self.tensor(input, &[input.len()])?
+            .sum()?
+            .read_scalar()
+            .await
     }
 }

@@ -40,7 +40,12 @@ pub struct Tensor {
 
 impl Tensor {
     pub(crate) fn new(device: Device, storage: Storage, shape: Vec<usize>) -> Tensor {
-        Tensor { device, storage: Arc::new(storage), shape, dtype: DType::F32 }
+        Tensor {
+            device,
+            storage: Arc::new(storage),
+            shape,
+            dtype: DType::F32,
+        }
     }
 
     /// A new tensor on the same device (the result of an op).
@@ -88,9 +93,17 @@ impl Tensor {
     /// The same data seen with another shape of the same number of elements (no copy).
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         if shape.iter().product::<usize>() != self.len() {
-            return Err(Error::shape("reshape", &self.shape, shape, "(reshape keeps the number of elements)"));
+            return Err(Error::shape(
+                "reshape",
+                &self.shape,
+                shape,
+                "(reshape keeps the number of elements)",
+            ));
         }
-        Ok(Tensor { shape: shape.to_vec(), ..self.clone() })
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            ..self.clone()
+        })
     }
 
     /// Copies the data back to the host. This is the one call that waits for the device:
@@ -102,7 +115,12 @@ impl Tensor {
     /// Reads a one-element tensor (a reduction's result) as a number.
     pub async fn read_scalar(&self) -> Result<f32> {
         if self.len() != 1 {
-            return Err(Error::shape("read_scalar", &self.shape, &[], "(read_scalar needs exactly one element)"));
+            return Err(Error::shape(
+                "read_scalar",
+                &self.shape,
+                &[],
+                "(read_scalar needs exactly one element)",
+            ));
         }
         Ok(self.read().await?[0])
     }

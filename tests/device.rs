@@ -3,8 +3,13 @@
 use gpukit::{Backend, Device, DeviceType, Error};
 
 fn gpu() -> Device {
-    let backend = if cfg!(target_os = "macos") { Backend::Metal } else { Backend::Vulkan };
-    Device::with_backend_blocking(backend).unwrap_or_else(|e| panic!("needs a {backend} adapter (make test installs lavapipe): {e}"))
+    let backend = if cfg!(target_os = "macos") {
+        Backend::Metal
+    } else {
+        Backend::Vulkan
+    };
+    Device::with_backend_blocking(backend)
+        .unwrap_or_else(|e| panic!("needs a {backend} adapter (make test installs lavapipe): {e}"))
 }
 
 #[test]
@@ -15,21 +20,45 @@ fn discovery_reports_every_backend_with_reasons() {
     for r in &reports {
         assert_eq!(r.available, r.reason.is_none(), "{r:?}");
         if !r.available {
-            assert!(!r.reason.as_deref().unwrap_or("").is_empty(), "an unavailable backend says why: {r:?}");
+            assert!(
+                !r.reason.as_deref().unwrap_or("").is_empty(),
+                "an unavailable backend says why: {r:?}"
+            );
         }
     }
     let cpu = reports.iter().find(|r| r.backend == Backend::Cpu).unwrap();
     assert!(cpu.available && cpu.devices.len() == 1);
     if cfg!(target_os = "linux") {
-        let metal = reports.iter().find(|r| r.backend == Backend::Metal).unwrap();
-        assert!(metal.reason.as_deref().unwrap().contains("not on this platform"), "{metal:?}");
-        let vulkan = reports.iter().find(|r| r.backend == Backend::Vulkan).unwrap();
-        assert!(vulkan.available, "make test installs lavapipe, so Vulkan must be found: {vulkan:?}");
+        let metal = reports
+            .iter()
+            .find(|r| r.backend == Backend::Metal)
+            .unwrap();
+        assert!(
+            metal
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("not on this platform"),
+            "{metal:?}"
+        );
+        let vulkan = reports
+            .iter()
+            .find(|r| r.backend == Backend::Vulkan)
+            .unwrap();
+        assert!(
+            vulkan.available,
+            "make test installs lavapipe, so Vulkan must be found: {vulkan:?}"
+        );
     }
-    let webgpu = reports.iter().find(|r| r.backend == Backend::WebGpu).unwrap();
+    let webgpu = reports
+        .iter()
+        .find(|r| r.backend == Backend::WebGpu)
+        .unwrap();
     assert!(!webgpu.available && webgpu.reason.as_deref().unwrap().contains("browser"));
     // Automatic selection recommends a GPU backend whenever one is available.
-    let any_gpu = reports.iter().any(|r| r.available && r.backend != Backend::Cpu);
+    let any_gpu = reports
+        .iter()
+        .any(|r| r.available && r.backend != Backend::Cpu);
     assert_eq!(gpukit::recommended(&reports) != Backend::Cpu, any_gpu);
 }
 
@@ -41,7 +70,11 @@ fn automatic_selection_prefers_a_usable_adapter_over_the_cpu() {
     let reports = gpukit::blocking::discover_blocking();
     let d = Device::new_blocking().unwrap();
     assert_eq!(d.info().backend, gpukit::recommended(&reports));
-    assert!(d.info().selection.starts_with("automatic"), "{}", d.info().selection);
+    assert!(
+        d.info().selection.starts_with("automatic"),
+        "{}",
+        d.info().selection
+    );
 }
 
 #[test]
@@ -50,7 +83,11 @@ fn info_describes_the_adapter_and_its_limits() {
     let info = d.info();
     assert!(info.backend.is_wgpu());
     assert!(!info.adapter.is_empty() && !info.vendor.is_empty());
-    assert!(info.limits.max_storage_binding >= 128 << 20, "{:?}", info.limits);
+    assert!(
+        info.limits.max_storage_binding >= 128 << 20,
+        "{:?}",
+        info.limits
+    );
     assert!(info.limits.max_buffer >= info.limits.max_storage_binding.min(256 << 20));
     assert!(info.limits.invocations_per_workgroup >= 256 && info.limits.workgroup_storage >= 16384);
     assert!(info.selection.contains("explicit"));
@@ -68,14 +105,20 @@ fn info_describes_the_adapter_and_its_limits() {
 fn explicit_choices_that_cannot_run_are_errors_not_substitutes() {
     for b in [Backend::Cuda, Backend::WebGpu] {
         let e = Device::with_backend_blocking(b).unwrap_err();
-        assert!(matches!(e, Error::BackendUnavailable { backend, .. } if backend == b), "{e}");
+        assert!(
+            matches!(e, Error::BackendUnavailable { backend, .. } if backend == b),
+            "{e}"
+        );
         assert!(e.is_unavailable());
     }
     if cfg!(target_os = "linux") {
         let e = Device::with_backend_blocking(Backend::Metal).unwrap_err();
         assert!(e.to_string().contains("not on this platform"), "{e}");
     }
-    assert!(matches!("vulkann".parse::<Backend>().unwrap_err(), Error::UnknownBackend { .. }));
+    assert!(matches!(
+        "vulkann".parse::<Backend>().unwrap_err(),
+        Error::UnknownBackend { .. }
+    ));
     assert_eq!("VULKAN".parse::<Backend>().unwrap(), Backend::Vulkan);
 }
 
@@ -94,8 +137,14 @@ fn dropped_buffers_are_reused_and_pipelines_are_not_rebuilt() {
         assert_eq!(y.read_blocking().unwrap()[9_999], 1.5);
     }
     let after = d.memory_stats();
-    assert_eq!(after.allocations, before.allocations, "no new buffers for repeated ops: {before:?} -> {after:?}");
-    assert!(after.reuses >= before.reuses + 20, "{before:?} -> {after:?}");
+    assert_eq!(
+        after.allocations, before.allocations,
+        "no new buffers for repeated ops: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.reuses >= before.reuses + 20,
+        "{before:?} -> {after:?}"
+    );
     d.release_cached_memory();
     assert_eq!(d.memory_stats().pooled_bytes, 0);
 }
@@ -114,17 +163,37 @@ fn tensors_over_the_binding_limit() {
     let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 - 500.0).collect();
     let t = d.tensor(&x, &[n]).unwrap();
     let y = t.relu().unwrap().read_blocking().unwrap();
-    assert!(y.iter().zip(&x).all(|(a, b)| *a == b.max(0.0)), "chunked relu");
+    assert!(
+        y.iter().zip(&x).all(|(a, b)| *a == b.max(0.0)),
+        "chunked relu"
+    );
     let row: Vec<f32> = (0..1000).map(|i| i as f32).collect();
     let r = d.tensor(&row, &[1000]).unwrap();
     let z = t.reshape(&[n / 1000, 1000]);
     if let Ok(z) = z {
         let s = z.sub(&r).unwrap().read_blocking().unwrap();
-        assert!(s.iter().enumerate().all(|(i, v)| *v == x[i] - row[i % 1000]), "chunked broadcast");
+        assert!(
+            s.iter()
+                .enumerate()
+                .all(|(i, v)| *v == x[i] - row[i % 1000]),
+            "chunked broadcast"
+        );
     }
     let sum = t.add(&t).unwrap().read_blocking().unwrap();
-    assert!(sum.iter().zip(&x).all(|(a, b)| *a == 2.0 * b), "chunked add");
+    assert!(
+        sum.iter().zip(&x).all(|(a, b)| *a == 2.0 * b),
+        "chunked add"
+    );
     let e = t.softmax().unwrap_err();
-    assert!(matches!(e, Error::LimitExceeded { limit: "max_storage_buffer_binding_size", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::LimitExceeded {
+                limit: "max_storage_buffer_binding_size",
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("max_storage_buffer_binding_size"));
 }

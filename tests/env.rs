@@ -12,12 +12,28 @@ fn gpukit_backend_overrides_selection() {
 
     std::env::set_var("GPUKIT_BACKEND", "cuda");
     let e = Device::new_blocking().unwrap_err();
-    assert!(matches!(e, Error::BackendUnavailable { backend: Backend::Cuda, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::BackendUnavailable {
+                backend: Backend::Cuda,
+                ..
+            }
+        ),
+        "{e}"
+    );
 
     std::env::set_var("GPUKIT_BACKEND", "nonsense");
-    assert!(matches!(Device::new_blocking().unwrap_err(), Error::UnknownBackend { .. }));
+    assert!(matches!(
+        Device::new_blocking().unwrap_err(),
+        Error::UnknownBackend { .. }
+    ));
 
     std::env::set_var("GPUKIT_BACKEND", "auto");
-    assert!(Device::new_blocking().unwrap().info().selection.starts_with("automatic"));
+    assert!(Device::new_blocking()
+        .unwrap()
+        .info()
+        .selection
+        .starts_with("automatic"));
     std::env::remove_var("GPUKIT_BACKEND");
 }

@@ -24,9 +24,15 @@ fn wgpu_device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE.get_or_init(|| {
         let backend = gpu_backend();
-        let d = Device::with_backend_blocking(backend)
-            .unwrap_or_else(|e| panic!("the GPU op suite needs a {backend} adapter (make test installs lavapipe): {e}"));
-        eprintln!("op suite on {} ({}, software: {})", d.info().adapter, d.info().backend, d.info().software);
+        let d = Device::with_backend_blocking(backend).unwrap_or_else(|e| {
+            panic!("the GPU op suite needs a {backend} adapter (make test installs lavapipe): {e}")
+        });
+        eprintln!(
+            "op suite on {} ({}, software: {})",
+            d.info().adapter,
+            d.info().backend,
+            d.info().software
+        );
         d
     })
 }

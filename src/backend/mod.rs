@@ -30,11 +30,23 @@ pub(crate) trait BackendOps {
         n: usize,
     ) -> Result<Self::Storage>;
     /// Reduces each of `rows` rows of `cols` elements to one value.
-    fn reduce(&self, op: ReduceOp, x: &Self::Storage, rows: usize, cols: usize) -> Result<Self::Storage>;
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &Self::Storage,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self::Storage>;
     /// `sum(a[i] * b[i])` for `i < n`, as one element.
     fn dot(&self, a: &Self::Storage, b: &Self::Storage, n: usize) -> Result<Self::Storage>;
     /// softmax (or log_softmax) of each of `rows` rows of `cols` elements.
-    fn softmax(&self, x: &Self::Storage, rows: usize, cols: usize, log: bool) -> Result<Self::Storage>;
+    fn softmax(
+        &self,
+        x: &Self::Storage,
+        rows: usize,
+        cols: usize,
+        log: bool,
+    ) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -56,7 +68,9 @@ pub(crate) enum Storage {
 /// A tensor of one backend handed to another: impossible through the public API, since
 /// tensors are checked to share a device first; kept as an error rather than a panic.
 fn mismatch() -> Error {
-    Error::DeviceMismatch { op: "backend dispatch" }
+    Error::DeviceMismatch {
+        op: "backend dispatch",
+    }
 }
 
 /// Matches the backend and the storages of the same variant, and calls `$body` with them bound.
@@ -91,10 +105,21 @@ impl BackendImpl {
         b: Operand<'_, Storage>,
         n: usize,
     ) -> Result<Storage> {
-        dispatch!(self, be, [sa = a.0, sb = b.0], be.binary(op, (sa, a.1), (sb, b.1), n))
+        dispatch!(
+            self,
+            be,
+            [sa = a.0, sb = b.0],
+            be.binary(op, (sa, a.1), (sb, b.1), n)
+        )
     }
 
-    pub(crate) fn reduce(&self, op: ReduceOp, x: &Storage, rows: usize, cols: usize) -> Result<Storage> {
+    pub(crate) fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &Storage,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Storage> {
         dispatch!(self, b, [x = x], b.reduce(op, x, rows, cols))
     }
 
@@ -102,7 +127,13 @@ impl BackendImpl {
         dispatch!(self, be, [a = a, b = b], be.dot(a, b, n))
     }
 
-    pub(crate) fn softmax(&self, x: &Storage, rows: usize, cols: usize, log: bool) -> Result<Storage> {
+    pub(crate) fn softmax(
+        &self,
+        x: &Storage,
+        rows: usize,
+        cols: usize,
+        log: bool,
+    ) -> Result<Storage> {
         dispatch!(self, b, [x = x], b.softmax(x, rows, cols, log))
     }
 

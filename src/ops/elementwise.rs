@@ -81,7 +81,10 @@ impl UnaryOp {
         UnaryOp::Silu,
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
-        UnaryOp::Clip { min: -0.5, max: 0.75 },
+        UnaryOp::Clip {
+            min: -0.5,
+            max: 0.75,
+        },
         UnaryOp::Scale(2.5),
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -146,7 +149,9 @@ impl UnaryOp {
             UnaryOp::Clip { min, max } if min.is_nan() || max.is_nan() || min > max => {
                 Err(Error::InvalidArgument {
                     op: "clip",
-                    reason: format!("bounds must be numbers with min <= max, got min={min}, max={max}"),
+                    reason: format!(
+                        "bounds must be numbers with min <= max, got min={min}, max={max}"
+                    ),
                 })
             }
             _ => Ok(()),
@@ -209,7 +214,8 @@ impl UnaryOp {
 pub(crate) fn erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let poly = t
-        * (0.254_829_6 + t * (-0.284_496_72 + t * (1.421_413_8 + t * (-1.453_152_1 + t * 1.061_405_4))));
+        * (0.254_829_6
+            + t * (-0.284_496_72 + t * (1.421_413_8 + t * (-1.453_152_1 + t * 1.061_405_4))));
     let y = 1.0 - poly * (-x * x).exp();
     if x.is_nan() {
         x
@@ -270,25 +276,58 @@ pub(crate) struct Broadcast {
 /// (shape `[k]`, or `[1, .., 1, k]`) whose length equals the other side's last axis.
 pub(crate) fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Broadcast> {
     let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
-    let is_row = |s: &[usize]| s.split_last().is_some_and(|(_, lead)| lead.iter().all(|&d| d == 1));
-    let wider = |x: &[usize], y: &[usize]| if x.len() >= y.len() { x.to_vec() } else { y.to_vec() };
+    let is_row = |s: &[usize]| {
+        s.split_last()
+            .is_some_and(|(_, lead)| lead.iter().all(|&d| d == 1))
+    };
+    let wider = |x: &[usize], y: &[usize]| {
+        if x.len() >= y.len() {
+            x.to_vec()
+        } else {
+            y.to_vec()
+        }
+    };
     if a == b {
-        return Ok(Broadcast { shape: a.to_vec(), a_len: na, b_len: nb });
+        return Ok(Broadcast {
+            shape: a.to_vec(),
+            a_len: na,
+            b_len: nb,
+        });
     }
     if na == 1 && nb == 1 {
-        return Ok(Broadcast { shape: wider(a, b), a_len: 1, b_len: 1 });
+        return Ok(Broadcast {
+            shape: wider(a, b),
+            a_len: 1,
+            b_len: 1,
+        });
     }
     if nb == 1 && b.len() <= a.len() {
-        return Ok(Broadcast { shape: a.to_vec(), a_len: na, b_len: 1 });
+        return Ok(Broadcast {
+            shape: a.to_vec(),
+            a_len: na,
+            b_len: 1,
+        });
     }
     if na == 1 && a.len() <= b.len() {
-        return Ok(Broadcast { shape: b.to_vec(), a_len: 1, b_len: nb });
+        return Ok(Broadcast {
+            shape: b.to_vec(),
+            a_len: 1,
+            b_len: nb,
+        });
     }
     if is_row(b) && b.len() <= a.len() && a.last() == b.last() {
-        return Ok(Broadcast { shape: a.to_vec(), a_len: na, b_len: nb });
+        return Ok(Broadcast {
+            shape: a.to_vec(),
+            a_len: na,
+            b_len: nb,
+        });
     }
     if is_row(a) && a.len() <= b.len() && a.last() == b.last() {
-        return Ok(Broadcast { shape: b.to_vec(), a_len: na, b_len: nb });
+        return Ok(Broadcast {
+            shape: b.to_vec(),
+            a_len: na,
+            b_len: nb,
+        });
     }
     Err(Error::shape(
         op,
@@ -302,7 +341,10 @@ impl Tensor {
     /// Applies a unary op; enqueues the work and returns at once.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         op.validate()?;
-        let storage = self.device().backend().unary(op, self.storage(), self.len())?;
+        let storage = self
+            .device()
+            .backend()
+            .unary(op, self.storage(), self.len())?;
         Ok(self.with_storage(storage, self.shape().to_vec()))
     }
 
@@ -419,13 +461,26 @@ mod tests {
         assert!(broadcast("add", &[2, 3], &[3, 2]).is_err());
         assert!(broadcast("add", &[3], &[2, 1, 3]).is_ok());
         let e = broadcast("sub", &[2, 3], &[4]).unwrap_err();
-        assert!(e.to_string().contains("[2, 3]") && e.to_string().contains("[4]"), "{e}");
+        assert!(
+            e.to_string().contains("[2, 3]") && e.to_string().contains("[4]"),
+            "{e}"
+        );
     }
 
     #[test]
     fn erf_matches_known_values() {
-        for (x, want) in [(0.0f32, 0.0f32), (0.5, 0.520_499_9), (1.0, 0.842_700_8), (-2.0, -0.995_322_3), (4.0, 1.0)] {
-            assert!((erf(x) - want).abs() < 2e-7, "erf({x}) = {} want {want}", erf(x));
+        for (x, want) in [
+            (0.0f32, 0.0f32),
+            (0.5, 0.520_499_9),
+            (1.0, 0.842_700_8),
+            (-2.0, -0.995_322_3),
+            (4.0, 1.0),
+        ] {
+            assert!(
+                (erf(x) - want).abs() < 2e-7,
+                "erf({x}) = {} want {want}",
+                erf(x)
+            );
         }
         assert!(erf(f32::NAN).is_nan());
         assert_eq!(erf(f32::INFINITY), 1.0);

@@ -49,17 +49,30 @@ impl Tensor {
         let Some((&cols, lead)) = self.shape().split_last() else {
             return Err(Error::InvalidArgument {
                 op: op.name(),
-                reason: "a tensor of shape [] has no last axis; use the all-element reduction".into(),
+                reason: "a tensor of shape [] has no last axis; use the all-element reduction"
+                    .into(),
             });
         };
         self.reduce_rows(op, lead.iter().product(), cols, lead.to_vec())
     }
 
-    fn reduce_rows(&self, op: ReduceOp, rows: usize, cols: usize, shape: Vec<usize>) -> Result<Tensor> {
+    fn reduce_rows(
+        &self,
+        op: ReduceOp,
+        rows: usize,
+        cols: usize,
+        shape: Vec<usize>,
+    ) -> Result<Tensor> {
         if cols == 0 && rows > 0 && op != ReduceOp::Sum {
-            return Err(Error::Empty { op: op.name(), shape: self.shape().to_vec() });
+            return Err(Error::Empty {
+                op: op.name(),
+                shape: self.shape().to_vec(),
+            });
         }
-        let storage = self.device().backend().reduce(op, self.storage(), rows, cols)?;
+        let storage = self
+            .device()
+            .backend()
+            .reduce(op, self.storage(), rows, cols)?;
         Ok(self.with_storage(storage, shape))
     }
 
@@ -100,9 +113,17 @@ impl Tensor {
     pub fn dot(&self, rhs: &Tensor) -> Result<Tensor> {
         self.same_device(rhs, "dot")?;
         if self.len() != rhs.len() {
-            return Err(Error::shape("dot", self.shape(), rhs.shape(), "(dot needs the same number of elements)"));
+            return Err(Error::shape(
+                "dot",
+                self.shape(),
+                rhs.shape(),
+                "(dot needs the same number of elements)",
+            ));
         }
-        let storage = self.device().backend().dot(self.storage(), rhs.storage(), self.len())?;
+        let storage = self
+            .device()
+            .backend()
+            .dot(self.storage(), rhs.storage(), self.len())?;
         Ok(self.with_storage(storage, Vec::new()))
     }
 }

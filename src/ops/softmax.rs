@@ -28,7 +28,10 @@ impl Tensor {
             });
         };
         let rows = lead.iter().product();
-        let storage = self.device().backend().softmax(self.storage(), rows, cols, log)?;
+        let storage = self
+            .device()
+            .backend()
+            .softmax(self.storage(), rows, cols, log)?;
         Ok(self.with_storage(storage, self.shape().to_vec()))
     }
 }

@@ -64,7 +64,11 @@ impl Rng {
         (0..n)
             .map(|_| {
                 let v = self.uniform(lo, hi);
-                if self.next_u64() & 1 == 0 { v } else { -v }
+                if self.next_u64() & 1 == 0 {
+                    v
+                } else {
+                    -v
+                }
             })
             .collect()
     }
@@ -85,14 +89,35 @@ pub fn close(got: f32, want: f64, tol: Tol) -> bool {
 
 /// Fails with the context, the seed and the first few mismatches when any element is off.
 pub fn check(ctx: &str, inputs: &dyn Fn(usize) -> String, got: &[f32], want: &[(f64, Tol)]) {
-    assert_eq!(got.len(), want.len(), "{ctx}: got {} elements, want {}", got.len(), want.len());
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{ctx}: got {} elements, want {}",
+        got.len(),
+        want.len()
+    );
     let bad: Vec<String> = got
         .iter()
         .zip(want)
         .enumerate()
         .filter(|(_, (g, (w, t)))| !close(**g, *w, *t))
         .take(5)
-        .map(|(i, (g, (w, t)))| format!("  [{i}] input {} got {g:e} want {w:e} (atol {:e}, rtol {:e})", inputs(i), t.atol, t.rtol))
+        .map(|(i, (g, (w, t)))| {
+            format!(
+                "  [{i}] input {} got {g:e} want {w:e} (atol {:e}, rtol {:e})",
+                inputs(i),
+                t.atol,
+                t.rtol
+            )
+        })
         .collect();
-    assert!(bad.is_empty(), "{ctx}: {} mismatches, first:\n{}", got.iter().zip(want).filter(|(g, (w, t))| !close(**g, *w, *t)).count(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{ctx}: {} mismatches, first:\n{}",
+        got.iter()
+            .zip(want)
+            .filter(|(g, (w, t))| !close(**g, *w, *t))
+            .count(),
+        bad.join("\n")
+    );
 }

@@ -39,28 +39,70 @@ pub fn erf(x: f64) -> f64 {
 /// Each unary op in f64, and its tolerance. Tolerances follow WGSL's accuracy rules (exp and
 /// log within a few ULP, tanh and erf through their formulas) with room for f32 rounding.
 pub fn unary(op: UnaryOp, x: f64) -> (f64, Tol) {
-    let exact = Tol { atol: 1e-30, rtol: 1e-6 };
-    let transcendental = Tol { atol: 2e-6, rtol: 2e-5 };
+    let exact = Tol {
+        atol: 1e-30,
+        rtol: 1e-6,
+    };
+    let transcendental = Tol {
+        atol: 2e-6,
+        rtol: 2e-5,
+    };
     match op {
         UnaryOp::Relu => (if x < 0.0 { 0.0 } else { x }, exact),
         UnaryOp::LeakyRelu(a) => (if x < 0.0 { a as f64 * x } else { x }, exact),
-        UnaryOp::Elu(a) => (if x > 0.0 { x } else { a as f64 * x.exp_m1() }, transcendental),
+        UnaryOp::Elu(a) => (
+            if x > 0.0 { x } else { a as f64 * x.exp_m1() },
+            transcendental,
+        ),
         UnaryOp::Sigmoid => (1.0 / (1.0 + (-x).exp()), transcendental),
         UnaryOp::Tanh => (x.tanh(), transcendental),
         UnaryOp::Silu => (x / (1.0 + (-x).exp()), transcendental),
-        UnaryOp::Gelu => (0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)), transcendental),
+        UnaryOp::Gelu => (
+            0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            transcendental,
+        ),
         UnaryOp::GeluTanh => {
             let k = (2.0 / std::f64::consts::PI).sqrt();
-            (0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()), transcendental)
+            (
+                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh()),
+                transcendental,
+            )
         }
         UnaryOp::Clip { min, max } => {
             let (lo, hi) = (min as f64, max as f64);
-            (if x < lo { lo } else if x > hi { hi } else { x }, exact)
+            (
+                if x < lo {
+                    lo
+                } else if x > hi {
+                    hi
+                } else {
+                    x
+                },
+                exact,
+            )
         }
         UnaryOp::Scale(s) => (x * s as f64, exact),
-        UnaryOp::Exp => (x.exp(), Tol { atol: 1e-30, rtol: 2e-5 }),
-        UnaryOp::Log => (x.ln(), Tol { atol: 2e-6, rtol: 1e-5 }),
-        UnaryOp::Sqrt => (x.sqrt(), Tol { atol: 1e-30, rtol: 2e-6 }),
+        UnaryOp::Exp => (
+            x.exp(),
+            Tol {
+                atol: 1e-30,
+                rtol: 2e-5,
+            },
+        ),
+        UnaryOp::Log => (
+            x.ln(),
+            Tol {
+                atol: 2e-6,
+                rtol: 1e-5,
+            },
+        ),
+        UnaryOp::Sqrt => (
+            x.sqrt(),
+            Tol {
+                atol: 1e-30,
+                rtol: 2e-6,
+            },
+        ),
         UnaryOp::Neg => (-x, exact),
         UnaryOp::Abs => (x.abs(), exact),
     }
@@ -69,7 +111,10 @@ pub fn unary(op: UnaryOp, x: f64) -> (f64, Tol) {
 /// Each binary op in f64 and its tolerance (f32 arithmetic is correctly rounded; WGSL allows
 /// division 2.5 ULP).
 pub fn binary(op: BinaryOp, a: f64, b: f64) -> (f64, Tol) {
-    let tol = Tol { atol: 1e-30, rtol: 1e-6 };
+    let tol = Tol {
+        atol: 1e-30,
+        rtol: 1e-6,
+    };
     let v = match op {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
@@ -83,14 +128,26 @@ pub fn binary(op: BinaryOp, a: f64, b: f64) -> (f64, Tol) {
 /// magnitudes (f32 tree summation), max and min must be exact. NaN anywhere gives NaN.
 pub fn reduce(op: ReduceOp, row: &[f64]) -> (f64, Tol) {
     let mag: f64 = row.iter().map(|x| x.abs()).filter(|x| x.is_finite()).sum();
-    let sum_tol = Tol { atol: 2e-6 * mag + 1e-6, rtol: 1e-6 };
-    let exact = Tol { atol: 0.0, rtol: 0.0 };
+    let sum_tol = Tol {
+        atol: 2e-6 * mag + 1e-6,
+        rtol: 1e-6,
+    };
+    let exact = Tol {
+        atol: 0.0,
+        rtol: 0.0,
+    };
     let nan = row.iter().any(|x| x.is_nan());
     match op {
         ReduceOp::Sum => (row.iter().sum(), sum_tol),
         ReduceOp::Mean => {
             let n = row.len() as f64;
-            (row.iter().sum::<f64>() / n, Tol { atol: sum_tol.atol / n, rtol: 1e-6 })
+            (
+                row.iter().sum::<f64>() / n,
+                Tol {
+                    atol: sum_tol.atol / n,
+                    rtol: 1e-6,
+                },
+            )
         }
         ReduceOp::Max if nan => (f64::NAN, exact),
         ReduceOp::Min if nan => (f64::NAN, exact),
@@ -101,12 +158,28 @@ pub fn reduce(op: ReduceOp, row: &[f64]) -> (f64, Tol) {
 
 /// softmax / log_softmax of one row in f64, and the tolerance.
 pub fn softmax(row: &[f64], log: bool) -> (Vec<f64>, Tol) {
-    let m = if row.iter().any(|x| x.is_nan()) { f64::NAN } else { row.iter().copied().fold(f64::NEG_INFINITY, f64::max) };
+    let m = if row.iter().any(|x| x.is_nan()) {
+        f64::NAN
+    } else {
+        row.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+    };
     let s: f64 = row.iter().map(|x| (x - m).exp()).sum();
     if log {
         let ls = s.ln();
-        (row.iter().map(|x| x - m - ls).collect(), Tol { atol: 2e-5, rtol: 2e-5 })
+        (
+            row.iter().map(|x| x - m - ls).collect(),
+            Tol {
+                atol: 2e-5,
+                rtol: 2e-5,
+            },
+        )
     } else {
-        (row.iter().map(|x| (x - m).exp() / s).collect(), Tol { atol: 1e-7, rtol: 5e-5 })
+        (
+            row.iter().map(|x| (x - m).exp() / s).collect(),
+            Tol {
+                atol: 1e-7,
+                rtol: 5e-5,
+            },
+        )
     }
 }

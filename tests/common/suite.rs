@@ -41,18 +41,38 @@ pub async fn unary_random(dev: &Device) {
             let n: usize = shape.iter().product();
             let seed = 1000 + k as u64 * 100 + n as u64;
             let x = unary_input(op, &mut Rng::new(seed), n);
-            run_unary(dev, op, &x, &shape, &format!("{} shape {shape:?} seed {seed}", op.name())).await;
+            run_unary(
+                dev,
+                op,
+                &x,
+                &shape,
+                &format!("{} shape {shape:?} seed {seed}", op.name()),
+            )
+            .await;
         }
     }
 }
 
 pub async fn unary_edges(dev: &Device) {
     for op in UnaryOp::ALL {
-        run_unary(dev, op, &EDGES, &[EDGES.len()], &format!("{} on NaN/inf/edge values", op.name())).await;
+        run_unary(
+            dev,
+            op,
+            &EDGES,
+            &[EDGES.len()],
+            &format!("{} on NaN/inf/edge values", op.name()),
+        )
+        .await;
     }
 }
 
-async fn run_binary(dev: &Device, op: BinaryOp, (a, sa): (&[f32], &[usize]), (b, sb): (&[f32], &[usize]), ctx: &str) {
+async fn run_binary(
+    dev: &Device,
+    op: BinaryOp,
+    (a, sa): (&[f32], &[usize]),
+    (b, sb): (&[f32], &[usize]),
+    ctx: &str,
+) {
     let ta = dev.tensor(a, sa).unwrap();
     let tb = dev.tensor(b, sb).unwrap();
     let y = ta.binary(op, &tb).unwrap();
@@ -60,14 +80,24 @@ async fn run_binary(dev: &Device, op: BinaryOp, (a, sa): (&[f32], &[usize]), (b,
     let n = got.len();
     assert_eq!(n, y.len(), "{ctx}: read length");
     assert_eq!(n, a.len().max(b.len()), "{ctx}: output size");
-    let want: Vec<(f64, Tol)> =
-        (0..n).map(|i| oracle::binary(op, a[i % a.len()] as f64, b[i % b.len()] as f64)).collect();
-    check(ctx, &|i| format!("({:e}, {:e})", a[i % a.len()], b[i % b.len()]), &got, &want);
+    let want: Vec<(f64, Tol)> = (0..n)
+        .map(|i| oracle::binary(op, a[i % a.len()] as f64, b[i % b.len()] as f64))
+        .collect();
+    check(
+        ctx,
+        &|i| format!("({:e}, {:e})", a[i % a.len()], b[i % b.len()]),
+        &got,
+        &want,
+    );
 }
 
 fn operands(op: BinaryOp, rng: &mut Rng, na: usize, nb: usize) -> (Vec<f32>, Vec<f32>) {
     let a = rng.vec(na, -4.0, 4.0);
-    let b = if op == BinaryOp::Div { rng.signed_vec(nb, 0.5, 4.0) } else { rng.vec(nb, -4.0, 4.0) };
+    let b = if op == BinaryOp::Div {
+        rng.signed_vec(nb, 0.5, 4.0)
+    } else {
+        rng.vec(nb, -4.0, 4.0)
+    };
     (a, b)
 }
 
@@ -77,7 +107,14 @@ pub async fn binary_random(dev: &Device) {
             let n: usize = shape.iter().product();
             let seed = 2000 + k as u64 * 100 + n as u64;
             let (a, b) = operands(op, &mut Rng::new(seed), n, n);
-            run_binary(dev, op, (&a, &shape), (&b, &shape), &format!("{} {shape:?} seed {seed}", op.name())).await;
+            run_binary(
+                dev,
+                op,
+                (&a, &shape),
+                (&b, &shape),
+                &format!("{} {shape:?} seed {seed}", op.name()),
+            )
+            .await;
         }
         // Broadcasting: a row over the last axis, a scalar, on either side; odd sizes.
         let cases: [(&[usize], &[usize]); 7] = [
@@ -91,8 +128,20 @@ pub async fn binary_random(dev: &Device) {
         ];
         for (sa, sb) in cases {
             let seed = 3000 + k as u64;
-            let (a, b) = operands(op, &mut Rng::new(seed), sa.iter().product(), sb.iter().product());
-            run_binary(dev, op, (&a, sa), (&b, sb), &format!("{} {sa:?} with {sb:?} seed {seed}", op.name())).await;
+            let (a, b) = operands(
+                op,
+                &mut Rng::new(seed),
+                sa.iter().product(),
+                sb.iter().product(),
+            );
+            run_binary(
+                dev,
+                op,
+                (&a, sa),
+                (&b, sb),
+                &format!("{} {sa:?} with {sb:?} seed {seed}", op.name()),
+            )
+            .await;
         }
     }
 }
@@ -102,21 +151,56 @@ pub async fn binary_edges(dev: &Device) {
     let a: Vec<f32> = (0..n * n).map(|i| EDGES[i / n]).collect();
     let b: Vec<f32> = (0..n * n).map(|i| EDGES[i % n]).collect();
     for op in BinaryOp::ALL {
-        run_binary(dev, op, (&a, &[n * n]), (&b, &[n * n]), &format!("{} on all pairs of edge values", op.name())).await;
+        run_binary(
+            dev,
+            op,
+            (&a, &[n * n]),
+            (&b, &[n * n]),
+            &format!("{} on all pairs of edge values", op.name()),
+        )
+        .await;
     }
 }
 
 async fn run_reduce(dev: &Device, op: ReduceOp, x: &[f32], shape: &[usize], last: bool, ctx: &str) {
     let t = dev.tensor(x, shape).unwrap();
-    let y = if last { t.reduce_last(op).unwrap() } else { t.reduce(op).unwrap() };
-    let cols = if last { *shape.last().unwrap() } else { x.len() };
-    let rows = if cols == 0 { if last { shape[..shape.len() - 1].iter().product() } else { 1 } } else { x.len() / cols };
-    let expect_shape: Vec<usize> = if last { shape[..shape.len() - 1].to_vec() } else { vec![] };
+    let y = if last {
+        t.reduce_last(op).unwrap()
+    } else {
+        t.reduce(op).unwrap()
+    };
+    let cols = if last {
+        *shape.last().unwrap()
+    } else {
+        x.len()
+    };
+    let rows: usize = if last {
+        shape[..shape.len() - 1].iter().product()
+    } else {
+        1
+    };
+    let expect_shape: Vec<usize> = if last {
+        shape[..shape.len() - 1].to_vec()
+    } else {
+        vec![]
+    };
     assert_eq!(y.shape(), expect_shape.as_slice(), "{ctx}: output shape");
     let got = y.read().await.unwrap();
     let xs = widen(x);
     let want: Vec<(f64, Tol)> = (0..rows)
-        .map(|r| if cols == 0 { (0.0, Tol { atol: 0.0, rtol: 0.0 }) } else { oracle::reduce(op, &xs[r * cols..(r + 1) * cols]) })
+        .map(|r| {
+            if cols == 0 {
+                (
+                    0.0,
+                    Tol {
+                        atol: 0.0,
+                        rtol: 0.0,
+                    },
+                )
+            } else {
+                oracle::reduce(op, &xs[r * cols..(r + 1) * cols])
+            }
+        })
         .collect();
     check(ctx, &|r| format!("row {r}"), &got, &want);
 }
@@ -132,12 +216,32 @@ pub async fn reduce_random(dev: &Device) {
             if n == 0 && op != ReduceOp::Sum {
                 let t = dev.tensor(&x, &shape).unwrap();
                 let e = t.reduce(op).unwrap_err();
-                assert!(matches!(e, Error::Empty { .. }), "{} of empty: {e}", op.name());
+                assert!(
+                    matches!(e, Error::Empty { .. }),
+                    "{} of empty: {e}",
+                    op.name()
+                );
                 continue;
             }
-            run_reduce(dev, op, &x, &shape, false, &format!("{} of all {shape:?} seed {seed}", op.name())).await;
+            run_reduce(
+                dev,
+                op,
+                &x,
+                &shape,
+                false,
+                &format!("{} of all {shape:?} seed {seed}", op.name()),
+            )
+            .await;
             if shape.len() == 2 {
-                run_reduce(dev, op, &x, &shape, true, &format!("{} along last axis {shape:?} seed {seed}", op.name())).await;
+                run_reduce(
+                    dev,
+                    op,
+                    &x,
+                    &shape,
+                    true,
+                    &format!("{} along last axis {shape:?} seed {seed}", op.name()),
+                )
+                .await;
             }
         }
     }
@@ -157,10 +261,26 @@ pub async fn reduce_edges(dev: &Device) {
     ];
     for op in ReduceOp::ALL {
         for row in rows {
-            run_reduce(dev, op, row, &[row.len()], false, &format!("{} of {row:?}", op.name())).await;
+            run_reduce(
+                dev,
+                op,
+                row,
+                &[row.len()],
+                false,
+                &format!("{} of {row:?}", op.name()),
+            )
+            .await;
         }
         let flat: Vec<f32> = rows.concat();
-        run_reduce(dev, op, &flat, &[rows.len(), 3], true, &format!("{} of edge rows", op.name())).await;
+        run_reduce(
+            dev,
+            op,
+            &flat,
+            &[rows.len(), 3],
+            true,
+            &format!("{} of edge rows", op.name()),
+        )
+        .await;
     }
 }
 
@@ -169,19 +289,42 @@ pub async fn dot_random(dev: &Device) {
         let seed = 5000 + n as u64;
         let mut rng = Rng::new(seed);
         let (a, b) = (rng.vec(n, -2.0, 2.0), rng.vec(n, -2.0, 2.0));
-        let got = dev.tensor(&a, &[n]).unwrap().dot(&dev.tensor(&b, &[n]).unwrap()).unwrap().read().await.unwrap();
-        let prods: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).collect();
+        let got = dev
+            .tensor(&a, &[n])
+            .unwrap()
+            .dot(&dev.tensor(&b, &[n]).unwrap())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let prods: Vec<f64> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| x as f64 * y as f64)
+            .collect();
         let (want, tol) = oracle::reduce(ReduceOp::Sum, &prods);
-        check(&format!("dot n={n} seed {seed}"), &|_| "".into(), &got, &[(want, tol)]);
+        check(
+            &format!("dot n={n} seed {seed}"),
+            &|_| "".into(),
+            &got,
+            &[(want, tol)],
+        );
     }
     let a = dev.tensor(&[1.0, 2.0], &[2]).unwrap();
     let b = dev.tensor(&[1.0, 2.0, 3.0], &[3]).unwrap();
-    assert!(matches!(a.dot(&b).unwrap_err(), Error::ShapeMismatch { .. }));
+    assert!(matches!(
+        a.dot(&b).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
 }
 
 async fn run_softmax(dev: &Device, x: &[f32], shape: &[usize], log: bool, ctx: &str) {
     let t = dev.tensor(x, shape).unwrap();
-    let y = if log { t.log_softmax().unwrap() } else { t.softmax().unwrap() };
+    let y = if log {
+        t.log_softmax().unwrap()
+    } else {
+        t.softmax().unwrap()
+    };
     assert_eq!(y.shape(), shape, "{ctx}: shape");
     let got = y.read().await.unwrap();
     let cols = *shape.last().unwrap();
@@ -200,14 +343,31 @@ async fn run_softmax(dev: &Device, x: &[f32], shape: &[usize], log: bool, ctx: &
 }
 
 pub async fn softmax_random(dev: &Device) {
-    let shapes: [&[usize]; 9] = [&[1], &[3], &[257], &[37, 129], &[4, 4097], &[2, 65537], &[1000, 7], &[0, 5], &[3, 0]];
+    let shapes: [&[usize]; 9] = [
+        &[1],
+        &[3],
+        &[257],
+        &[37, 129],
+        &[4, 4097],
+        &[2, 65537],
+        &[1000, 7],
+        &[0, 5],
+        &[3, 0],
+    ];
     for log in [false, true] {
         for shape in shapes {
             let n: usize = shape.iter().product();
             let seed = 6000 + n as u64;
             let x = Rng::new(seed).vec(n, -8.0, 8.0);
             let name = if log { "log_softmax" } else { "softmax" };
-            run_softmax(dev, &x, shape, log, &format!("{name} {shape:?} seed {seed}")).await;
+            run_softmax(
+                dev,
+                &x,
+                shape,
+                log,
+                &format!("{name} {shape:?} seed {seed}"),
+            )
+            .await;
         }
         // Large values: stability needs the maximum subtracted first.
         let x: Vec<f32> = Rng::new(7).vec(300, 1.0e4, 1.0e4 + 10.0);
@@ -217,21 +377,47 @@ pub async fn softmax_random(dev: &Device) {
 
 pub async fn softmax_edges(dev: &Device) {
     let x: Vec<f32> = vec![
-        1.0, 2.0, 3.0, //
-        f32::NEG_INFINITY, 0.0, 1.0, //
-        f32::NAN, 1.0, 2.0, //
-        f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, //
-        f32::INFINITY, 0.0, 1.0, //
-        -1e30, 1e30, 0.0,
+        1.0,
+        2.0,
+        3.0, //
+        f32::NEG_INFINITY,
+        0.0,
+        1.0, //
+        f32::NAN,
+        1.0,
+        2.0, //
+        f32::NEG_INFINITY,
+        f32::NEG_INFINITY,
+        f32::NEG_INFINITY, //
+        f32::INFINITY,
+        0.0,
+        1.0, //
+        -1e30,
+        1e30,
+        0.0,
     ];
     for log in [false, true] {
-        run_softmax(dev, &x, &[6, 3], log, &format!("softmax(log={log}) of edge rows")).await;
+        run_softmax(
+            dev,
+            &x,
+            &[6, 3],
+            log,
+            &format!("softmax(log={log}) of edge rows"),
+        )
+        .await;
     }
     // A long row whose first chunk is all -inf exercises merging an empty chunk.
     let mut long = vec![f32::NEG_INFINITY; 5000];
     long[4500] = 1.0;
     long[4999] = 2.0;
-    run_softmax(dev, &long, &[5000], false, "softmax with an all -inf first chunk").await;
+    run_softmax(
+        dev,
+        &long,
+        &[5000],
+        false,
+        "softmax with an all -inf first chunk",
+    )
+    .await;
 }
 
 /// 100 chained elementwise ops on one tensor, one read at the end: results stay on the device
@@ -259,7 +445,10 @@ pub async fn chained_ops(dev: &Device) {
         }
     }
     let got = t.read().await.unwrap();
-    let tol = Tol { atol: 1e-5, rtol: 1e-5 };
+    let tol = Tol {
+        atol: 1e-5,
+        rtol: 1e-5,
+    };
     let want: Vec<(f64, Tol)> = want.into_iter().map(|w| (w, tol)).collect();
     check("100 chained ops", &|i| format!("{:e}", x[i]), &got, &want);
 }
@@ -269,22 +458,53 @@ pub async fn errors(dev: &Device) {
     let a = dev.tensor(&[1.0; 6], &[2, 3]).unwrap();
     let b = dev.tensor(&[1.0; 6], &[3, 2]).unwrap();
     let e = a.add(&b).unwrap_err();
-    assert!(matches!(e, Error::ShapeMismatch { .. }) && e.is_input(), "{e}");
-    assert!(e.to_string().contains("[2, 3]") && e.to_string().contains("[3, 2]"), "message names both shapes: {e}");
-    assert!(matches!(dev.tensor(&[1.0; 5], &[2, 3]).unwrap_err(), Error::ShapeMismatch { .. }));
-    assert!(matches!(a.clip(1.0, 0.0).unwrap_err(), Error::InvalidArgument { .. }));
-    assert!(matches!(a.clip(f32::NAN, 0.0).unwrap_err(), Error::InvalidArgument { .. }));
-    assert!(matches!(a.reshape(&[4]).unwrap_err(), Error::ShapeMismatch { .. }));
-    assert!(matches!(a.read_scalar().await.unwrap_err(), Error::ShapeMismatch { .. }));
+    assert!(
+        matches!(e, Error::ShapeMismatch { .. }) && e.is_input(),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("[2, 3]") && e.to_string().contains("[3, 2]"),
+        "message names both shapes: {e}"
+    );
+    assert!(matches!(
+        dev.tensor(&[1.0; 5], &[2, 3]).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+    assert!(matches!(
+        a.clip(1.0, 0.0).unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    assert!(matches!(
+        a.clip(f32::NAN, 0.0).unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    assert!(matches!(
+        a.reshape(&[4]).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+    assert!(matches!(
+        a.read_scalar().await.unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
     let scalar = dev.scalar(3.0).unwrap();
     assert!(scalar.softmax().is_err() && scalar.sum_last().is_err());
     let other = Device::cpu();
     let c = other.tensor(&[1.0; 6], &[2, 3]).unwrap();
     if !dev.info().backend.eq(&gpukit::Backend::Cpu) {
-        assert!(matches!(a.add(&c).unwrap_err(), Error::DeviceMismatch { .. }));
+        assert!(matches!(
+            a.add(&c).unwrap_err(),
+            Error::DeviceMismatch { .. }
+        ));
     }
     // Still usable after the errors.
-    let r = a.reshape(&[6]).unwrap().add(&scalar).unwrap().read().await.unwrap();
+    let r = a
+        .reshape(&[6])
+        .unwrap()
+        .add(&scalar)
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
     assert_eq!(r, vec![4.0; 6]);
     let mut out = vec![0.0; 2];
     assert!(dev.relu_slice(&[1.0, 2.0, 3.0], &mut out).await.is_err());

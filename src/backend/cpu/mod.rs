@@ -59,7 +59,11 @@ fn system_memory() -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         let kb = proc_field("/proc/meminfo", "MemTotal")?;
-        kb.trim_end_matches("kB").trim().parse::<u64>().ok().map(|k| k * 1024)
+        kb.trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|k| k * 1024)
     }
     #[cfg(not(target_os = "linux"))]
     None
@@ -102,11 +106,21 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(x.0[..n].iter().map(|&v| op.apply(v)).collect()))
     }
 
-    fn binary(&self, op: BinaryOp, a: Operand<'_, CpuStorage>, b: Operand<'_, CpuStorage>, n: usize) -> Result<CpuStorage> {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: Operand<'_, CpuStorage>,
+        b: Operand<'_, CpuStorage>,
+        n: usize,
+    ) -> Result<CpuStorage> {
         let (sa, la) = (&a.0 .0, a.1);
         let (sb, lb) = (&b.0 .0, b.1);
         let out = if la == n && lb == n {
-            sa[..n].iter().zip(&sb[..n]).map(|(&x, &y)| op.apply(x, y)).collect()
+            sa[..n]
+                .iter()
+                .zip(&sb[..n])
+                .map(|(&x, &y)| op.apply(x, y))
+                .collect()
         } else {
             (0..n).map(|i| op.apply(sa[i % la], sb[i % lb])).collect()
         };
@@ -117,11 +131,20 @@ impl BackendOps for CpuBackend {
         if cols == 0 {
             return Ok(CpuStorage(vec![0.0; rows]));
         }
-        Ok(CpuStorage(x.0[..rows * cols].chunks_exact(cols).map(|r| reduce_row(op, r)).collect()))
+        Ok(CpuStorage(
+            x.0[..rows * cols]
+                .chunks_exact(cols)
+                .map(|r| reduce_row(op, r))
+                .collect(),
+        ))
     }
 
     fn dot(&self, a: &CpuStorage, b: &CpuStorage, n: usize) -> Result<CpuStorage> {
-        let s: f64 = a.0[..n].iter().zip(&b.0[..n]).map(|(&x, &y)| x as f64 * y as f64).sum();
+        let s: f64 = a.0[..n]
+            .iter()
+            .zip(&b.0[..n])
+            .map(|(&x, &y)| x as f64 * y as f64)
+            .sum();
         Ok(CpuStorage(vec![s as f32]))
     }
 

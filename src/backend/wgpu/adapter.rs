@@ -1,6 +1,8 @@
 //! Finding wgpu adapters, describing them, and ranking them for automatic selection.
 
-use crate::info::{is_software_name, vendor_name, Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+use crate::info::{
+    is_software_name, vendor_name, Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType,
+};
 
 /// gpukit's name for a wgpu backend.
 pub(crate) fn backend_of(b: wgpu::Backend) -> Option<Backend> {
@@ -33,7 +35,9 @@ pub(crate) fn not_compiled(b: Backend) -> Option<String> {
         return None;
     }
     Some(match b {
-        Backend::Gl if cfg!(web) => "WebGL2 has no compute shaders, so gpukit does not build it for the browser".into(),
+        Backend::Gl if cfg!(web) => {
+            "WebGL2 has no compute shaders, so gpukit does not build it for the browser".into()
+        }
         Backend::WebGpu => "WebGPU exists only in the browser (wasm32 builds)".into(),
         _ => format!("{b} is not on this platform"),
     })
@@ -44,7 +48,9 @@ pub(crate) fn not_compiled(b: Backend) -> Option<String> {
 pub(crate) async fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
     #[cfg(web)]
     {
-        if !backends.contains(wgpu::Backends::BROWSER_WEBGPU) || !wgpu::util::is_browser_webgpu_supported().await {
+        if !backends.contains(wgpu::Backends::BROWSER_WEBGPU)
+            || !wgpu::util::is_browser_webgpu_supported().await
+        {
             return Vec::new();
         }
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
@@ -55,7 +61,11 @@ pub(crate) async fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
             power_preference: wgpu::PowerPreference::HighPerformance,
             ..Default::default()
         };
-        instance.request_adapter(&options).await.into_iter().collect()
+        instance
+            .request_adapter(&options)
+            .await
+            .into_iter()
+            .collect()
     }
     #[cfg(native)]
     {
@@ -87,8 +97,14 @@ pub(crate) fn describe(adapter: &wgpu::Adapter) -> DeviceInfo {
         .join(" ");
     DeviceInfo {
         backend: backend_of(ai.backend).unwrap_or(Backend::WebGpu),
-        software: device_type == DeviceType::Cpu || is_software_name(&ai.name) || is_software_name(&ai.driver),
-        adapter: if ai.name.is_empty() { "(unnamed adapter)".into() } else { ai.name.clone() },
+        software: device_type == DeviceType::Cpu
+            || is_software_name(&ai.name)
+            || is_software_name(&ai.driver),
+        adapter: if ai.name.is_empty() {
+            "(unnamed adapter)".into()
+        } else {
+            ai.name.clone()
+        },
         vendor: vendor_name(ai.vendor),
         device_type,
         driver,
@@ -119,7 +135,8 @@ pub(crate) fn unsuitable(adapter: &wgpu::Adapter) -> Option<String> {
     if l.max_compute_invocations_per_workgroup < 256 || l.max_compute_workgroup_size_x < 256 {
         return Some(format!(
             "workgroups of 256 invocations are needed, the adapter allows {}",
-            l.max_compute_invocations_per_workgroup.min(l.max_compute_workgroup_size_x)
+            l.max_compute_invocations_per_workgroup
+                .min(l.max_compute_workgroup_size_x)
         ));
     }
     if l.max_storage_buffers_per_shader_stage < 3 {
@@ -157,7 +174,9 @@ pub(crate) fn rank(info: &DeviceInfo) -> (u8, u8) {
 }
 
 /// Usable adapters of the given backends, best first, and the reasons others were rejected.
-pub(crate) async fn ranked(backends: wgpu::Backends) -> (Vec<(wgpu::Adapter, DeviceInfo)>, Vec<String>) {
+pub(crate) async fn ranked(
+    backends: wgpu::Backends,
+) -> (Vec<(wgpu::Adapter, DeviceInfo)>, Vec<String>) {
     let mut usable = Vec::new();
     let mut rejected = Vec::new();
     for adapter in adapters(backends).await {

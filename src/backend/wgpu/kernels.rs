@@ -59,7 +59,11 @@ struct Bind<'a> {
 }
 
 fn whole(buffer: &wgpu::Buffer, elements: u64) -> Bind<'_> {
-    Bind { buffer, offset: 0, size: (elements * 4).next_multiple_of(16).max(16) }
+    Bind {
+        buffer,
+        offset: 0,
+        size: (elements * 4).next_multiple_of(16).max(16),
+    }
 }
 
 fn u32_of(v: u64, what: &str) -> Result<u32> {
@@ -111,7 +115,14 @@ impl Shared {
     }
 
     /// Records one dispatch into the open compute pass.
-    fn dispatch(&self, st: &mut State, kernel: Kernel, params: &[u8], binds: &[Bind<'_>], groups: u64) -> Result<()> {
+    fn dispatch(
+        &self,
+        st: &mut State,
+        kernel: Kernel,
+        params: &[u8],
+        binds: &[Bind<'_>],
+        groups: u64,
+    ) -> Result<()> {
         if groups == 0 {
             return Ok(());
         }
@@ -126,8 +137,14 @@ impl Shared {
                 })?
             }
         };
-        let pipeline = st.pipelines.get(&self.device, kernel, || lock_take(&self.error))?.clone();
-        let layout = st.pipelines.bind_group_layout(&self.device, kernel.layout()).clone();
+        let pipeline = st
+            .pipelines
+            .get(&self.device, kernel, || lock_take(&self.error))?
+            .clone();
+        let layout = st
+            .pipelines
+            .bind_group_layout(&self.device, kernel.layout())
+            .clone();
         let params_buffer = st.recorder.params_buffer.clone();
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
@@ -189,7 +206,11 @@ fn lock_take(m: &std::sync::Mutex<Option<Error>>) -> Option<String> {
 
 /// The range of a full operand that one chunk reads.
 fn range(buffer: &wgpu::Buffer, start: u64, len: u64) -> Bind<'_> {
-    Bind { buffer, offset: start * 4, size: (len * 4).next_multiple_of(16) }
+    Bind {
+        buffer,
+        offset: start * 4,
+        size: (len * 4).next_multiple_of(16),
+    }
 }
 
 impl WgpuBackend {
@@ -217,13 +238,27 @@ impl BackendOps for WgpuBackend {
             Kernel::Unary(op.kind()),
             n as u64,
             true,
-            |_, len| Ok(bytemuck::bytes_of(&UnaryParams { n4: len.div_ceil(4) as u32, _pad: 0, p0, p1 }).to_vec()),
+            |_, len| {
+                Ok(bytemuck::bytes_of(&UnaryParams {
+                    n4: len.div_ceil(4) as u32,
+                    _pad: 0,
+                    p0,
+                    p1,
+                })
+                .to_vec())
+            },
             |start, len| vec![range(xb, start, len), range(&out, start, len)],
         )?;
         Ok(s.storage(out))
     }
 
-    fn binary(&self, op: BinaryOp, a: Operand<'_, WgpuStorage>, b: Operand<'_, WgpuStorage>, n: usize) -> Result<WgpuStorage> {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: Operand<'_, WgpuStorage>,
+        b: Operand<'_, WgpuStorage>,
+        n: usize,
+    ) -> Result<WgpuStorage> {
         let s = self.begin()?;
         let mut st = s.state();
         let n = n as u64;
@@ -236,17 +271,40 @@ impl BackendOps for WgpuBackend {
                 Kernel::Binary(op),
                 n,
                 true,
-                |_, len| Ok(bytemuck::bytes_of(&BinaryParams { n: len.div_ceil(4) as u32, base: 0, la: 0, lb: 0 }).to_vec()),
-                |start, len| vec![range(ab, start, len), range(bb, start, len), range(&out, start, len)],
+                |_, len| {
+                    Ok(bytemuck::bytes_of(&BinaryParams {
+                        n: len.div_ceil(4) as u32,
+                        base: 0,
+                        la: 0,
+                        lb: 0,
+                    })
+                    .to_vec())
+                },
+                |start, len| {
+                    vec![
+                        range(ab, start, len),
+                        range(bb, start, len),
+                        range(&out, start, len),
+                    ]
+                },
             )?;
         } else {
-            for (l, name) in [(la, "the broadcast left operand"), (lb, "the broadcast right operand")] {
+            for (l, name) in [
+                (la, "the broadcast left operand"),
+                (lb, "the broadcast right operand"),
+            ] {
                 if l != n {
                     s.check_binding(name, l)?;
                 }
             }
             u32_of(n, "a broadcasting op's element count")?;
-            let operand = |buf, l: u64, start, len| if l == n { range(buf, start, len) } else { whole(buf, l) };
+            let operand = |buf, l: u64, start, len| {
+                if l == n {
+                    range(buf, start, len)
+                } else {
+                    whole(buf, l)
+                }
+            };
             let len_param = |l: u64| if l == n { 0 } else { l as u32 };
             s.elementwise(
                 &mut st,
@@ -254,16 +312,33 @@ impl BackendOps for WgpuBackend {
                 n,
                 false,
                 |start, len| {
-                    let p = BinaryParams { n: len as u32, base: start as u32, la: len_param(la), lb: len_param(lb) };
+                    let p = BinaryParams {
+                        n: len as u32,
+                        base: start as u32,
+                        la: len_param(la),
+                        lb: len_param(lb),
+                    };
                     Ok(bytemuck::bytes_of(&p).to_vec())
                 },
-                |start, len| vec![operand(ab, la, start, len), operand(bb, lb, start, len), range(&out, start, len)],
+                |start, len| {
+                    vec![
+                        operand(ab, la, start, len),
+                        operand(bb, lb, start, len),
+                        range(&out, start, len),
+                    ]
+                },
             )?;
         }
         Ok(s.storage(out))
     }
 
-    fn reduce(&self, op: ReduceOp, x: &WgpuStorage, rows: usize, cols: usize) -> Result<WgpuStorage> {
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &WgpuStorage,
+        rows: usize,
+        cols: usize,
+    ) -> Result<WgpuStorage> {
         let s = self.begin()?;
         let xb = x.buffer()?;
         let mut st = s.state();
@@ -271,8 +346,21 @@ impl BackendOps for WgpuBackend {
         if rows > 0 && cols == 0 {
             st.recorder.encoder(&s.device).clear_buffer(&out, 0, None);
         } else if rows > 0 {
-            let scale = if op == ReduceOp::Mean { 1.0 / cols as f32 } else { 1.0 };
-            s.reduce_rows(&mut st, Kernel::ReducePartial { op, dot: false }, op, (xb, xb), rows as u64, cols as u64, scale, &out)?;
+            let scale = if op == ReduceOp::Mean {
+                1.0 / cols as f32
+            } else {
+                1.0
+            };
+            s.reduce_rows(
+                &mut st,
+                Kernel::ReducePartial { op, dot: false },
+                op,
+                (xb, xb),
+                rows as u64,
+                cols as u64,
+                scale,
+                &out,
+            )?;
         }
         Ok(s.storage(out))
     }
@@ -285,8 +373,20 @@ impl BackendOps for WgpuBackend {
         if n == 0 {
             st.recorder.encoder(&s.device).clear_buffer(&out, 0, None);
         } else {
-            let kernel = Kernel::ReducePartial { op: ReduceOp::Sum, dot: true };
-            s.reduce_rows(&mut st, kernel, ReduceOp::Sum, (ab, bb), 1, n as u64, 1.0, &out)?;
+            let kernel = Kernel::ReducePartial {
+                op: ReduceOp::Sum,
+                dot: true,
+            };
+            s.reduce_rows(
+                &mut st,
+                kernel,
+                ReduceOp::Sum,
+                (ab, bb),
+                1,
+                n as u64,
+                1.0,
+                &out,
+            )?;
         }
         Ok(s.storage(out))
     }
@@ -314,17 +414,35 @@ impl BackendOps for WgpuBackend {
         .to_vec();
         let stats = s.alloc(&mut st, rows * chunks * 8)?;
         let stats_bind = || whole(&stats, rows * chunks * 2);
-        s.dispatch(&mut st, Kernel::SoftmaxStats, &params, &[whole(xb, n), whole(xb, n), stats_bind()], rows * chunks)?;
+        s.dispatch(
+            &mut st,
+            Kernel::SoftmaxStats,
+            &params,
+            &[whole(xb, n), whole(xb, n), stats_bind()],
+            rows * chunks,
+        )?;
         let row_stats = if chunks > 1 {
             let combined = s.alloc(&mut st, rows * 8)?;
-            s.dispatch(&mut st, Kernel::SoftmaxCombine, &params, &[stats_bind(), stats_bind(), whole(&combined, rows * 2)], rows)?;
+            s.dispatch(
+                &mut st,
+                Kernel::SoftmaxCombine,
+                &params,
+                &[stats_bind(), stats_bind(), whole(&combined, rows * 2)],
+                rows,
+            )?;
             st.retire(stats);
             combined
         } else {
             stats
         };
         let binds = [whole(xb, n), whole(&row_stats, rows * 2), whole(&out, n)];
-        s.dispatch(&mut st, Kernel::SoftmaxApply { log }, &params, &binds, n.div_ceil(WG))?;
+        s.dispatch(
+            &mut st,
+            Kernel::SoftmaxApply { log },
+            &params,
+            &binds,
+            n.div_ceil(WG),
+        )?;
         st.retire(row_stats);
         Ok(s.storage(out))
     }
@@ -374,10 +492,22 @@ impl Shared {
         }
         let partials = self.alloc(st, rows * chunks * 4)?;
         let binds = [inputs[0], inputs[1], whole(&partials, rows * chunks)];
-        self.dispatch(st, partial, &params(rows, cols, chunks, 1.0), &binds, rows * chunks)?;
+        self.dispatch(
+            st,
+            partial,
+            &params(rows, cols, chunks, 1.0),
+            &binds,
+            rows * chunks,
+        )?;
         let p = whole(&partials, rows * chunks);
         let binds = [p, p, whole(out, rows)];
-        self.dispatch(st, Kernel::ReduceFinish(op), &params(rows, cols, chunks, scale), &binds, rows)?;
+        self.dispatch(
+            st,
+            Kernel::ReduceFinish(op),
+            &params(rows, cols, chunks, scale),
+            &binds,
+            rows,
+        )?;
         st.retire(partials);
         Ok(())
     }

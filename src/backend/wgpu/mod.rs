@@ -63,7 +63,9 @@ pub(crate) struct WgpuStorage {
 impl WgpuStorage {
     fn buffer(&self) -> Result<&wgpu::Buffer> {
         // Only `drop` takes the buffer, so a live storage always has one.
-        self.buffer.as_ref().ok_or(Error::DeviceLost { reason: "tensor buffer already released".into() })
+        self.buffer.as_ref().ok_or(Error::DeviceLost {
+            reason: "tensor buffer already released".into(),
+        })
     }
 }
 
@@ -82,12 +84,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl WgpuBackend {
     /// Opens a device on `adapter` with the adapter's own limits (not the defaults, so large
     /// tensors fit) and the optional features gpukit can use.
-    pub(crate) async fn new(adapter: &wgpu::Adapter, selection: String) -> Result<(WgpuBackend, DeviceInfo)> {
+    pub(crate) async fn new(
+        adapter: &wgpu::Adapter,
+        selection: String,
+    ) -> Result<(WgpuBackend, DeviceInfo)> {
         let mut info = adapter::describe(adapter);
         info.selection = selection;
         let backend = info.backend;
         let limits = adapter.limits();
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let wanted =
+            wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("gpukit"),
@@ -96,7 +102,10 @@ impl WgpuBackend {
                 ..Default::default()
             })
             .await
-            .map_err(|e| Error::BackendUnavailable { backend, reason: format!("device request failed: {e}") })?;
+            .map_err(|e| Error::BackendUnavailable {
+                backend,
+                reason: format!("device request failed: {e}"),
+            })?;
 
         let error: Arc<Mutex<Option<Error>>> = Arc::default();
         let slot = error.clone();
@@ -104,8 +113,13 @@ impl WgpuBackend {
             let mut slot = lock(&slot);
             if slot.is_none() {
                 *slot = Some(match e {
-                    wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory { detail: e.to_string() },
-                    other => Error::Backend { backend, detail: other.to_string() },
+                    wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory {
+                        detail: e.to_string(),
+                    },
+                    other => Error::Backend {
+                        backend,
+                        detail: other.to_string(),
+                    },
                 });
             }
         }));
@@ -121,8 +135,21 @@ impl WgpuBackend {
             recorder: Recorder::new(&device, align),
             pipelines: PipelineCache::default(),
         };
-        let shared = Shared { device, queue, backend, limits, state: Mutex::new(state), error, lost };
-        Ok((WgpuBackend { shared: Arc::new(shared) }, info))
+        let shared = Shared {
+            device,
+            queue,
+            backend,
+            limits,
+            state: Mutex::new(state),
+            error,
+            lost,
+        };
+        Ok((
+            WgpuBackend {
+                shared: Arc::new(shared),
+            },
+            info,
+        ))
     }
 
     pub(crate) fn memory_stats(&self) -> MemoryStats {
@@ -158,7 +185,10 @@ impl Shared {
     }
 
     fn storage(self: &Arc<Self>, buffer: wgpu::Buffer) -> WgpuStorage {
-        WgpuStorage { buffer: Some(buffer), shared: self.clone() }
+        WgpuStorage {
+            buffer: Some(buffer),
+            shared: self.clone(),
+        }
     }
 
     /// A tensor buffer of at least `bytes`, within the device's limits.
@@ -193,7 +223,9 @@ impl Shared {
         #[cfg(native)]
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::DeviceLost { reason: format!("waiting for the GPU failed: {e}") })?;
+            .map_err(|e| Error::DeviceLost {
+                reason: format!("waiting for the GPU failed: {e}"),
+            })?;
         Ok(())
     }
 
@@ -202,7 +234,8 @@ impl Shared {
         let bytes = std::mem::size_of_val(data) as u64;
         let buffer = self.alloc(&mut self.state(), bytes)?;
         if !data.is_empty() {
-            self.queue.write_buffer(&buffer, 0, bytemuck::cast_slice(data));
+            self.queue
+                .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
         }
         Ok(self.storage(buffer))
     }
@@ -216,7 +249,13 @@ impl Shared {
         let staging = {
             let mut st = self.state();
             let staging = st.pool.take_staging(&self.device, bytes);
-            st.recorder.encoder(&self.device).copy_buffer_to_buffer(x.buffer()?, 0, &staging, 0, bytes);
+            st.recorder.encoder(&self.device).copy_buffer_to_buffer(
+                x.buffer()?,
+                0,
+                &staging,
+                0,
+                bytes,
+            );
             self.submit(&mut st);
             staging
         };
@@ -228,14 +267,24 @@ impl Shared {
             Some(Ok(())) => {}
             Some(Err(e)) => {
                 self.check()?;
-                return Err(Error::Backend { backend: self.backend, detail: format!("mapping the read-back buffer failed: {e}") });
+                return Err(Error::Backend {
+                    backend: self.backend,
+                    detail: format!("mapping the read-back buffer failed: {e}"),
+                });
             }
-            None => return Err(Error::DeviceLost { reason: "the read back was abandoned by the device".into() }),
+            None => {
+                return Err(Error::DeviceLost {
+                    reason: "the read back was abandoned by the device".into(),
+                })
+            }
         }
         let data = {
             let view = staging
                 .get_mapped_range(0..bytes)
-                .map_err(|e| Error::Backend { backend: self.backend, detail: e.to_string() })?;
+                .map_err(|e| Error::Backend {
+                    backend: self.backend,
+                    detail: e.to_string(),
+                })?;
             bytemuck::pod_collect_to_vec::<u8, f32>(&view)
         };
         staging.unmap();
@@ -248,7 +297,9 @@ impl Shared {
         let (tx, rx) = oneshot();
         self.queue.on_submitted_work_done(move || tx.send(()));
         self.wait()?;
-        rx.await.ok_or(Error::DeviceLost { reason: "the device stopped before finishing its work".into() })?;
+        rx.await.ok_or(Error::DeviceLost {
+            reason: "the device stopped before finishing its work".into(),
+        })?;
         self.check()
     }
 }

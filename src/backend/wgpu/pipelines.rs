@@ -20,8 +20,13 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 5] =
-        [Shader::Unary, Shader::Binary, Shader::BinaryBroadcast, Shader::Reduce, Shader::Softmax];
+    pub(crate) const ALL: [Shader; 5] = [
+        Shader::Unary,
+        Shader::Binary,
+        Shader::BinaryBroadcast,
+        Shader::Reduce,
+        Shader::Softmax,
+    ];
 
     pub(crate) fn file(self) -> &'static str {
         match self {
@@ -81,7 +86,9 @@ impl Kernel {
             Kernel::Binary(_) => Shader::Binary,
             Kernel::BinaryBroadcast(_) => Shader::BinaryBroadcast,
             Kernel::ReducePartial { .. } | Kernel::ReduceFinish(_) => Shader::Reduce,
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => Shader::Softmax,
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
+                Shader::Softmax
+            }
         }
     }
 
@@ -108,7 +115,9 @@ impl Kernel {
         match self {
             Kernel::Unary(k) => vec![("OP", k as u32 as f64)],
             Kernel::Binary(op) | Kernel::BinaryBroadcast(op) => vec![("OP", op as u32 as f64)],
-            Kernel::ReducePartial { op, dot } => vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)],
+            Kernel::ReducePartial { op, dot } => {
+                vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
+            }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine => vec![],
             Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
@@ -125,8 +134,16 @@ pub(crate) struct PipelineCache {
 }
 
 impl PipelineCache {
-    pub(crate) fn bind_group_layout(&mut self, device: &wgpu::Device, layout: Layout) -> &wgpu::BindGroupLayout {
-        &self.layouts.entry(layout).or_insert_with(|| create_layout(device, layout)).0
+    pub(crate) fn bind_group_layout(
+        &mut self,
+        device: &wgpu::Device,
+        layout: Layout,
+    ) -> &wgpu::BindGroupLayout {
+        &self
+            .layouts
+            .entry(layout)
+            .or_insert_with(|| create_layout(device, layout))
+            .0
     }
 
     /// The pipeline for `kernel`, created on first use. `check` reports driver errors raised
@@ -145,8 +162,10 @@ impl PipelineCache {
                     source: wgpu::ShaderSource::Wgsl(shader.source().into()),
                 })
             });
-            let (_, pipeline_layout) =
-                self.layouts.entry(kernel.layout()).or_insert_with(|| create_layout(device, kernel.layout()));
+            let (_, pipeline_layout) = self
+                .layouts
+                .entry(kernel.layout())
+                .or_insert_with(|| create_layout(device, kernel.layout()));
             let constants = kernel.constants();
             let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(shader.file()),
@@ -161,17 +180,26 @@ impl PipelineCache {
             });
             if let Some(detail) = check() {
                 self.modules.remove(&shader);
-                return Err(Error::ShaderCompilation { shader: shader.file(), detail });
+                return Err(Error::ShaderCompilation {
+                    shader: shader.file(),
+                    detail,
+                });
             }
             self.pipelines.insert(kernel, pipeline);
         }
         self.pipelines
             .get(&kernel)
-            .ok_or_else(|| Error::ShaderCompilation { shader: kernel.shader().file(), detail: "pipeline missing from cache".into() })
+            .ok_or_else(|| Error::ShaderCompilation {
+                shader: kernel.shader().file(),
+                detail: "pipeline missing from cache".into(),
+            })
     }
 }
 
-fn create_layout(device: &wgpu::Device, layout: Layout) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+fn create_layout(
+    device: &wgpu::Device,
+    layout: Layout,
+) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
     let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
@@ -195,7 +223,10 @@ fn create_layout(device: &wgpu::Device, layout: Layout) -> (wgpu::BindGroupLayou
     let inputs = layout.inputs() as u32;
     entries.extend((1..=inputs).map(|b| storage(b, true)));
     entries.push(storage(inputs + 1, false));
-    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("gpukit"), entries: &entries });
+    let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("gpukit"),
+        entries: &entries,
+    });
     let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
         label: Some("gpukit"),
         bind_group_layouts: &[Some(&bgl)],
@@ -210,14 +241,26 @@ mod tests {
     use crate::ops::UnaryOp;
 
     fn every_kernel() -> Vec<Kernel> {
-        let mut k: Vec<Kernel> = UnaryOp::ALL.iter().map(|op| Kernel::Unary(op.kind())).collect();
+        let mut k: Vec<Kernel> = UnaryOp::ALL
+            .iter()
+            .map(|op| Kernel::Unary(op.kind()))
+            .collect();
         for op in BinaryOp::ALL {
             k.extend([Kernel::Binary(op), Kernel::BinaryBroadcast(op)]);
         }
         for op in ReduceOp::ALL {
-            k.extend([Kernel::ReducePartial { op, dot: false }, Kernel::ReducePartial { op, dot: true }, Kernel::ReduceFinish(op)]);
+            k.extend([
+                Kernel::ReducePartial { op, dot: false },
+                Kernel::ReducePartial { op, dot: true },
+                Kernel::ReduceFinish(op),
+            ]);
         }
-        k.extend([Kernel::SoftmaxStats, Kernel::SoftmaxCombine, Kernel::SoftmaxApply { log: false }, Kernel::SoftmaxApply { log: true }]);
+        k.extend([
+            Kernel::SoftmaxStats,
+            Kernel::SoftmaxCombine,
+            Kernel::SoftmaxApply { log: false },
+            Kernel::SoftmaxApply { log: true },
+        ]);
         k
     }
 
@@ -230,9 +273,12 @@ mod tests {
     fn every_shader_parses_and_validates() {
         for shader in Shader::ALL {
             let module = parse(shader);
-            naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty())
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(shader.source())));
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::empty(),
+            )
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(shader.source())));
         }
     }
 
@@ -240,12 +286,23 @@ mod tests {
     fn every_kernel_names_a_real_entry_point_and_overrides() {
         for kernel in every_kernel() {
             let module = parse(kernel.shader());
-            let ep = module.entry_points.iter().find(|e| e.name == kernel.entry_point());
-            let ep = ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
-            assert_eq!(ep.workgroup_size, [256, 1, 1], "{kernel:?}: kernels.rs assumes 256 invocations");
+            let ep = module
+                .entry_points
+                .iter()
+                .find(|e| e.name == kernel.entry_point());
+            let ep =
+                ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
+            assert_eq!(
+                ep.workgroup_size,
+                [256, 1, 1],
+                "{kernel:?}: kernels.rs assumes 256 invocations"
+            );
             for (name, _) in kernel.constants() {
                 assert!(
-                    module.overrides.iter().any(|(_, o)| o.name.as_deref() == Some(name)),
+                    module
+                        .overrides
+                        .iter()
+                        .any(|(_, o)| o.name.as_deref() == Some(name)),
                     "{kernel:?}: shader has no override {name}"
                 );
             }

@@ -145,7 +145,10 @@ mod tests {
         assert_eq!(size_class(4097), 5120);
         for bytes in [300u64, 1000, 5000, 65537 * 4, 1 << 20 | 1, 3 << 28] {
             let c = size_class(bytes);
-            assert!(c >= bytes && (c as f64) < bytes as f64 * 1.25 + 1.0, "{bytes} -> {c}");
+            assert!(
+                c >= bytes && (c as f64) < bytes as f64 * 1.25 + 1.0,
+                "{bytes} -> {c}"
+            );
             assert_eq!(c % 64, 0);
         }
     }

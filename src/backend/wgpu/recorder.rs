@@ -49,7 +49,9 @@ impl Recorder {
 
     fn encoder_mut(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
         self.encoder.get_or_insert_with(|| {
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("gpukit") })
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("gpukit"),
+            })
         })
     }
 
@@ -59,7 +61,10 @@ impl Recorder {
             Some(pass) => pass,
             None => self
                 .encoder_mut(device)
-                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("gpukit"), timestamp_writes: None })
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("gpukit"),
+                    timestamp_writes: None,
+                })
                 .forget_lifetime(),
         };
         self.pass.insert(pass)

@@ -49,7 +49,9 @@ impl RawWgpu {
         .map_err(|e| e.to_string())?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("raw_add.wgsl"),
-            source: wgpu::ShaderSource::Wgsl(include_str!("../../../shaders/bench/raw_add.wgsl").into()),
+            source: wgpu::ShaderSource::Wgsl(
+                include_str!("../../../shaders/bench/raw_add.wgsl").into(),
+            ),
         });
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some("raw add"),
@@ -77,7 +79,9 @@ impl RawWgpu {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some(label),
                 size: bytes,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             })
         };
@@ -89,21 +93,40 @@ impl RawWgpu {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        self.queue.write_buffer(&params, 0, bytemuck::cast_slice(&[n4, 0, 0, 0]));
+        self.queue
+            .write_buffer(&params, 0, bytemuck::cast_slice(&[n4, 0, 0, 0]));
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &self.pipeline.get_bind_group_layout(0),
             entries: &[
-                wgpu::BindGroupEntry { binding: 0, resource: params.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: a.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: b.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: out.as_entire_binding() },
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: params.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: a.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: b.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: out.as_entire_binding(),
+                },
             ],
         });
         let groups = u64::from(n4.div_ceil(256));
         let max = u64::from(self.max_groups);
         let y = groups.div_ceil(max);
-        Ok(Problem { a, b, out, bind_group, groups: (groups.div_ceil(y) as u32, y as u32) })
+        Ok(Problem {
+            a,
+            b,
+            out,
+            bind_group,
+            groups: (groups.div_ceil(y) as u32, y as u32),
+        })
     }
 
     fn record_adds(&self, p: &Problem, encoder: &mut wgpu::CommandEncoder, count: usize) {
@@ -116,7 +139,10 @@ impl RawWgpu {
     }
 
     fn wait(&self) -> Result<(), String> {
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map(|_| ()).map_err(|e| e.to_string())
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// Seconds per device-resident add of `n` elements: `reps` dispatches in one pass, then wait.
@@ -159,7 +185,9 @@ impl RawWgpu {
             self.queue.submit([encoder.finish()]);
             staging.map_async(wgpu::MapMode::Read, .., |_| {});
             self.wait()?;
-            let out: Vec<f32> = bytemuck::pod_collect_to_vec(&staging.get_mapped_range(..).map_err(|e| e.to_string())?);
+            let out: Vec<f32> = bytemuck::pod_collect_to_vec(
+                &staging.get_mapped_range(..).map_err(|e| e.to_string())?,
+            );
             staging.unmap();
             check = out[n - 1];
             if run >= 5 {

@@ -41,7 +41,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs `f` `warm` times untimed, then `runs` times timed; returns seconds per run.
-fn time(warm: usize, runs: usize, mut f: impl FnMut() -> gpukit::Result<()>) -> Result<Vec<f64>, String> {
+fn time(
+    warm: usize,
+    runs: usize,
+    mut f: impl FnMut() -> gpukit::Result<()>,
+) -> Result<Vec<f64>, String> {
     for _ in 0..warm {
         f().map_err(|e| e.to_string())?;
     }
@@ -59,7 +63,9 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 + 1e-3
         })
         .collect()
@@ -72,7 +78,11 @@ struct Options {
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { json: false, quick: false, backend: None };
+    let mut o = Options {
+        json: false,
+        quick: false,
+        backend: None,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -130,11 +140,24 @@ pub fn run(args: &[String]) -> CliResult {
     })?;
     rows.push(round_trip("W1", format!("vec_add {m} round trip"), t, ""));
 
-    let t = time(2, runs, || device.tensor(&a, &[m])?.relu()?.read_blocking().map(drop))?;
+    let t = time(2, runs, || {
+        device.tensor(&a, &[m])?.relu()?.read_blocking().map(drop)
+    })?;
     rows.push(round_trip("W2", format!("relu {m} round trip"), t, ""));
 
-    let t = time(2, runs, || device.tensor(&a, &[m])?.softmax()?.read_blocking().map(drop))?;
-    rows.push(round_trip("W3", format!("softmax of one {m}-element row, round trip"), t, ""));
+    let t = time(2, runs, || {
+        device
+            .tensor(&a, &[m])?
+            .softmax()?
+            .read_blocking()
+            .map(drop)
+    })?;
+    rows.push(round_trip(
+        "W3",
+        format!("softmax of one {m}-element row, round trip"),
+        t,
+        "",
+    ));
 
     rows.push(Row {
         id: "W4",
@@ -152,7 +175,12 @@ pub fn run(args: &[String]) -> CliResult {
         let y = x.relu()?.scale(2.0)?;
         y.add(&y)?.sigmoid()?.read_blocking().map(drop)
     })?;
-    rows.push(round_trip("W5", format!("upload {m}, relu, scale, add, sigmoid, read"), t, "ops recorded into one pass, one submit"));
+    rows.push(round_trip(
+        "W5",
+        format!("upload {m}, relu, scale, add, sigmoid, read"),
+        t,
+        "ops recorded into one pass, one submit",
+    ));
 
     let (a6, b6) = (data(1024, 3), data(1024, 4));
     let w6_runs = if o.quick { 50 } else { 500 };
@@ -171,7 +199,14 @@ pub fn run(args: &[String]) -> CliResult {
 
     let n1 = (64 << 20) / div;
     let reps = 10;
-    let (x1, y1) = (device.tensor(&data(n1, 5), &[n1]).map_err(|e| e.to_string())?, device.tensor(&data(n1, 6), &[n1]).map_err(|e| e.to_string())?);
+    let (x1, y1) = (
+        device
+            .tensor(&data(n1, 5), &[n1])
+            .map_err(|e| e.to_string())?,
+        device
+            .tensor(&data(n1, 6), &[n1])
+            .map_err(|e| e.to_string())?,
+    );
     let t = time(1, 5, || {
         for _ in 0..reps {
             drop(x1.add(&y1)?);
@@ -202,7 +237,9 @@ pub fn run(args: &[String]) -> CliResult {
     rows.push(d1);
     drop((x1, y1));
 
-    let x3 = device.tensor(&data(4096, 7), &[4096]).map_err(|e| e.to_string())?;
+    let x3 = device
+        .tensor(&data(4096, 7), &[4096])
+        .map_err(|e| e.to_string())?;
     let bias = device.scalar(0.5).map_err(|e| e.to_string())?;
     let t = time(3, runs, || {
         let mut t: Tensor = x3.clone();
@@ -229,12 +266,23 @@ pub fn run(args: &[String]) -> CliResult {
 
     if o.json {
         let out = serde_json::json!({ "device": device.info(), "quick": o.quick, "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
     print_info(device.info());
     println!();
-    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") });
+    let fmt = |v: Option<f64>| {
+        v.map_or("-".to_string(), |v| {
+            if v >= 100.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.2}")
+            }
+        })
+    };
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
@@ -249,6 +297,17 @@ pub fn run(args: &[String]) -> CliResult {
             ]
         })
         .collect();
-    table(&["id", "workload", "gpukit", "raw wgpu", "gpukit/raw", "unit", "note"], &body);
+    table(
+        &[
+            "id",
+            "workload",
+            "gpukit",
+            "raw wgpu",
+            "gpukit/raw",
+            "unit",
+            "note",
+        ],
+        &body,
+    );
     Ok(())
 }

@@ -69,7 +69,10 @@ fn init_logging() {
         fn flush(&self) {}
     }
     static LOGGER: Stderr = Stderr;
-    let level = std::env::var("GPUKIT_LOG").ok().and_then(|l| l.parse().ok()).unwrap_or(log::LevelFilter::Warn);
+    let level = std::env::var("GPUKIT_LOG")
+        .ok()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(log::LevelFilter::Warn);
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(level);
     }

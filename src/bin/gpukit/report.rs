@@ -13,7 +13,11 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         println!("{}", padded.join("  ").trim_end());
     };
     line(headers.iter().map(|h| h.to_string()).collect());
@@ -47,8 +51,16 @@ pub fn backends(json: bool) -> CliResult {
         .map(|r| {
             vec![
                 r.backend.to_string(),
-                if r.available { "yes".into() } else { "no".into() },
-                r.devices.iter().map(|d| d.info.adapter.clone()).collect::<Vec<_>>().join(", "),
+                if r.available {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
+                r.devices
+                    .iter()
+                    .map(|d| d.info.adapter.clone())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 r.reason.clone().unwrap_or_default(),
             ]
         })
@@ -69,23 +81,45 @@ pub fn devices(json: bool) -> CliResult {
         .enumerate()
         .map(|(i, d)| {
             let f = d.info.features;
-            let feats: Vec<&str> = [(f.shader_f16, "f16"), (f.subgroups, "subgroups"), (f.timestamp_query, "timestamps")]
-                .into_iter()
-                .filter_map(|(on, n)| on.then_some(n))
-                .collect();
+            let feats: Vec<&str> = [
+                (f.shader_f16, "f16"),
+                (f.subgroups, "subgroups"),
+                (f.timestamp_query, "timestamps"),
+            ]
+            .into_iter()
+            .filter_map(|(on, n)| on.then_some(n))
+            .collect();
             vec![
                 i.to_string(),
                 d.info.backend.to_string(),
                 d.info.adapter.clone(),
                 d.info.device_type.to_string(),
-                if d.info.software { "yes".into() } else { "no".into() },
+                if d.info.software {
+                    "yes".into()
+                } else {
+                    "no".into()
+                },
                 mib(d.info.limits.max_storage_binding),
                 feats.join(","),
-                d.unusable.clone().map_or("yes".into(), |u| format!("no: {u}")),
+                d.unusable
+                    .clone()
+                    .map_or("yes".into(), |u| format!("no: {u}")),
             ]
         })
         .collect();
-    table(&["#", "backend", "adapter", "type", "software", "max binding", "features", "usable"], &rows);
+    table(
+        &[
+            "#",
+            "backend",
+            "adapter",
+            "type",
+            "software",
+            "max binding",
+            "features",
+            "usable",
+        ],
+        &rows,
+    );
     Ok(())
 }
 
@@ -100,7 +134,9 @@ pub fn info(json: bool) -> CliResult {
     print_info(info);
     println!("recommended backend:  {recommended}");
     if info.backend == Backend::Cpu && recommended != Backend::Cpu {
-        println!("note: a GPU backend ({recommended}) is available; unset GPUKIT_BACKEND to use it");
+        println!(
+            "note: a GPU backend ({recommended}) is available; unset GPUKIT_BACKEND to use it"
+        );
     }
     Ok(())
 }
@@ -113,14 +149,36 @@ pub fn print_info(info: &DeviceInfo) {
         ("adapter", info.adapter.clone()),
         ("vendor", info.vendor.clone()),
         ("device type", info.device_type.to_string()),
-        ("software", if info.software { "yes (expect it to be much slower than a GPU)".into() } else { "no".to_string() }),
+        (
+            "software",
+            if info.software {
+                "yes (expect it to be much slower than a GPU)".into()
+            } else {
+                "no".to_string()
+            },
+        ),
         ("driver", info.driver.clone()),
         ("max storage binding", mib(l.max_storage_binding)),
         ("max buffer", mib(l.max_buffer)),
-        ("workgroup storage", format!("{} KiB", l.workgroup_storage / 1024)),
-        ("invocations/workgroup", l.invocations_per_workgroup.to_string()),
-        ("features", format!("shader-f16: {}, subgroups: {}, timestamp-query: {}", f.shader_f16, f.subgroups, f.timestamp_query)),
-        ("memory", info.memory_bytes.map_or("not reported".into(), mib)),
+        (
+            "workgroup storage",
+            format!("{} KiB", l.workgroup_storage / 1024),
+        ),
+        (
+            "invocations/workgroup",
+            l.invocations_per_workgroup.to_string(),
+        ),
+        (
+            "features",
+            format!(
+                "shader-f16: {}, subgroups: {}, timestamp-query: {}",
+                f.shader_f16, f.subgroups, f.timestamp_query
+            ),
+        ),
+        (
+            "memory",
+            info.memory_bytes.map_or("not reported".into(), mib),
+        ),
         ("chosen because", info.selection.clone()),
     ];
     for (k, v) in rows {

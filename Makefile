@@ -1,0 +1,34 @@
+# The two commands of a fresh machine: `make demo` runs the main job, `make test` passes every test.
+# Both install what is missing first (scripts/deps.sh, idempotent).
+
+export XDG_RUNTIME_DIR ?= /tmp
+CARGO ?= cargo
+
+.PHONY: deps demo test lint test-native test-wasm bench gpu-stage
+
+deps:
+	@bash scripts/deps.sh
+
+## Discover backends, run a few ops on the best device, check them against the CPU backend.
+demo: deps
+	$(CARGO) run --release --example demo
+
+## Formatting, lints (native and wasm32), every native test, doc tests, and the demo's checks.
+test: deps lint test-native test-wasm
+	$(CARGO) run --example demo
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+test-native:
+	$(CARGO) test --all-targets
+	$(CARGO) test --doc
+
+# The library must build for the browser, where the blocking twins do not exist.
+test-wasm:
+	$(CARGO) clippy --lib --target wasm32-unknown-unknown -- -D warnings
+
+## The benchmark table on the device automatic selection picks.
+bench:
+	$(CARGO) run --release --bin gpukit -- bench
