@@ -4,7 +4,6 @@
 //! an aligned offset. Reductions and softmax read their input in one binding and return
 //! [`Error::LimitExceeded`] naming the limit when it does not fit.
 
-use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -145,28 +144,12 @@ impl Shared {
             .pipelines
             .bind_group_layout(&self.device, kernel.layout())
             .clone();
-        let params_buffer = st.recorder.params_buffer.clone();
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &params_buffer,
-                offset,
-                size: NonZeroU64::new((params.len() as u64).next_multiple_of(16)),
-            }),
-        }];
-        entries.extend(binds.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry {
-            binding: i as u32 + 1,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: b.buffer,
-                offset: b.offset,
-                size: NonZeroU64::new(b.size),
-            }),
-        }));
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("gpukit"),
-            layout: &layout,
-            entries: &entries,
-        });
+        let params_size = (params.len() as u64).next_multiple_of(16);
+        let mut ranges = vec![(st.recorder.params_buffer.clone(), offset, params_size)];
+        ranges.extend(binds.iter().map(|b| (b.buffer.clone(), b.offset, b.size)));
+        let bind_group = st
+            .bind_groups
+            .get(&self.device, kernel.layout(), &layout, ranges);
         let pass = st.recorder.pass(&self.device);
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bind_group, &[]);

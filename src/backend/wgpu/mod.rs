@@ -6,6 +6,7 @@
 //! the next call.
 
 pub(crate) mod adapter;
+mod bind_groups;
 mod kernels;
 pub(crate) mod pipelines;
 pub(crate) mod pool;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crate::error::{Error, Result};
 use crate::future::oneshot;
 use crate::info::{Backend, DeviceInfo};
+use bind_groups::BindGroupCache;
 use pipelines::PipelineCache;
 use pool::{BufferPool, MemoryStats};
 use recorder::Recorder;
@@ -44,6 +46,7 @@ struct State {
     pool: BufferPool,
     recorder: Recorder,
     pipelines: PipelineCache,
+    bind_groups: BindGroupCache,
 }
 
 impl State {
@@ -134,6 +137,7 @@ impl WgpuBackend {
             pool: BufferPool::default(),
             recorder: Recorder::new(&device, align),
             pipelines: PipelineCache::default(),
+            bind_groups: BindGroupCache::default(),
         };
         let shared = Shared {
             device,
@@ -153,11 +157,17 @@ impl WgpuBackend {
     }
 
     pub(crate) fn memory_stats(&self) -> MemoryStats {
-        self.shared.state().pool.stats()
+        let st = self.shared.state();
+        MemoryStats {
+            bind_group_hits: st.bind_groups.hits(),
+            ..st.pool.stats()
+        }
     }
 
     pub(crate) fn release_cached_memory(&self) {
-        self.shared.state().pool.release();
+        let mut st = self.shared.state();
+        st.bind_groups.clear();
+        st.pool.release();
     }
 
     /// Submits everything recorded so far without waiting.

@@ -23,6 +23,8 @@ pub struct MemoryStats {
     pub allocations: u64,
     /// Buffer requests served from the pool.
     pub reuses: u64,
+    /// Dispatches whose bind group came from the cache instead of being created.
+    pub bind_group_hits: u64,
 }
 
 /// Usage of every tensor buffer: read and written by kernels, copied for uploads and read backs.
