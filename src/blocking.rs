@@ -20,6 +20,10 @@ impl Device {
     pub fn new_blocking() -> Result<Device> {
         block_on(Device::new())
     }
+    /// Blocking [`Device::gpu`].
+    pub fn gpu_blocking() -> Result<Device> {
+        block_on(Device::gpu())
+    }
     /// Blocking [`Device::with_backend`].
     pub fn with_backend_blocking(backend: Backend) -> Result<Device> {
         block_on(Device::with_backend(backend))

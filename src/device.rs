@@ -69,6 +69,27 @@ impl Device {
         Device::open(backend, format!("explicit choice of {backend}")).await
     }
 
+    /// The best GPU adapter (hardware or software, any wgpu backend), never the CPU backend:
+    /// [`Error::NoAdapter`] when there is none. For callers who would rather fail than fall back.
+    pub async fn gpu() -> Result<Device> {
+        let (usable, rejected) = adapter::ranked(wgpu::Backends::all()).await;
+        let mut failures = rejected;
+        for (adapter, info) in usable {
+            match WgpuBackend::new(&adapter, "explicit: Device::gpu (best adapter)".into()).await {
+                Ok((backend, info)) => {
+                    return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info))
+                }
+                Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
+            }
+        }
+        let reason = if failures.is_empty() {
+            "no adapter found".to_string()
+        } else {
+            failures.join("; ")
+        };
+        Err(Error::NoAdapter { reason })
+    }
+
     /// The CPU backend; always available.
     pub fn cpu() -> Device {
         Device::from_parts(

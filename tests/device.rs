@@ -78,6 +78,22 @@ fn automatic_selection_prefers_a_usable_adapter_over_the_cpu() {
 }
 
 #[test]
+fn gpu_never_falls_back_to_the_cpu() {
+    let d = Device::gpu_blocking().expect("make test installs lavapipe, so a GPU adapter exists");
+    assert!(d.info().backend.is_wgpu(), "{:?}", d.info());
+    // Moving data between devices goes through the host and keeps shape and values.
+    let t = Device::cpu()
+        .tensor(&[1.0, -2.0, 3.0, -4.0], &[2, 2])
+        .unwrap();
+    let g = t.to_device_blocking(&d).unwrap();
+    assert_eq!(g.shape(), &[2, 2]);
+    assert_eq!(
+        g.relu().unwrap().read_blocking().unwrap(),
+        vec![1.0, 0.0, 3.0, 0.0]
+    );
+}
+
+#[test]
 fn info_describes_the_adapter_and_its_limits() {
     let d = gpu();
     let info = d.info();

@@ -313,3 +313,47 @@ impl Shared {
         self.check()
     }
 }
+
+#[cfg(all(test, native))]
+mod tests {
+    use super::*;
+    use crate::backend::BackendOps;
+
+    /// A wgpu validation error raised anywhere on the device is returned by the next call as
+    /// `Err`, once, and the device keeps working.
+    #[test]
+    fn wgpu_errors_become_err_not_panics() {
+        let (usable, _) = pollster::block_on(adapter::ranked(wgpu::Backends::all()));
+        let (found, _) = usable
+            .into_iter()
+            .next()
+            .expect("make test installs lavapipe, so an adapter exists");
+        let (backend, _) = pollster::block_on(WgpuBackend::new(&found, String::new())).unwrap();
+        // MAP_READ may only be combined with COPY_DST: wgpu reports a validation error.
+        let _bad = backend
+            .shared
+            .device
+            .create_buffer(&wgpu::BufferDescriptor {
+                label: Some("invalid on purpose"),
+                size: 64,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            });
+        let e = backend
+            .upload(&[1.0, 2.0])
+            .err()
+            .expect("the captured error is returned");
+        assert!(matches!(e, Error::Backend { .. }), "{e}");
+        assert!(
+            e.to_string().contains("invalid on purpose") || e.to_string().contains("usage"),
+            "{e}"
+        );
+        let s = backend
+            .upload(&[1.0, 2.0])
+            .expect("reported once; the device still works");
+        assert_eq!(
+            pollster::block_on(backend.read(&s, 2)).unwrap(),
+            vec![1.0, 2.0]
+        );
+    }
+}
