@@ -7,6 +7,7 @@ pub(crate) mod cpu;
 pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
+use crate::ops::matmul::MatmulDims;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// An operand of a broadcasting binary op: its storage and how many elements repeat
@@ -47,6 +48,8 @@ pub(crate) trait BackendOps {
         cols: usize,
         log: bool,
     ) -> Result<Self::Storage>;
+    /// `out[b] = a[b] x b[b]` for each batch entry (see [`MatmulDims`]).
+    fn matmul(&self, a: &Self::Storage, b: &Self::Storage, d: MatmulDims) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -135,6 +138,10 @@ impl BackendImpl {
         log: bool,
     ) -> Result<Storage> {
         dispatch!(self, b, [x = x], b.softmax(x, rows, cols, log))
+    }
+
+    pub(crate) fn matmul(&self, a: &Storage, b: &Storage, d: MatmulDims) -> Result<Storage> {
+        dispatch!(self, be, [a = a, b = b], be.matmul(a, b, d))
     }
 
     pub(crate) async fn read(&self, x: &Storage, n: usize) -> Result<Vec<f32>> {

@@ -183,3 +183,27 @@ pub fn softmax(row: &[f64], log: bool) -> (Vec<f64>, Tol) {
         )
     }
 }
+
+/// One batch entry of a matmul in f64, and per-element tolerances: f32 accumulation over k
+/// terms is allowed 1e-4 of the sum of |a_ik * b_kj| (the kernels issue's bound).
+pub fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<(f64, Tol)> {
+    let mut out = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut s, mut mag) = (0.0f64, 0.0f64);
+            for p in 0..k {
+                let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+                s += t;
+                mag += t.abs();
+            }
+            out.push((
+                s,
+                Tol {
+                    atol: 1e-4 * mag + 1e-30,
+                    rtol: 0.0,
+                },
+            ));
+        }
+    }
+    out
+}

@@ -512,3 +512,99 @@ pub async fn errors(dev: &Device) {
     assert_eq!(out, [1.0, 0.0]);
     assert_eq!(dev.sum_slice(&[1.0, 2.0, 3.5]).await.unwrap(), 6.5);
 }
+
+/// Matmul against the f64 oracle: shapes that are multiples of no tile, k up to 4096, batches
+/// with either side shared, and the shape errors.
+pub async fn matmul_random(dev: &Device) {
+    let cases: [(usize, usize, usize); 11] = [
+        (300, 129, 257),
+        (256, 16, 384),
+        (1, 1, 1),
+        (7, 13, 5),
+        (65, 257, 33),
+        (64, 64, 64),
+        (1, 1000, 7),
+        (257, 65, 1),
+        (33, 4096, 17),
+        (5, 0, 3),
+        (0, 4, 3),
+    ];
+    for (idx, (m, k, n)) in cases.into_iter().enumerate() {
+        let seed = 8000 + idx as u64;
+        let mut rng = Rng::new(seed);
+        let (a, b) = (rng.vec(m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0));
+        let ta = dev.tensor(&a, &[m, k]).unwrap();
+        let tb = dev.tensor(&b, &[k, n]).unwrap();
+        let y = ta.matmul(&tb).unwrap();
+        assert_eq!(y.shape(), &[m, n]);
+        let got = y.read().await.unwrap();
+        check(
+            &format!("matmul {m}x{k} by {k}x{n} seed {seed}"),
+            &|i| format!("out[{}][{}]", i / n.max(1), i % n.max(1)),
+            &got,
+            &oracle::matmul(&a, &b, m, k, n),
+        );
+    }
+    // Batched, with a shared side broadcast over the batch.
+    let (bt, m, k, n) = (3, 17, 19, 23);
+    let mut rng = Rng::new(8100);
+    let a3 = rng.vec(bt * m * k, -1.0, 1.0);
+    let b3 = rng.vec(bt * k * n, -1.0, 1.0);
+    let a2 = rng.vec(m * k, -1.0, 1.0);
+    let b2 = rng.vec(k * n, -1.0, 1.0);
+    let batched: [(&[f32], Vec<usize>, usize, &[f32], Vec<usize>, usize); 3] = [
+        (&a3, vec![bt, m, k], m * k, &b3, vec![bt, k, n], k * n),
+        (&a3, vec![bt, m, k], m * k, &b2, vec![k, n], 0),
+        (&a2, vec![m, k], 0, &b3, vec![bt, k, n], k * n),
+    ];
+    for (a, sa, a_stride, b, sb, b_stride) in batched {
+        let y = dev
+            .tensor(a, &sa)
+            .unwrap()
+            .matmul(&dev.tensor(b, &sb).unwrap())
+            .unwrap();
+        assert_eq!(y.shape(), &[bt, m, n]);
+        let got = y.read().await.unwrap();
+        let want: Vec<(f64, Tol)> = (0..bt)
+            .flat_map(|i| oracle::matmul(&a[i * a_stride..], &b[i * b_stride..], m, k, n))
+            .collect();
+        check(
+            &format!("batched matmul {sa:?} x {sb:?}"),
+            &|i| format!("flat {i}"),
+            &got,
+            &want,
+        );
+    }
+    let x = dev.tensor(&[1.0; 6], &[2, 3]).unwrap();
+    assert!(matches!(
+        x.matmul(&x).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+    assert!(matches!(
+        x.reshape(&[6]).unwrap().matmul(&x).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+}
+
+/// Matmul with NaN and infinity inside: they propagate to exactly the rows and columns they touch.
+pub async fn matmul_edges(dev: &Device) {
+    let (m, k, n) = (5, 7, 6);
+    let mut a = Rng::new(8200).vec(m * k, -1.0, 1.0);
+    let b = Rng::new(8201).vec(k * n, -1.0, 1.0);
+    a[k + 2] = f32::NAN; // row 1
+    a[3 * k + 4] = f32::INFINITY; // row 3
+    let got = dev
+        .tensor(&a, &[m, k])
+        .unwrap()
+        .matmul(&dev.tensor(&b, &[k, n]).unwrap())
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    check(
+        "matmul with NaN and inf",
+        &|i| format!("out[{}][{}]", i / n, i % n),
+        &got,
+        &oracle::matmul(&a, &b, m, k, n),
+    );
+}

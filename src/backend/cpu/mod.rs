@@ -5,6 +5,7 @@
 use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+use crate::ops::matmul::MatmulDims;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Host memory holding a tensor.
@@ -162,6 +163,28 @@ impl BackendOps for CpuBackend {
                 out.extend(row.iter().map(|&v| v - m - ls));
             } else {
                 out.extend(row.iter().map(|&v| (v - m).exp() / s));
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn matmul(&self, a: &CpuStorage, b: &CpuStorage, d: MatmulDims) -> Result<CpuStorage> {
+        let mut out = vec![0.0f32; d.batch * d.m * d.n];
+        for (bt, o) in out
+            .chunks_exact_mut((d.m * d.n).max(1))
+            .enumerate()
+            .take(d.batch)
+        {
+            let a = &a.0[bt * d.a_stride..];
+            let b = &b.0[bt * d.b_stride..];
+            for i in 0..d.m {
+                let row = &mut o[i * d.n..(i + 1) * d.n];
+                for p in 0..d.k {
+                    let x = a[i * d.k + p];
+                    for (r, &y) in row.iter_mut().zip(&b[p * d.n..(p + 1) * d.n]) {
+                        *r += x * y;
+                    }
+                }
             }
         }
         Ok(CpuStorage(out))

@@ -12,6 +12,7 @@ use super::pipelines::Kernel;
 use super::{Shared, State, WgpuBackend, WgpuStorage};
 use crate::backend::{BackendOps, Operand};
 use crate::error::{Error, Result};
+use crate::ops::matmul::MatmulDims;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Invocations per workgroup of every kernel (WebGPU guarantees 256).
@@ -46,6 +47,25 @@ struct RowParams {
     chunk_len: u32,
     /// `scale` (f32 bits) for reductions, element count for softmax.
     extra: u32,
+    _pad: [u32; 3],
+}
+
+/// Rows and columns of the output tile of the two matmul kernels (shaders/matmul.wgsl and
+/// shaders/matmul_wide.wgsl).
+const MATMUL_TILE: u64 = 64;
+const MATMUL_WIDE_TILE: u64 = 128;
+/// Both sides of the output at least this long use the wide kernel. Below it the 64 x 64
+/// tiles give more workgroups to spread over the device. (A per-adapter autotuner is to come.)
+const MATMUL_WIDE_FROM: u64 = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct MatmulParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    a_stride: u32,
+    b_stride: u32,
     _pad: [u32; 3],
 }
 
@@ -126,6 +146,21 @@ impl Shared {
             return Ok(());
         }
         let (gx, gy) = self.grid(groups)?;
+        self.dispatch_grid(st, kernel, params, binds, [gx, gy, 1])
+    }
+
+    /// Records one dispatch of an explicit grid of workgroups.
+    fn dispatch_grid(
+        &self,
+        st: &mut State,
+        kernel: Kernel,
+        params: &[u8],
+        binds: &[Bind<'_>],
+        [gx, gy, gz]: [u32; 3],
+    ) -> Result<()> {
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(());
+        }
         let offset = match st.recorder.push_params(params) {
             Some(o) => o,
             None => {
@@ -153,7 +188,7 @@ impl Shared {
         let pass = st.recorder.pass(&self.device);
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
-        pass.dispatch_workgroups(gx, gy, 1);
+        pass.dispatch_workgroups(gx, gy, gz);
         st.recorder.dispatches += 1;
         Ok(())
     }
@@ -427,6 +462,64 @@ impl BackendOps for WgpuBackend {
             n.div_ceil(WG),
         )?;
         st.retire(row_stats);
+        Ok(s.storage(out))
+    }
+
+    fn matmul(&self, a: &WgpuStorage, b: &WgpuStorage, d: MatmulDims) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let (ab, bb) = (a.buffer()?, b.buffer()?);
+        let [batch, m, k, n] = [d.batch, d.m, d.k, d.n].map(|v| v as u64);
+        let mut st = s.state();
+        let out = s.alloc(&mut st, batch * m * n * 4)?;
+        if batch * m * n == 0 {
+            return Ok(s.storage(out));
+        }
+        let a_len = if d.a_stride == 0 {
+            m * k
+        } else {
+            batch * m * k
+        };
+        let b_len = if d.b_stride == 0 {
+            k * n
+        } else {
+            batch * k * n
+        };
+        s.check_binding("matmul's left operand", a_len)?;
+        s.check_binding("matmul's right operand", b_len)?;
+        s.check_binding("matmul's output", batch * m * n)?;
+        let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
+        let wide = m >= MATMUL_WIDE_FROM && n >= MATMUL_WIDE_FROM;
+        let tile = if wide { MATMUL_WIDE_TILE } else { MATMUL_TILE };
+        let grid = [n.div_ceil(tile), m.div_ceil(tile), batch];
+        if let Some(&over) = grid.iter().find(|&&g| g > max) {
+            return Err(Error::LimitExceeded {
+                what: format!("a matmul grid of {grid:?} workgroups"),
+                limit: "max_compute_workgroups_per_dimension",
+                needed: over,
+                max,
+            });
+        }
+        let p = MatmulParams {
+            m: m as u32,
+            n: n as u32,
+            k: k as u32,
+            a_stride: d.a_stride as u32,
+            b_stride: d.b_stride as u32,
+            _pad: [0; 3],
+        };
+        // A K-empty product is zero: nothing to load, the kernel stores its zero accumulators.
+        let binds = [
+            whole(ab, a_len.max(1)),
+            whole(bb, b_len.max(1)),
+            whole(&out, batch * m * n),
+        ];
+        s.dispatch_grid(
+            &mut st,
+            Kernel::Matmul { wide },
+            bytemuck::bytes_of(&p),
+            &binds,
+            grid.map(|g| g as u32),
+        )?;
         Ok(s.storage(out))
     }
 

@@ -17,6 +17,8 @@ pub(crate) enum Shader {
     BinaryBroadcast,
     Reduce,
     Softmax,
+    Matmul,
+    MatmulWide,
 }
 
 impl Shader {
@@ -35,6 +37,8 @@ impl Shader {
             Shader::BinaryBroadcast => "binary_broadcast.wgsl",
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
+            Shader::Matmul => "matmul.wgsl",
+            Shader::MatmulWide => "matmul_wide.wgsl",
         }
     }
 
@@ -45,6 +49,8 @@ impl Shader {
             Shader::BinaryBroadcast => include_str!("../../../shaders/binary_broadcast.wgsl"),
             Shader::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
+            Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Shader::MatmulWide => include_str!("../../../shaders/matmul_wide.wgsl"),
         }
     }
 }
@@ -72,11 +78,20 @@ pub(crate) enum Kernel {
     Unary(UnaryKind),
     Binary(BinaryOp),
     BinaryBroadcast(BinaryOp),
-    ReducePartial { op: ReduceOp, dot: bool },
+    ReducePartial {
+        op: ReduceOp,
+        dot: bool,
+    },
     ReduceFinish(ReduceOp),
     SoftmaxStats,
     SoftmaxCombine,
-    SoftmaxApply { log: bool },
+    SoftmaxApply {
+        log: bool,
+    },
+    /// 64 x 64 output tiles (`wide: false`) or 128 x 128 (`wide: true`).
+    Matmul {
+        wide: bool,
+    },
 }
 
 impl Kernel {
@@ -89,12 +104,17 @@ impl Kernel {
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
                 Shader::Softmax
             }
+            Kernel::Matmul { wide: false } => Shader::Matmul,
+            Kernel::Matmul { wide: true } => Shader::MatmulWide,
         }
     }
 
     pub(crate) fn entry_point(self) -> &'static str {
         match self {
-            Kernel::Unary(_) | Kernel::Binary(_) | Kernel::BinaryBroadcast(_) => "main",
+            Kernel::Unary(_)
+            | Kernel::Binary(_)
+            | Kernel::BinaryBroadcast(_)
+            | Kernel::Matmul { .. } => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -119,7 +139,7 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine => vec![],
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Matmul { .. } => vec![],
             Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
         }
     }
@@ -260,6 +280,8 @@ mod tests {
             Kernel::SoftmaxCombine,
             Kernel::SoftmaxApply { log: false },
             Kernel::SoftmaxApply { log: true },
+            Kernel::Matmul { wide: false },
+            Kernel::Matmul { wide: true },
         ]);
         k
     }
@@ -292,11 +314,19 @@ mod tests {
                 .find(|e| e.name == kernel.entry_point());
             let ep =
                 ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
+            let [x, y, z] = ep.workgroup_size;
             assert_eq!(
-                ep.workgroup_size,
-                [256, 1, 1],
-                "{kernel:?}: kernels.rs assumes 256 invocations"
+                x * y * z,
+                256,
+                "{kernel:?}: WebGPU guarantees 256 invocations, no more"
             );
+            if !matches!(kernel, Kernel::Matmul { .. }) {
+                assert_eq!(
+                    ep.workgroup_size,
+                    [256, 1, 1],
+                    "{kernel:?}: kernels.rs assumes 1-D"
+                );
+            }
             for (name, _) in kernel.constants() {
                 assert!(
                     module

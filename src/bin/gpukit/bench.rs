@@ -159,16 +159,19 @@ pub fn run(args: &[String]) -> CliResult {
         "",
     ));
 
-    rows.push(Row {
-        id: "W4",
-        workload: "matmul 1024x1024 round trip".into(),
-        value: None,
-        unit: "us",
-        raw_wgpu: None,
-        slowdown_vs_raw: None,
-        runs: 0,
-        note: "not measured: matmul arrives with the kernels issue".into(),
-    });
+    let mm = 1024 / if o.quick { 4 } else { 1 };
+    let (ma, mb) = (data(mm * mm, 8), data(mm * mm, 9));
+    let t = time(2, runs, || {
+        let x = device.tensor(&ma, &[mm, mm])?;
+        let y = device.tensor(&mb, &[mm, mm])?;
+        x.matmul(&y)?.read_blocking().map(drop)
+    })?;
+    let mut w4 = round_trip("W4", format!("matmul {mm}x{mm} round trip"), t, "");
+    w4.note = format!(
+        "{:.3} TFLOP/s including transfers",
+        2.0 * (mm as f64).powi(3) / (w4.value.unwrap_or(f64::NAN) * 1e-6) / 1e12
+    );
+    rows.push(w4);
 
     let t = time(2, runs, || {
         let x = device.tensor(&a, &[m])?;
@@ -237,6 +240,34 @@ pub fn run(args: &[String]) -> CliResult {
     rows.push(d1);
     drop((x1, y1));
 
+    for size in [1024usize, 4096] {
+        let size = size / if o.quick { 8 } else { 1 };
+        let x = device
+            .tensor(&data(size * size, 10), &[size, size])
+            .map_err(|e| e.to_string())?;
+        let y = device
+            .tensor(&data(size * size, 11), &[size, size])
+            .map_err(|e| e.to_string())?;
+        let reps = if size >= 4096 { 3 } else { 10 };
+        let t = time(1, 5, || {
+            for _ in 0..reps {
+                drop(x.matmul(&y)?);
+            }
+            device.synchronize_blocking()
+        })?;
+        let flops = 2.0 * (size as f64).powi(3);
+        rows.push(Row {
+            id: "D2",
+            workload: format!("matmul {size}x{size} device-resident"),
+            value: Some(flops / (median(t.clone()) / reps as f64) / 1e12),
+            unit: "TFLOP/s",
+            raw_wgpu: None,
+            slowdown_vs_raw: None,
+            runs: t.len(),
+            note: format!("{reps} matmuls then synchronize"),
+        });
+    }
+
     let x3 = device
         .tensor(&data(4096, 7), &[4096])
         .map_err(|e| e.to_string())?;
@@ -275,12 +306,10 @@ pub fn run(args: &[String]) -> CliResult {
     print_info(device.info());
     println!();
     let fmt = |v: Option<f64>| {
-        v.map_or("-".to_string(), |v| {
-            if v >= 100.0 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
+        v.map_or("-".to_string(), |v| match v {
+            v if v >= 100.0 => format!("{v:.0}"),
+            v if v >= 1.0 => format!("{v:.2}"),
+            v => format!("{v:.4}"),
         })
     };
     let body: Vec<Vec<String>> = rows
