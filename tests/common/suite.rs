@@ -552,7 +552,9 @@ pub async fn matmul_random(dev: &Device) {
     let b3 = rng.vec(bt * k * n, -1.0, 1.0);
     let a2 = rng.vec(m * k, -1.0, 1.0);
     let b2 = rng.vec(k * n, -1.0, 1.0);
-    let batched: [(&[f32], Vec<usize>, usize, &[f32], Vec<usize>, usize); 3] = [
+    // (A, its shape, its batch stride, B, its shape, its batch stride)
+    type Case<'a> = (&'a [f32], Vec<usize>, usize, &'a [f32], Vec<usize>, usize);
+    let batched: [Case; 3] = [
         (&a3, vec![bt, m, k], m * k, &b3, vec![bt, k, n], k * n),
         (&a3, vec![bt, m, k], m * k, &b2, vec![k, n], 0),
         (&a2, vec![m, k], 0, &b3, vec![bt, k, n], k * n),
