@@ -577,6 +577,27 @@ pub async fn matmul_random(dev: &Device) {
             &want,
         );
     }
+    // Several tiles in each direction, batched with B shared.
+    let (bt, m, k, n) = (2, 260, 33, 270);
+    let mut rng = Rng::new(8101);
+    let (a, b) = (rng.vec(bt * m * k, -1.0, 1.0), rng.vec(k * n, -1.0, 1.0));
+    let y = dev
+        .tensor(&a, &[bt, m, k])
+        .unwrap()
+        .matmul(&dev.tensor(&b, &[k, n]).unwrap())
+        .unwrap();
+    assert_eq!(y.shape(), &[bt, m, n]);
+    let got = y.read().await.unwrap();
+    let want: Vec<(f64, Tol)> = (0..bt)
+        .flat_map(|i| oracle::matmul(&a[i * m * k..], &b, m, k, n))
+        .collect();
+    check(
+        "batched matmul [2, 260, 33] x [33, 270]",
+        &|i| format!("flat {i}"),
+        &got,
+        &want,
+    );
+
     let x = dev.tensor(&[1.0; 6], &[2, 3]).unwrap();
     assert!(matches!(
         x.matmul(&x).unwrap_err(),

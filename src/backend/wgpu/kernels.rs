@@ -50,13 +50,8 @@ struct RowParams {
     _pad: [u32; 3],
 }
 
-/// Rows and columns of the output tile of the two matmul kernels (shaders/matmul.wgsl and
-/// shaders/matmul_wide.wgsl).
+/// Rows and columns of the output tile one matmul workgroup computes (shaders/matmul.wgsl).
 const MATMUL_TILE: u64 = 64;
-const MATMUL_WIDE_TILE: u64 = 128;
-/// Both sides of the output at least this long use the wide kernel. Below it the 64 x 64
-/// tiles give more workgroups to spread over the device. (A per-adapter autotuner is to come.)
-const MATMUL_WIDE_FROM: u64 = 256;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -488,9 +483,7 @@ impl BackendOps for WgpuBackend {
         s.check_binding("matmul's right operand", b_len)?;
         s.check_binding("matmul's output", batch * m * n)?;
         let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
-        let wide = m >= MATMUL_WIDE_FROM && n >= MATMUL_WIDE_FROM;
-        let tile = if wide { MATMUL_WIDE_TILE } else { MATMUL_TILE };
-        let grid = [n.div_ceil(tile), m.div_ceil(tile), batch];
+        let grid = [n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE), batch];
         if let Some(&over) = grid.iter().find(|&&g| g > max) {
             return Err(Error::LimitExceeded {
                 what: format!("a matmul grid of {grid:?} workgroups"),
@@ -515,7 +508,7 @@ impl BackendOps for WgpuBackend {
         ];
         s.dispatch_grid(
             &mut st,
-            Kernel::Matmul { wide },
+            Kernel::Matmul,
             bytemuck::bytes_of(&p),
             &binds,
             grid.map(|g| g as u32),

@@ -18,7 +18,6 @@ pub(crate) enum Shader {
     Reduce,
     Softmax,
     Matmul,
-    MatmulWide,
 }
 
 impl Shader {
@@ -38,7 +37,6 @@ impl Shader {
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
             Shader::Matmul => "matmul.wgsl",
-            Shader::MatmulWide => "matmul_wide.wgsl",
         }
     }
 
@@ -50,7 +48,6 @@ impl Shader {
             Shader::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
             Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
-            Shader::MatmulWide => include_str!("../../../shaders/matmul_wide.wgsl"),
         }
     }
 }
@@ -78,20 +75,12 @@ pub(crate) enum Kernel {
     Unary(UnaryKind),
     Binary(BinaryOp),
     BinaryBroadcast(BinaryOp),
-    ReducePartial {
-        op: ReduceOp,
-        dot: bool,
-    },
+    ReducePartial { op: ReduceOp, dot: bool },
     ReduceFinish(ReduceOp),
     SoftmaxStats,
     SoftmaxCombine,
-    SoftmaxApply {
-        log: bool,
-    },
-    /// 64 x 64 output tiles (`wide: false`) or 128 x 128 (`wide: true`).
-    Matmul {
-        wide: bool,
-    },
+    SoftmaxApply { log: bool },
+    Matmul,
 }
 
 impl Kernel {
@@ -104,17 +93,15 @@ impl Kernel {
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
                 Shader::Softmax
             }
-            Kernel::Matmul { wide: false } => Shader::Matmul,
-            Kernel::Matmul { wide: true } => Shader::MatmulWide,
+            Kernel::Matmul => Shader::Matmul,
         }
     }
 
     pub(crate) fn entry_point(self) -> &'static str {
         match self {
-            Kernel::Unary(_)
-            | Kernel::Binary(_)
-            | Kernel::BinaryBroadcast(_)
-            | Kernel::Matmul { .. } => "main",
+            Kernel::Unary(_) | Kernel::Binary(_) | Kernel::BinaryBroadcast(_) | Kernel::Matmul => {
+                "main"
+            }
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -139,7 +126,7 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Matmul { .. } => vec![],
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Matmul => vec![],
             Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
         }
     }
@@ -280,8 +267,7 @@ mod tests {
             Kernel::SoftmaxCombine,
             Kernel::SoftmaxApply { log: false },
             Kernel::SoftmaxApply { log: true },
-            Kernel::Matmul { wide: false },
-            Kernel::Matmul { wide: true },
+            Kernel::Matmul,
         ]);
         k
     }
@@ -320,7 +306,7 @@ mod tests {
                 256,
                 "{kernel:?}: WebGPU guarantees 256 invocations, no more"
             );
-            if !matches!(kernel, Kernel::Matmul { .. }) {
+            if kernel != Kernel::Matmul {
                 assert_eq!(
                     ep.workgroup_size,
                     [256, 1, 1],
