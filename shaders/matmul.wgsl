@@ -6,6 +6,16 @@
 // of four consecutive rows, B's tile as vec4s of four consecutive columns, so the inner loop is
 // four vec4 multiply-adds per k. Bounds are checked only when loading tiles and storing results.
 // A stride of 0 broadcasts that operand over the batch.
+//
+// Specialisation: TRANS_A reads A stored as [k, m], TRANS_B reads B stored as [n, k] (no
+// transposed copy is made). The epilogue adds a bias row (HAS_BIAS) and applies ACT
+// (0 none, 1 relu, 2 gelu, 3 gelu_tanh, 4 silu; `Activation` in src/ops/matmul.rs) before the
+// store, so a linear layer is one dispatch.
+
+override TRANS_A: bool = false;
+override TRANS_B: bool = false;
+override HAS_BIAS: bool = false;
+override ACT: u32 = 0u;
 
 struct Params {
     m: u32,
@@ -21,7 +31,8 @@ struct Params {
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
 const TILE: u32 = 64u;
 const TK: u32 = 16u;
@@ -30,6 +41,64 @@ const TK: u32 = 16u;
 var<workgroup> a_tile: array<vec4<f32>, 256>;
 // [kk][col / 4], component col % 4.
 var<workgroup> b_tile: array<vec4<f32>, 256>;
+
+fn load_a(base: u32, r: u32, kk: u32) -> f32 {
+    if (TRANS_A) {
+        return a[base + kk * params.m + r];
+    }
+    return a[base + r * params.k + kk];
+}
+
+fn load_b(base: u32, kk: u32, c: u32) -> f32 {
+    if (TRANS_B) {
+        return b[base + c * params.k + kk];
+    }
+    return b[base + kk * params.n + c];
+}
+
+fn is_nan4(v: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
+
+// The same formulas as shaders/unary.wgsl (WGSL has no includes).
+fn erf4(v: vec4<f32>) -> vec4<f32> {
+    let x = abs(v);
+    let t = 1.0 / (1.0 + 0.3275911 * x);
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let r = 1.0 - poly * exp(-x * x);
+    return select(r, -r, v < vec4<f32>(0.0));
+}
+
+fn safe_tanh(v: vec4<f32>) -> vec4<f32> {
+    return select(tanh(v), sign(v), abs(v) > vec4<f32>(10.0));
+}
+
+fn activate(v: vec4<f32>) -> vec4<f32> {
+    let zero = vec4<f32>(0.0);
+    var r = v;
+    switch ACT {
+        case 1u: { r = select(v, zero, v < zero); }
+        case 2u: { r = 0.5 * v * (1.0 + erf4(v * 0.7071067812)); }
+        case 3u: { r = 0.5 * v * (1.0 + safe_tanh(0.7978845608 * (v + 0.044715 * v * v * v))); }
+        case 4u: { r = v / (1.0 + exp(-v)); }
+        default: {}
+    }
+    return select(r, v, is_nan4(v));
+}
+
+fn epilogue(c0: u32, v: vec4<f32>) -> vec4<f32> {
+    var x = v;
+    if (HAS_BIAS) {
+        let n = params.n;
+        var bv = vec4<f32>(0.0);
+        if (c0 < n) { bv.x = bias[c0]; }
+        if (c0 + 1u < n) { bv.y = bias[c0 + 1u]; }
+        if (c0 + 2u < n) { bv.z = bias[c0 + 2u]; }
+        if (c0 + 3u < n) { bv.w = bias[c0 + 3u]; }
+        x = x + bv;
+    }
+    return activate(x);
+}
 
 @compute @workgroup_size(16, 16)
 fn main(
@@ -60,7 +129,7 @@ fn main(
             let gk = k0 + kk;
             var v = 0.0;
             if (gr < m && gk < k) {
-                v = a[a_base + gr * k + gk];
+                v = load_a(a_base, gr, gk);
             }
             a_tile[kk * 16u + r / 4u][r % 4u] = v;
         }
@@ -73,7 +142,7 @@ fn main(
             let gc = col0 + c;
             var v = 0.0;
             if (gk < k && gc < n) {
-                v = b[b_base + gk * n + gc];
+                v = load_b(b_base, gk, gc);
             }
             b_tile[kk * 16u + c / 4u][c % 4u] = v;
         }
@@ -92,10 +161,10 @@ fn main(
     let out_base = wid.z * m * n;
     let c0 = col0 + lid.x * 4u;
     let r0 = row0 + lid.y * 4u;
-    store_row(out_base, r0, c0, acc0);
-    store_row(out_base, r0 + 1u, c0, acc1);
-    store_row(out_base, r0 + 2u, c0, acc2);
-    store_row(out_base, r0 + 3u, c0, acc3);
+    store_row(out_base, r0, c0, epilogue(c0, acc0));
+    store_row(out_base, r0 + 1u, c0, epilogue(c0, acc1));
+    store_row(out_base, r0 + 2u, c0, epilogue(c0, acc2));
+    store_row(out_base, r0 + 3u, c0, epilogue(c0, acc3));
 }
 
 fn store_row(base: u32, r: u32, c0: u32, v: vec4<f32>) {

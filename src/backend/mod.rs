@@ -7,7 +7,7 @@ pub(crate) mod cpu;
 pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
-use crate::ops::matmul::MatmulDims;
+use crate::ops::matmul::MatmulSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// An operand of a broadcasting binary op: its storage and how many elements repeat
@@ -48,8 +48,14 @@ pub(crate) trait BackendOps {
         cols: usize,
         log: bool,
     ) -> Result<Self::Storage>;
-    /// `out[b] = a[b] x b[b]` for each batch entry (see [`MatmulDims`]).
-    fn matmul(&self, a: &Self::Storage, b: &Self::Storage, d: MatmulDims) -> Result<Self::Storage>;
+    /// `out[b] = act(op(a[b]) x op(b[b]) + bias)` for each batch entry (see [`MatmulSpec`]).
+    fn matmul(
+        &self,
+        a: &Self::Storage,
+        b: &Self::Storage,
+        bias: Option<&Self::Storage>,
+        spec: MatmulSpec,
+    ) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -140,8 +146,28 @@ impl BackendImpl {
         dispatch!(self, b, [x = x], b.softmax(x, rows, cols, log))
     }
 
-    pub(crate) fn matmul(&self, a: &Storage, b: &Storage, d: MatmulDims) -> Result<Storage> {
-        dispatch!(self, be, [a = a, b = b], be.matmul(a, b, d))
+    pub(crate) fn matmul(
+        &self,
+        a: &Storage,
+        b: &Storage,
+        bias: Option<&Storage>,
+        spec: MatmulSpec,
+    ) -> Result<Storage> {
+        match (self, a, b, bias) {
+            (BackendImpl::Wgpu(be), Storage::Wgpu(a), Storage::Wgpu(b), None) => {
+                be.matmul(a, b, None, spec).map(Storage::Wgpu)
+            }
+            (BackendImpl::Wgpu(be), Storage::Wgpu(a), Storage::Wgpu(b), Some(Storage::Wgpu(c))) => {
+                be.matmul(a, b, Some(c), spec).map(Storage::Wgpu)
+            }
+            (BackendImpl::Cpu(be), Storage::Cpu(a), Storage::Cpu(b), None) => {
+                be.matmul(a, b, None, spec).map(Storage::Cpu)
+            }
+            (BackendImpl::Cpu(be), Storage::Cpu(a), Storage::Cpu(b), Some(Storage::Cpu(c))) => {
+                be.matmul(a, b, Some(c), spec).map(Storage::Cpu)
+            }
+            _ => Err(mismatch()),
+        }
     }
 
     pub(crate) async fn read(&self, x: &Storage, n: usize) -> Result<Vec<f32>> {

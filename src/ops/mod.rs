@@ -7,4 +7,5 @@ pub mod reduce;
 pub mod softmax;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use matmul::{Activation, MatmulOptions};
 pub use reduce::ReduceOp;

@@ -207,3 +207,47 @@ pub fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<(f64, T
     }
     out
 }
+
+/// A matmul with transposed operands and an epilogue, in f64: `act(op(a) x op(b) + bias)`.
+/// The tolerance is the matmul's, carried through the activation (whose slope is at most 1.2),
+/// plus the activation's own.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with(
+    a: &[f32],
+    b: &[f32],
+    (m, k, n): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    bias: Option<&[f32]>,
+    act: Option<UnaryOp>,
+) -> Vec<(f64, Tol)> {
+    let at: Vec<f32> = if ta {
+        (0..m * k).map(|i| a[(i % k) * m + i / k]).collect()
+    } else {
+        a[..m * k].to_vec()
+    };
+    let bt: Vec<f32> = if tb {
+        (0..k * n).map(|i| b[(i % n) * k + i / n]).collect()
+    } else {
+        b[..k * n].to_vec()
+    };
+    matmul(&at, &bt, m, k, n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (v, tol))| {
+            let v = v + bias.map_or(0.0, |c| c[i % n] as f64);
+            match act {
+                None => (v, tol),
+                Some(op) => {
+                    let (y, t) = unary(op, v);
+                    (
+                        y,
+                        Tol {
+                            atol: 1.2 * tol.atol + t.atol,
+                            rtol: t.rtol,
+                        },
+                    )
+                }
+            }
+        })
+        .collect()
+}

@@ -631,3 +631,92 @@ pub async fn matmul_edges(dev: &Device) {
         &oracle::matmul(&a, &b, m, k, n),
     );
 }
+
+/// Transposed operands and the fused epilogue, against the same product in f64.
+pub async fn matmul_options(dev: &Device) {
+    use gpukit::{Activation, MatmulOptions};
+    let (m, k, n) = (37, 70, 67);
+    let mut rng = Rng::new(8300);
+    let a = rng.vec(m * k, -1.0, 1.0);
+    let b = rng.vec(k * n, -1.0, 1.0);
+    let bias = rng.vec(n, -1.0, 1.0);
+    let tbias = dev.tensor(&bias, &[n]).unwrap();
+    let acts = [
+        None,
+        Some(Activation::Relu),
+        Some(Activation::Gelu),
+        Some(Activation::GeluTanh),
+        Some(Activation::Silu),
+    ];
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let sa = if ta { [k, m] } else { [m, k] };
+        let sb = if tb { [n, k] } else { [k, n] };
+        let xa = dev.tensor(&a, &sa).unwrap();
+        let xb = dev.tensor(&b, &sb).unwrap();
+        for (i, act) in acts.into_iter().enumerate() {
+            let with_bias = i % 2 == 0;
+            let options = MatmulOptions {
+                transpose_a: ta,
+                transpose_b: tb,
+                bias: with_bias.then_some(&tbias),
+                activation: act,
+            };
+            let y = xa.matmul_with(&xb, options).unwrap();
+            assert_eq!(y.shape(), &[m, n]);
+            let got = y.read().await.unwrap();
+            let want = oracle::matmul_with(
+                &a,
+                &b,
+                (m, k, n),
+                (ta, tb),
+                with_bias.then_some(&bias[..]),
+                act.map(|a| a.as_unary()),
+            );
+            check(
+                &format!("matmul ta={ta} tb={tb} bias={with_bias} act={act:?}"),
+                &|i| format!("out[{}][{}]", i / n, i % n),
+                &got,
+                &want,
+            );
+        }
+    }
+    // linear: weight stored [out, in], batched input.
+    let (bt, inp, outp) = (2, 33, 19);
+    let x = rng.vec(bt * 5 * inp, -1.0, 1.0);
+    let w = rng.vec(outp * inp, -1.0, 1.0);
+    let c = rng.vec(outp, -1.0, 1.0);
+    let y = dev
+        .tensor(&x, &[bt, 5, inp])
+        .unwrap()
+        .linear(
+            &dev.tensor(&w, &[outp, inp]).unwrap(),
+            Some(&dev.tensor(&c, &[outp]).unwrap()),
+            Some(Activation::Silu),
+        )
+        .unwrap();
+    assert_eq!(y.shape(), &[bt, 5, outp]);
+    let got = y.read().await.unwrap();
+    let want = oracle::matmul_with(
+        &x,
+        &w,
+        (bt * 5, inp, outp),
+        (false, true),
+        Some(&c),
+        Some(gpukit::UnaryOp::Silu),
+    );
+    check(
+        "linear [2, 5, 33] x [19, 33]^T + bias, silu",
+        &|i| format!("flat {i}"),
+        &got,
+        &want,
+    );
+    // A bias of the wrong length names both shapes.
+    let e = dev.tensor(&a, &[m, k]).unwrap().matmul_with(
+        &dev.tensor(&b, &[k, n]).unwrap(),
+        MatmulOptions {
+            bias: Some(&dev.tensor(&bias[..5], &[5]).unwrap()),
+            ..Default::default()
+        },
+    );
+    assert!(matches!(e.unwrap_err(), Error::ShapeMismatch { .. }));
+}

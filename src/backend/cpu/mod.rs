@@ -5,7 +5,7 @@
 use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
-use crate::ops::matmul::MatmulDims;
+use crate::ops::matmul::MatmulSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Host memory holding a tensor.
@@ -168,8 +168,18 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(out))
     }
 
-    fn matmul(&self, a: &CpuStorage, b: &CpuStorage, d: MatmulDims) -> Result<CpuStorage> {
+    fn matmul(
+        &self,
+        a: &CpuStorage,
+        b: &CpuStorage,
+        bias: Option<&CpuStorage>,
+        spec: MatmulSpec,
+    ) -> Result<CpuStorage> {
+        let d = spec.dims;
         let mut out = vec![0.0f32; d.batch * d.m * d.n];
+        // Element (i, p) of A and (p, j) of B, whatever their storage order.
+        let (sa_i, sa_p) = if spec.transpose_a { (1, d.m) } else { (d.k, 1) };
+        let (sb_p, sb_j) = if spec.transpose_b { (1, d.k) } else { (d.n, 1) };
         for (bt, o) in out
             .chunks_exact_mut((d.m * d.n).max(1))
             .enumerate()
@@ -180,10 +190,17 @@ impl BackendOps for CpuBackend {
             for i in 0..d.m {
                 let row = &mut o[i * d.n..(i + 1) * d.n];
                 for p in 0..d.k {
-                    let x = a[i * d.k + p];
-                    for (r, &y) in row.iter_mut().zip(&b[p * d.n..(p + 1) * d.n]) {
-                        *r += x * y;
+                    let x = a[i * sa_i + p * sa_p];
+                    for (j, r) in row.iter_mut().enumerate() {
+                        *r += x * b[p * sb_p + j * sb_j];
                     }
+                }
+                if let Some(bias) = bias {
+                    row.iter_mut().zip(&bias.0).for_each(|(r, c)| *r += c);
+                }
+                if let Some(act) = spec.activation {
+                    let op = act.as_unary();
+                    row.iter_mut().for_each(|r| *r = op.apply(*r));
                 }
             }
         }

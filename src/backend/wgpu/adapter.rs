@@ -139,9 +139,9 @@ pub(crate) fn unsuitable(adapter: &wgpu::Adapter) -> Option<String> {
                 .min(l.max_compute_workgroup_size_x)
         ));
     }
-    if l.max_storage_buffers_per_shader_stage < 3 {
+    if l.max_storage_buffers_per_shader_stage < 4 {
         return Some(format!(
-            "3 storage buffers per shader are needed, the adapter allows {}",
+            "4 storage buffers per shader are needed, the adapter allows {}",
             l.max_storage_buffers_per_shader_stage
         ));
     }

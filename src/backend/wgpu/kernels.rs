@@ -12,7 +12,7 @@ use super::pipelines::Kernel;
 use super::{Shared, State, WgpuBackend, WgpuStorage};
 use crate::backend::{BackendOps, Operand};
 use crate::error::{Error, Result};
-use crate::ops::matmul::MatmulDims;
+use crate::ops::matmul::MatmulSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Invocations per workgroup of every kernel (WebGPU guarantees 256).
@@ -460,9 +460,20 @@ impl BackendOps for WgpuBackend {
         Ok(s.storage(out))
     }
 
-    fn matmul(&self, a: &WgpuStorage, b: &WgpuStorage, d: MatmulDims) -> Result<WgpuStorage> {
+    fn matmul(
+        &self,
+        a: &WgpuStorage,
+        b: &WgpuStorage,
+        bias: Option<&WgpuStorage>,
+        spec: MatmulSpec,
+    ) -> Result<WgpuStorage> {
         let s = self.begin()?;
+        let d = spec.dims;
         let (ab, bb) = (a.buffer()?, b.buffer()?);
+        let cb = match bias {
+            Some(c) => Some(c.buffer()?),
+            None => None,
+        };
         let [batch, m, k, n] = [d.batch, d.m, d.k, d.n].map(|v| v as u64);
         let mut st = s.state();
         let out = s.alloc(&mut st, batch * m * n * 4)?;
@@ -504,11 +515,19 @@ impl BackendOps for WgpuBackend {
         let binds = [
             whole(ab, a_len.max(1)),
             whole(bb, b_len.max(1)),
+            // Without a bias the shader never reads binding 3; A stands in for it.
+            cb.map_or(whole(ab, a_len.max(1)), |c| whole(c, n)),
             whole(&out, batch * m * n),
         ];
+        let kernel = Kernel::Matmul {
+            transpose_a: spec.transpose_a,
+            transpose_b: spec.transpose_b,
+            bias: cb.is_some(),
+            activation: spec.activation,
+        };
         s.dispatch_grid(
             &mut st,
-            Kernel::Matmul,
+            kernel,
             bytemuck::bytes_of(&p),
             &binds,
             grid.map(|g| g as u32),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::ops::elementwise::UnaryKind;
-use crate::ops::{BinaryOp, ReduceOp};
+use crate::ops::{Activation, BinaryOp, ReduceOp};
 
 /// The shader files in `shaders/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,6 +58,7 @@ impl Shader {
 pub(crate) enum Layout {
     OneInput,
     TwoInputs,
+    ThreeInputs,
 }
 
 impl Layout {
@@ -65,6 +66,7 @@ impl Layout {
         match self {
             Layout::OneInput => 1,
             Layout::TwoInputs => 2,
+            Layout::ThreeInputs => 3,
         }
     }
 }
@@ -75,12 +77,22 @@ pub(crate) enum Kernel {
     Unary(UnaryKind),
     Binary(BinaryOp),
     BinaryBroadcast(BinaryOp),
-    ReducePartial { op: ReduceOp, dot: bool },
+    ReducePartial {
+        op: ReduceOp,
+        dot: bool,
+    },
     ReduceFinish(ReduceOp),
     SoftmaxStats,
     SoftmaxCombine,
-    SoftmaxApply { log: bool },
-    Matmul,
+    SoftmaxApply {
+        log: bool,
+    },
+    Matmul {
+        transpose_a: bool,
+        transpose_b: bool,
+        bias: bool,
+        activation: Option<Activation>,
+    },
 }
 
 impl Kernel {
@@ -93,15 +105,16 @@ impl Kernel {
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
                 Shader::Softmax
             }
-            Kernel::Matmul => Shader::Matmul,
+            Kernel::Matmul { .. } => Shader::Matmul,
         }
     }
 
     pub(crate) fn entry_point(self) -> &'static str {
         match self {
-            Kernel::Unary(_) | Kernel::Binary(_) | Kernel::BinaryBroadcast(_) | Kernel::Matmul => {
-                "main"
-            }
+            Kernel::Unary(_)
+            | Kernel::Binary(_)
+            | Kernel::BinaryBroadcast(_)
+            | Kernel::Matmul { .. } => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -113,6 +126,7 @@ impl Kernel {
     pub(crate) fn layout(self) -> Layout {
         match self {
             Kernel::Unary(_) => Layout::OneInput,
+            Kernel::Matmul { .. } => Layout::ThreeInputs,
             _ => Layout::TwoInputs,
         }
     }
@@ -126,7 +140,18 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Matmul => vec![],
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine => vec![],
+            Kernel::Matmul {
+                transpose_a,
+                transpose_b,
+                bias,
+                activation,
+            } => vec![
+                ("TRANS_A", transpose_a as u32 as f64),
+                ("TRANS_B", transpose_b as u32 as f64),
+                ("HAS_BIAS", bias as u32 as f64),
+                ("ACT", activation.map_or(0, |a| a as u32) as f64),
+            ],
             Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
         }
     }
@@ -267,8 +292,23 @@ mod tests {
             Kernel::SoftmaxCombine,
             Kernel::SoftmaxApply { log: false },
             Kernel::SoftmaxApply { log: true },
-            Kernel::Matmul,
         ]);
+        for activation in [
+            None,
+            Some(Activation::Relu),
+            Some(Activation::Gelu),
+            Some(Activation::GeluTanh),
+            Some(Activation::Silu),
+        ] {
+            for (transpose_a, transpose_b, bias) in [(false, false, false), (true, true, true)] {
+                k.push(Kernel::Matmul {
+                    transpose_a,
+                    transpose_b,
+                    bias,
+                    activation,
+                });
+            }
+        }
         k
     }
 
@@ -306,7 +346,7 @@ mod tests {
                 256,
                 "{kernel:?}: WebGPU guarantees 256 invocations, no more"
             );
-            if kernel != Kernel::Matmul {
+            if !matches!(kernel, Kernel::Matmul { .. }) {
                 assert_eq!(
                     ep.workgroup_size,
                     [256, 1, 1],
