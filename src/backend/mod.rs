@@ -8,6 +8,7 @@ pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
 use crate::ops::matmul::MatmulSpec;
+use crate::ops::norm::NormSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// An operand of a broadcasting binary op: its storage and how many elements repeat
@@ -56,6 +57,14 @@ pub(crate) trait BackendOps {
         bias: Option<&Self::Storage>,
         spec: MatmulSpec,
     ) -> Result<Self::Storage>;
+    /// layernorm or rmsnorm of each row, then `* weight + bias` (see [`NormSpec`]).
+    fn norm(
+        &self,
+        x: &Self::Storage,
+        weight: Option<&Self::Storage>,
+        bias: Option<&Self::Storage>,
+        spec: NormSpec,
+    ) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -72,6 +81,22 @@ pub(crate) enum BackendImpl {
 pub(crate) enum Storage {
     Wgpu(self::wgpu::WgpuStorage),
     Cpu(cpu::CpuStorage),
+}
+
+impl Storage {
+    fn as_wgpu(&self) -> Result<&self::wgpu::WgpuStorage> {
+        match self {
+            Storage::Wgpu(s) => Ok(s),
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn as_cpu(&self) -> Result<&cpu::CpuStorage> {
+        match self {
+            Storage::Cpu(s) => Ok(s),
+            _ => Err(mismatch()),
+        }
+    }
 }
 
 /// A tensor of one backend handed to another: impossible through the public API, since
@@ -153,20 +178,38 @@ impl BackendImpl {
         bias: Option<&Storage>,
         spec: MatmulSpec,
     ) -> Result<Storage> {
-        match (self, a, b, bias) {
-            (BackendImpl::Wgpu(be), Storage::Wgpu(a), Storage::Wgpu(b), None) => {
-                be.matmul(a, b, None, spec).map(Storage::Wgpu)
+        match self {
+            BackendImpl::Wgpu(be) => {
+                let bias = bias.map(Storage::as_wgpu).transpose()?;
+                be.matmul(a.as_wgpu()?, b.as_wgpu()?, bias, spec)
+                    .map(Storage::Wgpu)
             }
-            (BackendImpl::Wgpu(be), Storage::Wgpu(a), Storage::Wgpu(b), Some(Storage::Wgpu(c))) => {
-                be.matmul(a, b, Some(c), spec).map(Storage::Wgpu)
+            BackendImpl::Cpu(be) => {
+                let bias = bias.map(Storage::as_cpu).transpose()?;
+                be.matmul(a.as_cpu()?, b.as_cpu()?, bias, spec)
+                    .map(Storage::Cpu)
             }
-            (BackendImpl::Cpu(be), Storage::Cpu(a), Storage::Cpu(b), None) => {
-                be.matmul(a, b, None, spec).map(Storage::Cpu)
+        }
+    }
+
+    pub(crate) fn norm(
+        &self,
+        x: &Storage,
+        weight: Option<&Storage>,
+        bias: Option<&Storage>,
+        spec: NormSpec,
+    ) -> Result<Storage> {
+        match self {
+            BackendImpl::Wgpu(be) => {
+                let w = weight.map(Storage::as_wgpu).transpose()?;
+                let b = bias.map(Storage::as_wgpu).transpose()?;
+                be.norm(x.as_wgpu()?, w, b, spec).map(Storage::Wgpu)
             }
-            (BackendImpl::Cpu(be), Storage::Cpu(a), Storage::Cpu(b), Some(Storage::Cpu(c))) => {
-                be.matmul(a, b, Some(c), spec).map(Storage::Cpu)
+            BackendImpl::Cpu(be) => {
+                let w = weight.map(Storage::as_cpu).transpose()?;
+                let b = bias.map(Storage::as_cpu).transpose()?;
+                be.norm(x.as_cpu()?, w, b, spec).map(Storage::Cpu)
             }
-            _ => Err(mismatch()),
         }
     }
 

@@ -3,6 +3,7 @@
 
 pub mod elementwise;
 pub mod matmul;
+pub mod norm;
 pub mod reduce;
 pub mod softmax;
 

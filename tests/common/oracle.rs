@@ -251,3 +251,36 @@ pub fn matmul_with(
         })
         .collect()
 }
+
+/// layernorm (or rmsnorm) of one row in f64, then weight and bias; two passes, biased variance.
+pub fn norm(
+    row: &[f64],
+    rms: bool,
+    weight: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    eps: f64,
+) -> (Vec<f64>, Tol) {
+    let n = row.len() as f64;
+    let mean = if rms {
+        0.0
+    } else {
+        row.iter().sum::<f64>() / n
+    };
+    let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    let out = row
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            (x - mean) * inv * weight.map_or(1.0, |w| w[i] as f64)
+                + bias.map_or(0.0, |b| b[i] as f64)
+        })
+        .collect();
+    (
+        out,
+        Tol {
+            atol: 3e-5,
+            rtol: 3e-5,
+        },
+    )
+}

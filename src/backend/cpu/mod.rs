@@ -6,6 +6,7 @@ use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::matmul::MatmulSpec;
+use crate::ops::norm::NormSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Host memory holding a tensor.
@@ -202,6 +203,41 @@ impl BackendOps for CpuBackend {
                     let op = act.as_unary();
                     row.iter_mut().for_each(|r| *r = op.apply(*r));
                 }
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn norm(
+        &self,
+        x: &CpuStorage,
+        weight: Option<&CpuStorage>,
+        bias: Option<&CpuStorage>,
+        spec: NormSpec,
+    ) -> Result<CpuStorage> {
+        let (rows, cols) = (spec.rows, spec.cols);
+        let mut out = Vec::with_capacity(rows * cols);
+        if cols == 0 {
+            return Ok(CpuStorage(out));
+        }
+        for row in x.0[..rows * cols].chunks_exact(cols) {
+            let n = cols as f64;
+            let mean = if spec.rms {
+                0.0
+            } else {
+                row.iter().map(|&v| v as f64).sum::<f64>() / n
+            };
+            let q: f64 = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+            let inv = 1.0 / (q + spec.eps as f64).sqrt();
+            for (i, &v) in row.iter().enumerate() {
+                let mut y = ((v as f64 - mean) * inv) as f32;
+                if let Some(w) = weight {
+                    y *= w.0[i];
+                }
+                if let Some(b) = bias {
+                    y += b.0[i];
+                }
+                out.push(y);
             }
         }
         Ok(CpuStorage(out))

@@ -18,6 +18,7 @@ pub(crate) enum Shader {
     Reduce,
     Softmax,
     Matmul,
+    Norm,
 }
 
 impl Shader {
@@ -37,6 +38,7 @@ impl Shader {
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
             Shader::Matmul => "matmul.wgsl",
+            Shader::Norm => "norm.wgsl",
         }
     }
 
@@ -48,6 +50,7 @@ impl Shader {
             Shader::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
             Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
         }
     }
 }
@@ -93,6 +96,11 @@ pub(crate) enum Kernel {
         bias: bool,
         activation: Option<Activation>,
     },
+    Norm {
+        rms: bool,
+        weight: bool,
+        bias: bool,
+    },
 }
 
 impl Kernel {
@@ -106,6 +114,7 @@ impl Kernel {
                 Shader::Softmax
             }
             Kernel::Matmul { .. } => Shader::Matmul,
+            Kernel::Norm { .. } => Shader::Norm,
         }
     }
 
@@ -114,7 +123,8 @@ impl Kernel {
             Kernel::Unary(_)
             | Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
-            | Kernel::Matmul { .. } => "main",
+            | Kernel::Matmul { .. }
+            | Kernel::Norm { .. } => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -126,7 +136,7 @@ impl Kernel {
     pub(crate) fn layout(self) -> Layout {
         match self {
             Kernel::Unary(_) => Layout::OneInput,
-            Kernel::Matmul { .. } => Layout::ThreeInputs,
+            Kernel::Matmul { .. } | Kernel::Norm { .. } => Layout::ThreeInputs,
             _ => Layout::TwoInputs,
         }
     }
@@ -151,6 +161,11 @@ impl Kernel {
                 ("TRANS_B", transpose_b as u32 as f64),
                 ("HAS_BIAS", bias as u32 as f64),
                 ("ACT", activation.map_or(0, |a| a as u32) as f64),
+            ],
+            Kernel::Norm { rms, weight, bias } => vec![
+                ("RMS", rms as u32 as f64),
+                ("HAS_WEIGHT", weight as u32 as f64),
+                ("HAS_BIAS", bias as u32 as f64),
             ],
             Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
         }
@@ -301,6 +316,11 @@ mod tests {
             Some(Activation::Silu),
         ] {
             for (transpose_a, transpose_b, bias) in [(false, false, false), (true, true, true)] {
+                k.push(Kernel::Norm {
+                    rms: transpose_a,
+                    weight: bias,
+                    bias: !bias,
+                });
                 k.push(Kernel::Matmul {
                     transpose_a,
                     transpose_b,
