@@ -7,6 +7,7 @@ pub(crate) mod cpu;
 pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
+use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
@@ -65,6 +66,8 @@ pub(crate) trait BackendOps {
         bias: Option<&Self::Storage>,
         spec: NormSpec,
     ) -> Result<Self::Storage>;
+    /// A new tensor of `n` elements assembled by strided copies (see [`CopySpec`]).
+    fn copy(&self, parts: &[(&Self::Storage, CopySpec)], n: usize) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -209,6 +212,25 @@ impl BackendImpl {
                 let w = weight.map(Storage::as_cpu).transpose()?;
                 let b = bias.map(Storage::as_cpu).transpose()?;
                 be.norm(x.as_cpu()?, w, b, spec).map(Storage::Cpu)
+            }
+        }
+    }
+
+    pub(crate) fn copy(&self, parts: &[(&Storage, CopySpec)], n: usize) -> Result<Storage> {
+        match self {
+            BackendImpl::Wgpu(be) => {
+                let parts = parts
+                    .iter()
+                    .map(|(s, c)| Ok((s.as_wgpu()?, c.clone())))
+                    .collect::<Result<Vec<_>>>()?;
+                be.copy(&parts, n).map(Storage::Wgpu)
+            }
+            BackendImpl::Cpu(be) => {
+                let parts = parts
+                    .iter()
+                    .map(|(s, c)| Ok((s.as_cpu()?, c.clone())))
+                    .collect::<Result<Vec<_>>>()?;
+                be.copy(&parts, n).map(Storage::Cpu)
             }
         }
     }

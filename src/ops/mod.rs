@@ -2,6 +2,7 @@
 //! then dispatches to the tensor's backend; backends never see a malformed request.
 
 pub mod elementwise;
+pub mod layout;
 pub mod matmul;
 pub mod norm;
 pub mod reduce;

@@ -5,6 +5,7 @@
 use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
@@ -238,6 +239,23 @@ impl BackendOps for CpuBackend {
                     y += b.0[i];
                 }
                 out.push(y);
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn copy(&self, parts: &[(&CpuStorage, CopySpec)], n: usize) -> Result<CpuStorage> {
+        let mut out = vec![0.0f32; n];
+        for (src, spec) in parts {
+            for i in 0..spec.len() {
+                let (mut rem, mut from, mut to) = (i, spec.src_offset, spec.out_offset);
+                for d in (0..spec.shape.len()).rev() {
+                    let c = rem % spec.shape[d];
+                    rem /= spec.shape[d];
+                    from += c * spec.src_strides[d];
+                    to += c * spec.out_strides[d];
+                }
+                out[to] = src.0[from];
             }
         }
         Ok(CpuStorage(out))

@@ -19,6 +19,7 @@ pub(crate) enum Shader {
     Softmax,
     Matmul,
     Norm,
+    Copy,
 }
 
 impl Shader {
@@ -39,6 +40,7 @@ impl Shader {
             Shader::Softmax => "softmax.wgsl",
             Shader::Matmul => "matmul.wgsl",
             Shader::Norm => "norm.wgsl",
+            Shader::Copy => "copy.wgsl",
         }
     }
 
@@ -51,6 +53,7 @@ impl Shader {
             Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
             Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
             Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
+            Shader::Copy => include_str!("../../../shaders/copy.wgsl"),
         }
     }
 }
@@ -101,6 +104,7 @@ pub(crate) enum Kernel {
         weight: bool,
         bias: bool,
     },
+    Copy,
 }
 
 impl Kernel {
@@ -115,6 +119,7 @@ impl Kernel {
             }
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
+            Kernel::Copy => Shader::Copy,
         }
     }
 
@@ -124,7 +129,8 @@ impl Kernel {
             | Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
             | Kernel::Matmul { .. }
-            | Kernel::Norm { .. } => "main",
+            | Kernel::Norm { .. }
+            | Kernel::Copy => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -135,7 +141,7 @@ impl Kernel {
 
     pub(crate) fn layout(self) -> Layout {
         match self {
-            Kernel::Unary(_) => Layout::OneInput,
+            Kernel::Unary(_) | Kernel::Copy => Layout::OneInput,
             Kernel::Matmul { .. } | Kernel::Norm { .. } => Layout::ThreeInputs,
             _ => Layout::TwoInputs,
         }
@@ -150,7 +156,7 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine => vec![],
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Copy => vec![],
             Kernel::Matmul {
                 transpose_a,
                 transpose_b,
@@ -307,6 +313,7 @@ mod tests {
             Kernel::SoftmaxCombine,
             Kernel::SoftmaxApply { log: false },
             Kernel::SoftmaxApply { log: true },
+            Kernel::Copy,
         ]);
         for activation in [
             None,

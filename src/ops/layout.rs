@@ -1,0 +1,195 @@
+//! Layout ops: `permute` / `transpose`, `slice` along an axis, and `concat`. Each is a strided
+//! copy on the device (one kernel, `shaders/copy.wgsl`); nothing goes through the host.
+//! Tensors of up to 8 axes.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The most axes a layout op handles.
+pub const MAX_RANK: usize = 8;
+
+/// One strided copy: every coordinate `c` of `shape` copies
+/// `src[src_offset + c . src_strides]` to `out[out_offset + c . out_strides]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CopySpec {
+    pub shape: Vec<usize>,
+    pub src_strides: Vec<usize>,
+    pub src_offset: usize,
+    pub out_strides: Vec<usize>,
+    pub out_offset: usize,
+}
+
+impl CopySpec {
+    pub(crate) fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Row-major strides of a shape.
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+fn check_rank(op: &'static str, shape: &[usize]) -> Result<()> {
+    if shape.len() > MAX_RANK {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("at most {MAX_RANK} axes, got {}", shape.len()),
+        });
+    }
+    Ok(())
+}
+
+fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<()> {
+    if axis >= rank {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("axis {axis} does not exist in a tensor of {rank} axes"),
+        });
+    }
+    Ok(())
+}
+
+impl Tensor {
+    fn copies(&self, parts: &[(&Tensor, CopySpec)], shape: Vec<usize>) -> Result<Tensor> {
+        let storages: Vec<_> = parts
+            .iter()
+            .map(|(t, spec)| (t.storage(), spec.clone()))
+            .collect();
+        let n = shape.iter().product();
+        let storage = self.device().backend().copy(&storages, n)?;
+        Ok(self.with_storage(storage, shape))
+    }
+
+    /// Reorders the axes: output axis `i` is input axis `axes[i]`.
+    pub fn permute(&self, axes: &[usize]) -> Result<Tensor> {
+        let rank = self.shape().len();
+        check_rank("permute", self.shape())?;
+        let mut seen = vec![false; rank];
+        if axes.len() != rank
+            || axes
+                .iter()
+                .any(|&a| a >= rank || std::mem::replace(&mut seen[a], true))
+        {
+            return Err(Error::InvalidArgument {
+                op: "permute",
+                reason: format!(
+                    "{axes:?} is not a permutation of the {rank} axes of {:?}",
+                    self.shape()
+                ),
+            });
+        }
+        let in_strides = strides(self.shape());
+        let shape: Vec<usize> = axes.iter().map(|&a| self.shape()[a]).collect();
+        let spec = CopySpec {
+            src_strides: axes.iter().map(|&a| in_strides[a]).collect(),
+            src_offset: 0,
+            out_strides: strides(&shape),
+            out_offset: 0,
+            shape: shape.clone(),
+        };
+        self.copies(&[(self, spec)], shape)
+    }
+
+    /// Swaps two axes.
+    pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
+        let rank = self.shape().len();
+        check_axis("transpose", a, rank)?;
+        check_axis("transpose", b, rank)?;
+        let mut axes: Vec<usize> = (0..rank).collect();
+        axes.swap(a, b);
+        self.permute(&axes)
+    }
+
+    /// The elements `range` along `axis` (a copy; the other axes are whole).
+    pub fn slice(&self, axis: usize, range: Range<usize>) -> Result<Tensor> {
+        let rank = self.shape().len();
+        check_axis("slice", axis, rank)?;
+        check_rank("slice", self.shape())?;
+        let size = self.shape()[axis];
+        if range.start > range.end || range.end > size {
+            return Err(Error::InvalidArgument {
+                op: "slice",
+                reason: format!("range {range:?} is outside axis {axis} of length {size}"),
+            });
+        }
+        let mut shape = self.shape().to_vec();
+        shape[axis] = range.end - range.start;
+        let in_strides = strides(self.shape());
+        let spec = CopySpec {
+            src_offset: range.start * in_strides[axis],
+            src_strides: in_strides,
+            out_strides: strides(&shape),
+            out_offset: 0,
+            shape: shape.clone(),
+        };
+        self.copies(&[(self, spec)], shape)
+    }
+
+    /// Joins tensors along `axis`; all other axes must agree.
+    pub fn concat(tensors: &[&Tensor], axis: usize) -> Result<Tensor> {
+        let Some(first) = tensors.first() else {
+            return Err(Error::InvalidArgument {
+                op: "concat",
+                reason: "no tensors to join".into(),
+            });
+        };
+        let rank = first.shape().len();
+        check_axis("concat", axis, rank)?;
+        check_rank("concat", first.shape())?;
+        for t in tensors {
+            first.same_device(t, "concat")?;
+            let agree = t.shape().len() == rank
+                && t.shape()
+                    .iter()
+                    .zip(first.shape())
+                    .enumerate()
+                    .all(|(d, (x, y))| d == axis || x == y);
+            if !agree {
+                return Err(Error::shape(
+                    "concat",
+                    first.shape(),
+                    t.shape(),
+                    "(all axes but the joined one must agree)",
+                ));
+            }
+        }
+        let mut shape = first.shape().to_vec();
+        shape[axis] = tensors.iter().map(|t| t.shape()[axis]).sum();
+        let out_strides = strides(&shape);
+        let mut offset = 0;
+        let parts: Vec<(&Tensor, CopySpec)> = tensors
+            .iter()
+            .map(|t| {
+                let spec = CopySpec {
+                    shape: t.shape().to_vec(),
+                    src_strides: strides(t.shape()),
+                    src_offset: 0,
+                    out_strides: out_strides.clone(),
+                    out_offset: offset * out_strides[axis],
+                };
+                offset += t.shape()[axis];
+                (*t, spec)
+            })
+            .collect();
+        first.copies(&parts, shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strides;
+
+    #[test]
+    fn row_major_strides() {
+        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(strides(&[5]), vec![1]);
+        assert!(strides(&[]).is_empty());
+    }
+}
