@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// An operand of a broadcasting binary op: its storage and how many elements repeat
@@ -68,6 +69,17 @@ pub(crate) trait BackendOps {
     ) -> Result<Self::Storage>;
     /// A new tensor of `n` elements assembled by strided copies (see [`CopySpec`]).
     fn copy(&self, parts: &[(&Self::Storage, CopySpec)], n: usize) -> Result<Self::Storage>;
+    /// Rows `ids` of a table whose rows have `dim` elements (ids already checked).
+    fn embedding(&self, table: &Self::Storage, ids: &[u32], dim: usize) -> Result<Self::Storage>;
+    /// RoPE over `n` elements of rows of `dim`, positions cycling every `seq` rows.
+    fn rope(
+        &self,
+        x: &Self::Storage,
+        cos: &Self::Storage,
+        sin: &Self::Storage,
+        n_seq_dim: [usize; 3],
+        layout: RopeLayout,
+    ) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -214,6 +226,26 @@ impl BackendImpl {
                 be.norm(x.as_cpu()?, w, b, spec).map(Storage::Cpu)
             }
         }
+    }
+
+    pub(crate) fn embedding(&self, table: &Storage, ids: &[u32], dim: usize) -> Result<Storage> {
+        dispatch!(self, be, [t = table], be.embedding(t, ids, dim))
+    }
+
+    pub(crate) fn rope(
+        &self,
+        x: &Storage,
+        cos: &Storage,
+        sin: &Storage,
+        n_seq_dim: [usize; 3],
+        layout: RopeLayout,
+    ) -> Result<Storage> {
+        dispatch!(
+            self,
+            be,
+            [x = x, c = cos, s = sin],
+            be.rope(x, c, s, n_seq_dim, layout)
+        )
     }
 
     pub(crate) fn copy(&self, parts: &[(&Storage, CopySpec)], n: usize) -> Result<Storage> {

@@ -2,6 +2,7 @@
 //! then dispatches to the tensor's backend; backends never see a malformed request.
 
 pub mod elementwise;
+pub mod embed;
 pub mod layout;
 pub mod matmul;
 pub mod norm;
@@ -9,5 +10,6 @@ pub mod reduce;
 pub mod softmax;
 
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use embed::RopeLayout;
 pub use matmul::{Activation, MatmulOptions};
 pub use reduce::ReduceOp;

@@ -8,6 +8,7 @@ use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType}
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Host memory holding a tensor.
@@ -239,6 +240,40 @@ impl BackendOps for CpuBackend {
                     y += b.0[i];
                 }
                 out.push(y);
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn embedding(&self, table: &CpuStorage, ids: &[u32], dim: usize) -> Result<CpuStorage> {
+        let mut out = Vec::with_capacity(ids.len() * dim);
+        for &id in ids {
+            out.extend_from_slice(&table.0[id as usize * dim..(id as usize + 1) * dim]);
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn rope(
+        &self,
+        x: &CpuStorage,
+        cos: &CpuStorage,
+        sin: &CpuStorage,
+        [n, seq, dim]: [usize; 3],
+        layout: RopeLayout,
+    ) -> Result<CpuStorage> {
+        let mut out = x.0[..n].to_vec();
+        let half = dim / 2;
+        for (row, v) in out.chunks_exact_mut(dim.max(1)).enumerate() {
+            let t = (row % seq) * half;
+            for j in 0..half {
+                let (i0, i1) = match layout {
+                    RopeLayout::Interleaved => (2 * j, 2 * j + 1),
+                    RopeLayout::HalfSplit => (j, j + half),
+                };
+                let (c, s) = (cos.0[t + j], sin.0[t + j]);
+                let (x0, x1) = (v[i0], v[i1]);
+                v[i0] = x0 * c - x1 * s;
+                v[i1] = x0 * s + x1 * c;
             }
         }
         Ok(CpuStorage(out))

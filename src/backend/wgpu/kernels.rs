@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::ops::layout::{CopySpec, MAX_RANK};
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 /// Invocations per workgroup of every kernel (WebGPU guarantees 256).
@@ -607,6 +608,80 @@ impl BackendOps for WgpuBackend {
             bias: b.is_some(),
         };
         s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, rows)?;
+        Ok(s.storage(out))
+    }
+
+    fn embedding(&self, table: &WgpuStorage, ids: &[u32], dim: usize) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let tb = table.buffer()?;
+        let (rows, dim) = (ids.len() as u64, dim as u64);
+        let n = rows * dim;
+        // Rows up to the largest id are all the gather can touch (ids are checked on the host).
+        let vocab_len = ids.iter().max().map_or(1, |&m| (u64::from(m) + 1) * dim);
+        let ids_buf = s.upload_bytes(bytemuck::cast_slice(ids))?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, n * 4)?;
+        if n > 0 {
+            s.check_binding("the embedding table", vocab_len)?;
+            s.check_binding("the embedding output", n)?;
+            let p = BinaryParams {
+                n: u32_of(n, "embedding elements")?,
+                base: dim as u32,
+                la: 0,
+                lb: 0,
+            };
+            let binds = [whole(tb, vocab_len), whole(&ids_buf, rows), whole(&out, n)];
+            s.dispatch(
+                &mut st,
+                Kernel::Embedding,
+                bytemuck::bytes_of(&p),
+                &binds,
+                n.div_ceil(WG),
+            )?;
+        }
+        st.retire(ids_buf);
+        Ok(s.storage(out))
+    }
+
+    fn rope(
+        &self,
+        x: &WgpuStorage,
+        cos: &WgpuStorage,
+        sin: &WgpuStorage,
+        [n, seq, dim]: [usize; 3],
+        layout: RopeLayout,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let (xb, cb, sb) = (x.buffer()?, cos.buffer()?, sin.buffer()?);
+        let (n, seq, dim) = (n as u64, seq as u64, dim as u64);
+        let mut st = s.state();
+        let out = s.alloc(&mut st, n * 4)?;
+        if n > 0 {
+            s.check_binding("rope's input", n)?;
+            let table = seq * dim / 2;
+            let p = BinaryParams {
+                n: u32_of(n / 2, "rope pairs")?,
+                base: dim as u32,
+                la: seq as u32,
+                lb: 0,
+            };
+            let binds = [
+                whole(xb, n),
+                whole(cb, table),
+                whole(sb, table),
+                whole(&out, n),
+            ];
+            let kernel = Kernel::Rope {
+                interleaved: layout == RopeLayout::Interleaved,
+            };
+            s.dispatch(
+                &mut st,
+                kernel,
+                bytemuck::bytes_of(&p),
+                &binds,
+                (n / 2).div_ceil(WG),
+            )?;
+        }
         Ok(s.storage(out))
     }
 

@@ -250,6 +250,16 @@ impl Shared {
         Ok(self.storage(buffer))
     }
 
+    /// A pooled buffer holding `bytes` (for non-f32 inputs such as token ids); the caller
+    /// retires it once the dispatch that reads it is recorded.
+    fn upload_bytes(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        let buffer = self.alloc(&mut self.state(), bytes.len() as u64)?;
+        if !bytes.is_empty() {
+            self.queue.write_buffer(&buffer, 0, bytes);
+        }
+        Ok(buffer)
+    }
+
     async fn read(&self, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
         self.check()?;
         if n == 0 {

@@ -20,6 +20,8 @@ pub(crate) enum Shader {
     Matmul,
     Norm,
     Copy,
+    Embedding,
+    Rope,
 }
 
 impl Shader {
@@ -41,6 +43,8 @@ impl Shader {
             Shader::Matmul => "matmul.wgsl",
             Shader::Norm => "norm.wgsl",
             Shader::Copy => "copy.wgsl",
+            Shader::Embedding => "embedding.wgsl",
+            Shader::Rope => "rope.wgsl",
         }
     }
 
@@ -54,6 +58,8 @@ impl Shader {
             Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
             Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
             Shader::Copy => include_str!("../../../shaders/copy.wgsl"),
+            Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
+            Shader::Rope => include_str!("../../../shaders/rope.wgsl"),
         }
     }
 }
@@ -105,6 +111,10 @@ pub(crate) enum Kernel {
         bias: bool,
     },
     Copy,
+    Embedding,
+    Rope {
+        interleaved: bool,
+    },
 }
 
 impl Kernel {
@@ -120,6 +130,8 @@ impl Kernel {
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
             Kernel::Copy => Shader::Copy,
+            Kernel::Embedding => Shader::Embedding,
+            Kernel::Rope { .. } => Shader::Rope,
         }
     }
 
@@ -130,7 +142,9 @@ impl Kernel {
             | Kernel::BinaryBroadcast(_)
             | Kernel::Matmul { .. }
             | Kernel::Norm { .. }
-            | Kernel::Copy => "main",
+            | Kernel::Copy
+            | Kernel::Embedding
+            | Kernel::Rope { .. } => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -142,7 +156,9 @@ impl Kernel {
     pub(crate) fn layout(self) -> Layout {
         match self {
             Kernel::Unary(_) | Kernel::Copy => Layout::OneInput,
-            Kernel::Matmul { .. } | Kernel::Norm { .. } => Layout::ThreeInputs,
+            Kernel::Matmul { .. } | Kernel::Norm { .. } | Kernel::Rope { .. } => {
+                Layout::ThreeInputs
+            }
             _ => Layout::TwoInputs,
         }
     }
@@ -156,7 +172,10 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Copy => vec![],
+            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Copy | Kernel::Embedding => {
+                vec![]
+            }
+            Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Matmul {
                 transpose_a,
                 transpose_b,
@@ -314,6 +333,9 @@ mod tests {
             Kernel::SoftmaxApply { log: false },
             Kernel::SoftmaxApply { log: true },
             Kernel::Copy,
+            Kernel::Embedding,
+            Kernel::Rope { interleaved: false },
+            Kernel::Rope { interleaved: true },
         ]);
         for activation in [
             None,
