@@ -82,7 +82,7 @@ impl Device {
         base: f64,
         offset: usize,
     ) -> Result<(Tensor, Tensor)> {
-        if !dim.is_multiple_of(2) || !(base.is_finite() && base > 0.0) {
+        if !(dim.is_multiple_of(2) && base.is_finite() && base > 0.0) {
             return Err(Error::InvalidArgument {
                 op: "rope_tables",
                 reason: format!("dim must be even and base positive, got dim={dim}, base={base}"),
