@@ -48,7 +48,9 @@ pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
 pub use info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
-pub use ops::{Activation, BinaryOp, MatmulOptions, ReduceOp, RopeLayout, UnaryOp};
+pub use ops::{
+    Activation, AttentionOptions, BinaryOp, MatmulOptions, ReduceOp, RopeLayout, UnaryOp,
+};
 pub use tensor::{DType, Tensor};
 
 /// The WGSL sources of every kernel, by file name (for validation and inspection).

@@ -61,7 +61,7 @@ macro_rules! op_suite {
         $(suite_for!($backend, $device, [
             unary_random, unary_edges, binary_random, binary_edges, reduce_random, reduce_edges,
             dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
-            matmul_edges, matmul_options, norms, layout, embedding_and_rope,
+            matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
         ]);)*
     };
 }

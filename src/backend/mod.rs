@@ -7,6 +7,7 @@ pub(crate) mod cpu;
 pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
+use crate::ops::attention::AttentionSpec;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -79,6 +80,15 @@ pub(crate) trait BackendOps {
         sin: &Self::Storage,
         n_seq_dim: [usize; 3],
         layout: RopeLayout,
+    ) -> Result<Self::Storage>;
+    /// Fused attention (see [`AttentionSpec`]); `lens` hides keys per batch entry.
+    fn attention(
+        &self,
+        q: &Self::Storage,
+        k: &Self::Storage,
+        v: &Self::Storage,
+        lens: Option<&[u32]>,
+        spec: AttentionSpec,
     ) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
@@ -245,6 +255,22 @@ impl BackendImpl {
             be,
             [x = x, c = cos, s = sin],
             be.rope(x, c, s, n_seq_dim, layout)
+        )
+    }
+
+    pub(crate) fn attention(
+        &self,
+        q: &Storage,
+        k: &Storage,
+        v: &Storage,
+        lens: Option<&[u32]>,
+        spec: AttentionSpec,
+    ) -> Result<Storage> {
+        dispatch!(
+            self,
+            be,
+            [q = q, k = k, v = v],
+            be.attention(q, k, v, lens, spec)
         )
     }
 

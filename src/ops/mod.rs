@@ -1,6 +1,7 @@
 //! The operations, one file per family. Each op validates its input here, in one place, and
 //! then dispatches to the tensor's backend; backends never see a malformed request.
 
+pub mod attention;
 pub mod elementwise;
 pub mod embed;
 pub mod layout;
@@ -9,6 +10,7 @@ pub mod norm;
 pub mod reduce;
 pub mod softmax;
 
+pub use attention::AttentionOptions;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use embed::RopeLayout;
 pub use matmul::{Activation, MatmulOptions};

@@ -284,3 +284,53 @@ pub fn norm(
         },
     )
 }
+
+/// Scaled dot-product attention in f64 over one batch of heads: q `[hq, sq, d]`, k `[hkv, sk, d]`,
+/// v `[hkv, sk, dv]`, with the causal rule and a key length. A query that sees no key gives 0.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (hq, hkv, sq, sk, d, dv): (usize, usize, usize, usize, usize, usize),
+    causal: bool,
+    len: usize,
+    scale: f64,
+) -> Vec<(f64, Tol)> {
+    let tol = Tol {
+        atol: 2e-5,
+        rtol: 1e-4,
+    };
+    let mut out = Vec::with_capacity(hq * sq * dv);
+    for h in 0..hq {
+        let kh = h / (hq / hkv);
+        for i in 0..sq {
+            let mut visible = sk.min(len);
+            if causal {
+                visible = visible.min(i + 1 + sk.saturating_sub(sq));
+            }
+            let qi = &q[(h * sq + i) * d..][..d];
+            let scores: Vec<f64> = (0..visible)
+                .map(|j| {
+                    qi.iter()
+                        .zip(&k[(kh * sk + j) * d..][..d])
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let l: f64 = p.iter().sum();
+            for e in 0..dv {
+                let acc: f64 = p
+                    .iter()
+                    .enumerate()
+                    .map(|(j, pj)| pj * v[(kh * sk + j) * dv + e] as f64)
+                    .sum();
+                out.push((if visible == 0 { 0.0 } else { acc / l }, tol));
+            }
+        }
+    }
+    out
+}

@@ -1050,3 +1050,87 @@ pub async fn embedding_and_rope(dev: &Device) {
     ));
     assert!(dev.rope_tables(4, 7, 10000.0, 0).is_err());
 }
+
+/// Fused attention against f64: multi-head and grouped-query, causal (also with fewer queries
+/// than keys, as with a KV cache), padding lengths (one of them 0), rows longer than a tile.
+pub async fn attention(dev: &Device) {
+    use gpukit::AttentionOptions;
+    // (batch, hq, hkv, sq, sk, d, dv, causal, lengths)
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        bool,
+        Option<Vec<u32>>,
+    );
+    let cases: [Case; 6] = [
+        (2, 4, 2, 5, 7, 16, 12, false, None),
+        (1, 2, 2, 9, 9, 8, 8, true, None),
+        (1, 3, 1, 3, 10, 8, 5, true, None),
+        (2, 2, 1, 4, 10, 8, 8, true, Some(vec![3, 10])),
+        (2, 1, 1, 3, 6, 4, 4, false, Some(vec![0, 6])),
+        (1, 2, 1, 2, 300, 64, 64, false, None),
+    ];
+    for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
+        let seed = 9400 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let q = rng.vec(b * hq * sq * d, -1.0, 1.0);
+        let k = rng.vec(b * hkv * sk * d, -1.0, 1.0);
+        let v = rng.vec(b * hkv * sk * dv, -1.0, 1.0);
+        let tq = dev.tensor(&q, &[b, hq, sq, d]).unwrap();
+        let tk = dev.tensor(&k, &[b, hkv, sk, d]).unwrap();
+        let tv = dev.tensor(&v, &[b, hkv, sk, dv]).unwrap();
+        let options = AttentionOptions {
+            causal,
+            key_lengths: lens.as_deref(),
+            scale: None,
+        };
+        let y = tq.attention(&tk, &tv, options).unwrap();
+        assert_eq!(y.shape(), &[b, hq, sq, dv]);
+        let got = y.read().await.unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want: Vec<(f64, Tol)> = (0..b)
+            .flat_map(|bi| {
+                let len = lens.as_ref().map_or(sk, |l| l[bi] as usize);
+                oracle::attention(
+                    &q[bi * hq * sq * d..],
+                    &k[bi * hkv * sk * d..],
+                    &v[bi * hkv * sk * dv..],
+                    (hq, hkv, sq, sk, d, dv),
+                    causal,
+                    len,
+                    scale,
+                )
+            })
+            .collect();
+        check(
+            &format!("attention case {ci} seed {seed}"),
+            &|i| format!("flat {i}"),
+            &got,
+            &want,
+        );
+    }
+    let q = dev.tensor(&[0.5; 3 * 2 * 4], &[1, 3, 2, 4]).unwrap();
+    let kv = dev.tensor(&[0.5; 2 * 2 * 4], &[1, 2, 2, 4]).unwrap();
+    assert!(
+        matches!(
+            q.attention(&kv, &kv, Default::default()).unwrap_err(),
+            Error::ShapeMismatch { .. }
+        ),
+        "3 query heads over 2 kv heads"
+    );
+    let q2 = dev.tensor(&[0.5; 2 * 2 * 4], &[1, 2, 2, 4]).unwrap();
+    let lens = [1u32, 2];
+    let bad = AttentionOptions {
+        key_lengths: Some(&lens),
+        ..Default::default()
+    };
+    assert!(matches!(
+        q2.attention(&kv, &kv, bad).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+}

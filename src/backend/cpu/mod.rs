@@ -5,6 +5,7 @@
 use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+use crate::ops::attention::AttentionSpec;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -274,6 +275,62 @@ impl BackendOps for CpuBackend {
                 let (x0, x1) = (v[i0], v[i1]);
                 v[i0] = x0 * c - x1 * s;
                 v[i1] = x0 * s + x1 * c;
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn attention(
+        &self,
+        q: &CpuStorage,
+        k: &CpuStorage,
+        v: &CpuStorage,
+        lens: Option<&[u32]>,
+        a: AttentionSpec,
+    ) -> Result<CpuStorage> {
+        let mut out = vec![0.0f32; a.batch * a.hq * a.sq * a.dv];
+        let group = a.hq / a.hkv.max(1);
+        let mut scores = vec![0.0f32; a.sk];
+        for b in 0..a.batch {
+            for h in 0..a.hq {
+                let kvh = h / group.max(1);
+                let kb = &k.0[(b * a.hkv + kvh) * a.sk * a.d..];
+                let vb = &v.0[(b * a.hkv + kvh) * a.sk * a.dv..];
+                for i in 0..a.sq {
+                    let mut visible = a.sk;
+                    if a.causal {
+                        visible = visible.min(i + 1 + a.sk.saturating_sub(a.sq));
+                    }
+                    if let Some(l) = lens {
+                        visible = visible.min(l[b] as usize);
+                    }
+                    let qi = &q.0[((b * a.hq + h) * a.sq + i) * a.d..][..a.d];
+                    for (j, s) in scores[..visible].iter_mut().enumerate() {
+                        *s = qi
+                            .iter()
+                            .zip(&kb[j * a.d..(j + 1) * a.d])
+                            .map(|(x, y)| x * y)
+                            .sum::<f32>()
+                            * a.scale;
+                    }
+                    let o = &mut out[((b * a.hq + h) * a.sq + i) * a.dv..][..a.dv];
+                    if visible == 0 {
+                        continue;
+                    }
+                    let m = scores[..visible]
+                        .iter()
+                        .copied()
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let mut l = 0.0f32;
+                    for (j, &s) in scores[..visible].iter().enumerate() {
+                        let p = (s - m).exp();
+                        l += p;
+                        for (od, &vd) in o.iter_mut().zip(&vb[j * a.dv..(j + 1) * a.dv]) {
+                            *od += p * vd;
+                        }
+                    }
+                    o.iter_mut().for_each(|x| *x /= l);
+                }
             }
         }
         Ok(CpuStorage(out))

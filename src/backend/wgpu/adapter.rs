@@ -139,9 +139,9 @@ pub(crate) fn unsuitable(adapter: &wgpu::Adapter) -> Option<String> {
                 .min(l.max_compute_workgroup_size_x)
         ));
     }
-    if l.max_storage_buffers_per_shader_stage < 4 {
+    if l.max_storage_buffers_per_shader_stage < 5 {
         return Some(format!(
-            "4 storage buffers per shader are needed, the adapter allows {}",
+            "5 storage buffers per shader are needed, the adapter allows {}",
             l.max_storage_buffers_per_shader_stage
         ));
     }

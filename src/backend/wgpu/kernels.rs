@@ -12,6 +12,7 @@ use super::pipelines::Kernel;
 use super::{Shared, State, WgpuBackend, WgpuStorage};
 use crate::backend::{BackendOps, Operand};
 use crate::error::{Error, Result};
+use crate::ops::attention::AttentionSpec;
 use crate::ops::layout::{CopySpec, MAX_RANK};
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -97,6 +98,19 @@ fn src_extent(spec: &CopySpec) -> u64 {
         .map(|(&d, &s)| d.saturating_sub(1) * s)
         .sum();
     (spec.src_offset + far + 1) as u64
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct AttentionParams {
+    hq: u32,
+    hkv: u32,
+    sq: u32,
+    sk: u32,
+    d: u32,
+    dv: u32,
+    scale: f32,
+    _pad: u32,
 }
 
 /// A buffer range bound to a kernel.
@@ -618,28 +632,35 @@ impl BackendOps for WgpuBackend {
         let n = rows * dim;
         // Rows up to the largest id are all the gather can touch (ids are checked on the host).
         let vocab_len = ids.iter().max().map_or(1, |&m| (u64::from(m) + 1) * dim);
-        let ids_buf = s.upload_bytes(bytemuck::cast_slice(ids))?;
-        let mut st = s.state();
-        let out = s.alloc(&mut st, n * 4)?;
         if n > 0 {
             s.check_binding("the embedding table", vocab_len)?;
             s.check_binding("the embedding output", n)?;
-            let p = BinaryParams {
-                n: u32_of(n, "embedding elements")?,
-                base: dim as u32,
-                la: 0,
-                lb: 0,
-            };
-            let binds = [whole(tb, vocab_len), whole(&ids_buf, rows), whole(&out, n)];
-            s.dispatch(
-                &mut st,
-                Kernel::Embedding,
-                bytemuck::bytes_of(&p),
-                &binds,
-                n.div_ceil(WG),
-            )?;
         }
+        let p = BinaryParams {
+            n: u32_of(n, "embedding elements")?,
+            base: dim as u32,
+            la: 0,
+            lb: 0,
+        };
+        let ids_buf = s.upload_bytes(bytemuck::cast_slice(ids))?;
+        let mut st = s.state();
+        let out = match s.alloc(&mut st, n * 4) {
+            Ok(out) => out,
+            Err(e) => {
+                st.retire(ids_buf);
+                return Err(e);
+            }
+        };
+        let binds = [whole(tb, vocab_len), whole(&ids_buf, rows), whole(&out, n)];
+        let recorded = s.dispatch(
+            &mut st,
+            Kernel::Embedding,
+            bytemuck::bytes_of(&p),
+            &binds,
+            n.div_ceil(WG),
+        );
         st.retire(ids_buf);
+        recorded?;
         Ok(s.storage(out))
     }
 
@@ -683,6 +704,32 @@ impl BackendOps for WgpuBackend {
             )?;
         }
         Ok(s.storage(out))
+    }
+
+    fn attention(
+        &self,
+        q: &WgpuStorage,
+        k: &WgpuStorage,
+        v: &WgpuStorage,
+        lens: Option<&[u32]>,
+        a: AttentionSpec,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let qkv = [q.buffer()?, k.buffer()?, v.buffer()?];
+        let lens_buf = lens
+            .map(|l| s.upload_bytes(bytemuck::cast_slice(l)))
+            .transpose()?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, (a.batch * a.hq * a.sq * a.dv) as u64 * 4);
+        let recorded = out
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|out| s.record_attention(&mut st, qkv, lens_buf.as_ref(), out, a));
+        if let Some(l) = lens_buf {
+            st.retire(l);
+        }
+        recorded?;
+        Ok(s.storage(out?))
     }
 
     fn copy(&self, parts: &[(&WgpuStorage, CopySpec)], n: usize) -> Result<WgpuStorage> {
@@ -787,5 +834,73 @@ impl Shared {
         )?;
         st.retire(partials);
         Ok(())
+    }
+}
+
+impl Shared {
+    /// Checks attention's limits and records its dispatch (one workgroup per query row, head
+    /// and batch entry).
+    fn record_attention(
+        &self,
+        st: &mut State,
+        [qb, kb, vb]: [&wgpu::Buffer; 3],
+        lens: Option<&wgpu::Buffer>,
+        out: &wgpu::Buffer,
+        a: AttentionSpec,
+    ) -> Result<()> {
+        let [b, hq, hkv, sq, sk, d, dv] =
+            [a.batch, a.hq, a.hkv, a.sq, a.sk, a.d, a.dv].map(|x| x as u64);
+        let n = b * hq * sq * dv;
+        if n == 0 {
+            return Ok(());
+        }
+        let (q_len, k_len, v_len) = (b * hq * sq * d, b * hkv * sk * d, b * hkv * sk * dv);
+        for (what, len) in [
+            ("attention's q", q_len),
+            ("attention's k", k_len),
+            ("attention's v", v_len),
+            ("attention's output", n),
+        ] {
+            self.check_binding(what, len)?;
+        }
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension);
+        if let Some(&over) = [sq, hq, b].iter().find(|&&g| g > max) {
+            return Err(Error::LimitExceeded {
+                what: "attention's query rows, heads or batch".into(),
+                limit: "max_compute_workgroups_per_dimension",
+                needed: over,
+                max,
+            });
+        }
+        let p = AttentionParams {
+            hq: hq as u32,
+            hkv: hkv as u32,
+            sq: sq as u32,
+            sk: sk as u32,
+            d: d as u32,
+            dv: dv as u32,
+            scale: a.scale,
+            _pad: 0,
+        };
+        // q, k, v can be empty along d or sk: bind at least one element. Without lengths the
+        // shader never reads binding 4, and q stands in for it.
+        let binds = [
+            whole(qb, q_len.max(1)),
+            whole(kb, k_len.max(1)),
+            whole(vb, v_len.max(1)),
+            lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
+            whole(out, n),
+        ];
+        let kernel = Kernel::Attention {
+            causal: a.causal,
+            lens: lens.is_some(),
+        };
+        self.dispatch_grid(
+            st,
+            kernel,
+            bytemuck::bytes_of(&p),
+            &binds,
+            [sq as u32, hq as u32, b as u32],
+        )
     }
 }

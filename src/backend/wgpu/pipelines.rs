@@ -22,6 +22,7 @@ pub(crate) enum Shader {
     Copy,
     Embedding,
     Rope,
+    Attention,
 }
 
 impl Shader {
@@ -45,6 +46,7 @@ impl Shader {
             Shader::Copy => "copy.wgsl",
             Shader::Embedding => "embedding.wgsl",
             Shader::Rope => "rope.wgsl",
+            Shader::Attention => "attention.wgsl",
         }
     }
 
@@ -60,6 +62,7 @@ impl Shader {
             Shader::Copy => include_str!("../../../shaders/copy.wgsl"),
             Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
             Shader::Rope => include_str!("../../../shaders/rope.wgsl"),
+            Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
         }
     }
 }
@@ -71,6 +74,7 @@ pub(crate) enum Layout {
     OneInput,
     TwoInputs,
     ThreeInputs,
+    FourInputs,
 }
 
 impl Layout {
@@ -79,6 +83,7 @@ impl Layout {
             Layout::OneInput => 1,
             Layout::TwoInputs => 2,
             Layout::ThreeInputs => 3,
+            Layout::FourInputs => 4,
         }
     }
 }
@@ -115,6 +120,10 @@ pub(crate) enum Kernel {
     Rope {
         interleaved: bool,
     },
+    Attention {
+        causal: bool,
+        lens: bool,
+    },
 }
 
 impl Kernel {
@@ -132,6 +141,7 @@ impl Kernel {
             Kernel::Copy => Shader::Copy,
             Kernel::Embedding => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
+            Kernel::Attention { .. } => Shader::Attention,
         }
     }
 
@@ -144,7 +154,8 @@ impl Kernel {
             | Kernel::Norm { .. }
             | Kernel::Copy
             | Kernel::Embedding
-            | Kernel::Rope { .. } => "main",
+            | Kernel::Rope { .. }
+            | Kernel::Attention { .. } => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -156,6 +167,7 @@ impl Kernel {
     pub(crate) fn layout(self) -> Layout {
         match self {
             Kernel::Unary(_) | Kernel::Copy => Layout::OneInput,
+            Kernel::Attention { .. } => Layout::FourInputs,
             Kernel::Matmul { .. } | Kernel::Norm { .. } | Kernel::Rope { .. } => {
                 Layout::ThreeInputs
             }
@@ -176,6 +188,12 @@ impl Kernel {
                 vec![]
             }
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
+            Kernel::Attention { causal, lens } => {
+                vec![
+                    ("CAUSAL", causal as u32 as f64),
+                    ("HAS_LENS", lens as u32 as f64),
+                ]
+            }
             Kernel::Matmul {
                 transpose_a,
                 transpose_b,
@@ -336,6 +354,14 @@ mod tests {
             Kernel::Embedding,
             Kernel::Rope { interleaved: false },
             Kernel::Rope { interleaved: true },
+            Kernel::Attention {
+                causal: false,
+                lens: false,
+            },
+            Kernel::Attention {
+                causal: true,
+                lens: true,
+            },
         ]);
         for activation in [
             None,

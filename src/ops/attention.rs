@@ -1,0 +1,108 @@
+//! Fused scaled dot-product attention: multi-head and grouped-query, with optional causal and
+//! padding masks, computed with an online softmax so the `[sq, sk]` score matrix is never
+//! written to memory (memory grows linearly with the sequence).
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Masks and scale of [`Tensor::attention`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttentionOptions<'a> {
+    /// Query `i` sees keys `0 ..= i + (sk - sq)` (aligned to the end, as with a KV cache).
+    pub causal: bool,
+    /// Per batch entry, how many keys are real; keys at or beyond it are hidden (padding).
+    pub key_lengths: Option<&'a [u32]>,
+    /// Multiplies the scores; `1 / sqrt(d)` when `None`.
+    pub scale: Option<f32>,
+}
+
+/// Shapes of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct AttentionSpec {
+    pub batch: usize,
+    pub hq: usize,
+    pub hkv: usize,
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub causal: bool,
+    pub scale: f32,
+}
+
+/// The largest head dimension the fused kernel takes.
+pub const MAX_HEAD_DIM: usize = 256;
+
+impl Tensor {
+    /// `softmax(q k^T * scale + mask) v` with `self` as q: `[batch, hq, sq, d]`, `k`:
+    /// `[batch, hkv, sk, d]`, `v`: `[batch, hkv, sk, dv]`, `hq` a multiple of `hkv` (query head
+    /// `h` uses key/value head `h / (hq / hkv)`). Returns `[batch, hq, sq, dv]`. A query that
+    /// sees no key gets zeros. Head dimensions up to [`MAX_HEAD_DIM`].
+    pub fn attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        options: AttentionOptions<'_>,
+    ) -> Result<Tensor> {
+        let hint = "(expected q [b, hq, sq, d], k [b, hkv, sk, d], v [b, hkv, sk, dv], hq a multiple of hkv)";
+        let (&[b, hq, sq, d], &[bk, hkv, sk, dk], &[bv, hv, skv, dv]) =
+            (self.shape(), k.shape(), v.shape())
+        else {
+            return Err(Error::shape("attention", self.shape(), k.shape(), hint));
+        };
+        if b != bk || b != bv || d != dk || hkv != hv || sk != skv || hkv == 0 || hq % hkv != 0 {
+            let other = if d != dk || b != bk || hkv == 0 || hq % hkv != 0 {
+                k.shape()
+            } else {
+                v.shape()
+            };
+            return Err(Error::shape("attention", self.shape(), other, hint));
+        }
+        self.same_device(k, "attention")?;
+        self.same_device(v, "attention")?;
+        if d > MAX_HEAD_DIM || dv > MAX_HEAD_DIM {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: format!(
+                    "head dimensions up to {MAX_HEAD_DIM} are supported, got d={d}, dv={dv}"
+                ),
+            });
+        }
+        if let Some(lens) = options.key_lengths {
+            if lens.len() != b {
+                return Err(Error::shape(
+                    "attention key_lengths",
+                    &[lens.len()],
+                    &[b],
+                    "(one length per batch entry)",
+                ));
+            }
+        }
+        let scale = options.scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+        if !scale.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: format!("scale must be finite, got {scale}"),
+            });
+        }
+        let spec = AttentionSpec {
+            batch: b,
+            hq,
+            hkv,
+            sq,
+            sk,
+            d,
+            dv,
+            causal: options.causal,
+            scale,
+        };
+        let storage = self.device().backend().attention(
+            self.storage(),
+            k.storage(),
+            v.storage(),
+            options.key_lengths,
+            spec,
+        )?;
+        Ok(self.with_storage(storage, vec![b, hq, sq, dv]))
+    }
+}
