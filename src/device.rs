@@ -216,6 +216,14 @@ impl Device {
         }
     }
 
+    /// Starts `peak_live_bytes` of [`Device::memory_stats`] again from the bytes live now, to
+    /// measure the peak of the work that follows.
+    pub fn reset_peak_memory(&self) {
+        if let BackendImpl::Wgpu(b) = &self.inner.backend {
+            b.reset_peak_memory();
+        }
+    }
+
     /// Frees the buffers the pool keeps for reuse (live tensors keep theirs).
     pub fn release_cached_memory(&self) {
         if let BackendImpl::Wgpu(b) = &self.inner.backend {

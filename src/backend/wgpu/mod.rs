@@ -164,6 +164,10 @@ impl WgpuBackend {
         }
     }
 
+    pub(crate) fn reset_peak_memory(&self) {
+        self.shared.state().pool.reset_peak();
+    }
+
     pub(crate) fn release_cached_memory(&self) {
         let mut st = self.shared.state();
         st.bind_groups.clear();

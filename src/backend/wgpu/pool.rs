@@ -129,6 +129,10 @@ impl BufferPool {
         self.stats.pooled_bytes = 0;
     }
 
+    pub(crate) fn reset_peak(&mut self) {
+        self.stats.peak_live_bytes = self.stats.live_bytes;
+    }
+
     pub(crate) fn stats(&self) -> MemoryStats {
         self.stats
     }

@@ -268,6 +268,49 @@ pub fn run(args: &[String]) -> CliResult {
         });
     }
 
+    let heads = 16;
+    let hd = 64;
+    for seq in [1024usize, 2048, 4096] {
+        let seq = seq / if o.quick { 32 } else { 1 };
+        let len = heads * seq * hd;
+        let q = device
+            .tensor(&data(len, 12), &[1, heads, seq, hd])
+            .map_err(|e| e.to_string())?;
+        let k = device
+            .tensor(&data(len, 13), &[1, heads, seq, hd])
+            .map_err(|e| e.to_string())?;
+        let v = device
+            .tensor(&data(len, 14), &[1, heads, seq, hd])
+            .map_err(|e| e.to_string())?;
+        let options = gpukit::AttentionOptions {
+            causal: true,
+            ..Default::default()
+        };
+        device.synchronize_blocking().map_err(|e| e.to_string())?;
+        device.reset_peak_memory();
+        let before = device.memory_stats().live_bytes;
+        let t = time(1, 5, || {
+            drop(q.attention(&k, &v, options)?);
+            device.synchronize_blocking()
+        })?;
+        let peak = device.memory_stats().peak_live_bytes.saturating_sub(before);
+        rows.push(Row {
+            id: "A1",
+            workload: format!("causal attention, 16 heads x {seq} x 64, batch 1"),
+            value: Some(median(t.clone()) * 1e6),
+            unit: "us",
+            raw_wgpu: None,
+            slowdown_vs_raw: None,
+            runs: t.len(),
+            note: format!(
+                "peak extra memory {:.1} MiB (inputs {:.1} MiB; a stored score matrix would be {:.0} MiB)",
+                peak as f64 / 1048576.0,
+                3.0 * len as f64 * 4.0 / 1048576.0,
+                (heads * seq * seq * 4) as f64 / 1048576.0
+            ),
+        });
+    }
+
     let x3 = device
         .tensor(&data(4096, 7), &[4096])
         .map_err(|e| e.to_string())?;
