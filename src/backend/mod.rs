@@ -90,6 +90,14 @@ pub(crate) trait BackendOps {
         lens: Option<&[u32]>,
         spec: AttentionSpec,
     ) -> Result<Self::Storage>;
+    /// The `k` largest of each row (values, then indices as f32), in `select::order_key` order.
+    fn topk(
+        &self,
+        x: &Self::Storage,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<(Self::Storage, Self::Storage)>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -272,6 +280,25 @@ impl BackendImpl {
             [q = q, k = k, v = v],
             be.attention(q, k, v, lens, spec)
         )
+    }
+
+    pub(crate) fn topk(
+        &self,
+        x: &Storage,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<(Storage, Storage)> {
+        match self {
+            BackendImpl::Wgpu(be) => {
+                let (v, i) = be.topk(x.as_wgpu()?, rows, cols, k)?;
+                Ok((Storage::Wgpu(v), Storage::Wgpu(i)))
+            }
+            BackendImpl::Cpu(be) => {
+                let (v, i) = be.topk(x.as_cpu()?, rows, cols, k)?;
+                Ok((Storage::Cpu(v), Storage::Cpu(i)))
+            }
+        }
     }
 
     pub(crate) fn copy(&self, parts: &[(&Storage, CopySpec)], n: usize) -> Result<Storage> {

@@ -8,6 +8,7 @@ pub mod layout;
 pub mod matmul;
 pub mod norm;
 pub mod reduce;
+pub mod select;
 pub mod softmax;
 
 pub use attention::AttentionOptions;

@@ -336,6 +336,29 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(out))
     }
 
+    fn topk(
+        &self,
+        x: &CpuStorage,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<(CpuStorage, CpuStorage)> {
+        let (mut values, mut indices) =
+            (Vec::with_capacity(rows * k), Vec::with_capacity(rows * k));
+        let mut order: Vec<usize> = Vec::with_capacity(cols);
+        for r in 0..rows {
+            let row = &x.0[r * cols..(r + 1) * cols];
+            order.clear();
+            order.extend(0..cols);
+            order.sort_by_key(|&i| (std::cmp::Reverse(crate::ops::select::order_key(row[i])), i));
+            for &i in &order[..k] {
+                values.push(row[i]);
+                indices.push(i as f32);
+            }
+        }
+        Ok((CpuStorage(values), CpuStorage(indices)))
+    }
+
     fn copy(&self, parts: &[(&CpuStorage, CopySpec)], n: usize) -> Result<CpuStorage> {
         let mut out = vec![0.0f32; n];
         for (src, spec) in parts {

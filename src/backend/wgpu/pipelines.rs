@@ -23,6 +23,7 @@ pub(crate) enum Shader {
     Embedding,
     Rope,
     Attention,
+    TopK,
 }
 
 impl Shader {
@@ -47,6 +48,7 @@ impl Shader {
             Shader::Embedding => "embedding.wgsl",
             Shader::Rope => "rope.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::TopK => "topk.wgsl",
         }
     }
 
@@ -63,6 +65,7 @@ impl Shader {
             Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
             Shader::Rope => include_str!("../../../shaders/rope.wgsl"),
             Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
+            Shader::TopK => include_str!("../../../shaders/topk.wgsl"),
         }
     }
 }
@@ -75,6 +78,8 @@ pub(crate) enum Layout {
     TwoInputs,
     ThreeInputs,
     FourInputs,
+    /// One input, two outputs (values and indices).
+    OneInputTwoOutputs,
 }
 
 impl Layout {
@@ -84,6 +89,14 @@ impl Layout {
             Layout::TwoInputs => 2,
             Layout::ThreeInputs => 3,
             Layout::FourInputs => 4,
+            Layout::OneInputTwoOutputs => 1,
+        }
+    }
+
+    pub(crate) fn outputs(self) -> usize {
+        match self {
+            Layout::OneInputTwoOutputs => 2,
+            _ => 1,
         }
     }
 }
@@ -124,6 +137,7 @@ pub(crate) enum Kernel {
         causal: bool,
         lens: bool,
     },
+    TopK,
 }
 
 impl Kernel {
@@ -142,6 +156,7 @@ impl Kernel {
             Kernel::Embedding => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention { .. } => Shader::Attention,
+            Kernel::TopK => Shader::TopK,
         }
     }
 
@@ -155,7 +170,8 @@ impl Kernel {
             | Kernel::Copy
             | Kernel::Embedding
             | Kernel::Rope { .. }
-            | Kernel::Attention { .. } => "main",
+            | Kernel::Attention { .. }
+            | Kernel::TopK => "main",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -168,6 +184,7 @@ impl Kernel {
         match self {
             Kernel::Unary(_) | Kernel::Copy => Layout::OneInput,
             Kernel::Attention { .. } => Layout::FourInputs,
+            Kernel::TopK => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. } | Kernel::Norm { .. } | Kernel::Rope { .. } => {
                 Layout::ThreeInputs
             }
@@ -184,9 +201,11 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::Copy | Kernel::Embedding => {
-                vec![]
-            }
+            Kernel::SoftmaxStats
+            | Kernel::SoftmaxCombine
+            | Kernel::Copy
+            | Kernel::Embedding
+            | Kernel::TopK => vec![],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Attention { causal, lens } => {
                 vec![
@@ -312,7 +331,8 @@ fn create_layout(
     }];
     let inputs = layout.inputs() as u32;
     entries.extend((1..=inputs).map(|b| storage(b, true)));
-    entries.push(storage(inputs + 1, false));
+    let outputs = layout.outputs() as u32;
+    entries.extend((inputs + 1..=inputs + outputs).map(|b| storage(b, false)));
     let bgl = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
         label: Some("gpukit"),
         entries: &entries,

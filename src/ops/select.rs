@@ -1,0 +1,94 @@
+//! Selection along the last axis: `argmax_last` and `topk_last`.
+//!
+//! Order: NaN above +inf above every number, -0 below +0, equal values by the lower index (a
+//! total order on the bits, the same on every backend). Indices are returned as f32 tensors
+//! (exact below 2^24 = 16,777,216 columns), since tensors are f32 for now.
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Monotone map of an f32 to a u32 key: larger value, larger key; NaN is the largest.
+pub(crate) fn order_key(v: f32) -> u32 {
+    let b = v.to_bits();
+    if v.is_nan() {
+        u32::MAX
+    } else if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+impl Tensor {
+    /// The `k` largest elements of each row and their column indices (as f32), largest first:
+    /// two tensors of shape `[.., k]`.
+    pub fn topk_last(&self, k: usize) -> Result<(Tensor, Tensor)> {
+        let Some((&cols, lead)) = self.shape().split_last() else {
+            return Err(Error::InvalidArgument {
+                op: "topk",
+                reason: "a tensor of shape [] has no last axis".into(),
+            });
+        };
+        if k > cols {
+            return Err(Error::InvalidArgument {
+                op: "topk",
+                reason: format!("k = {k} is more than the {cols} columns"),
+            });
+        }
+        if cols >= 1 << 24 {
+            return Err(Error::InvalidArgument {
+                op: "topk",
+                reason: format!("{cols} columns: indices are f32 and exact only below 2^24"),
+            });
+        }
+        let rows = lead.iter().product();
+        let (values, indices) = self
+            .device()
+            .backend()
+            .topk(self.storage(), rows, cols, k)?;
+        let mut shape = lead.to_vec();
+        shape.push(k);
+        Ok((
+            self.with_storage(values, shape.clone()),
+            self.with_storage(indices, shape),
+        ))
+    }
+
+    /// The column index (as f32) of each row's largest element: shape `[..]`.
+    pub fn argmax_last(&self) -> Result<Tensor> {
+        if self.shape().last() == Some(&0) {
+            return Err(Error::Empty {
+                op: "argmax",
+                shape: self.shape().to_vec(),
+            });
+        }
+        let (_, indices) = self.topk_last(1)?;
+        let lead = self.shape()[..self.shape().len() - 1].to_vec();
+        indices.reshape(&lead)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order_key;
+
+    #[test]
+    fn order_key_is_monotone_with_nan_on_top() {
+        let xs = [
+            f32::NEG_INFINITY,
+            -1e30,
+            -1.0,
+            -1e-30,
+            -0.0,
+            0.0,
+            1e-30,
+            1.0,
+            1e30,
+            f32::INFINITY,
+            f32::NAN,
+        ];
+        for w in xs.windows(2) {
+            assert!(order_key(w[0]) < order_key(w[1]), "{} < {}", w[0], w[1]);
+        }
+    }
+}
