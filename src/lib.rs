@@ -40,6 +40,7 @@ mod error;
 mod future;
 mod info;
 pub mod ops;
+mod quant;
 mod slice;
 mod tensor;
 
@@ -51,6 +52,7 @@ pub use info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::{
     Activation, AttentionOptions, BinaryOp, MatmulOptions, ReduceOp, RopeLayout, UnaryOp,
 };
+pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};
 
 /// The WGSL sources of every kernel, by file name (for validation and inspection).

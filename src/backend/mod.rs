@@ -13,6 +13,7 @@ use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::quant::QuantParts;
 
 /// An operand of a broadcasting binary op: its storage and how many elements repeat
 /// (`n` for a full operand, the row length for a row, 1 for a scalar).
@@ -98,6 +99,15 @@ pub(crate) trait BackendOps {
         cols: usize,
         k: usize,
     ) -> Result<(Self::Storage, Self::Storage)>;
+    /// `x [m, k] x w^T` with `w` quantized `[n, k]`: `[m, n]`.
+    fn matmul_quant(
+        &self,
+        x: &Self::Storage,
+        w: QuantParts<'_, Self::Storage>,
+        m: usize,
+    ) -> Result<Self::Storage>;
+    /// The f32 `[rows, cols]` matrix of quantized blocks.
+    fn dequantize(&self, w: QuantParts<'_, Self::Storage>) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -114,6 +124,20 @@ pub(crate) enum BackendImpl {
 pub(crate) enum Storage {
     Wgpu(self::wgpu::WgpuStorage),
     Cpu(cpu::CpuStorage),
+}
+
+impl<'a> QuantParts<'a, Storage> {
+    /// The same parts as one backend's storages.
+    fn map<S>(self, f: impl Fn(&'a Storage) -> Result<&'a S>) -> Result<QuantParts<'a, S>> {
+        Ok(QuantParts {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            scales: f(self.scales)?,
+            mins: self.mins.map(&f).transpose()?,
+            words: f(self.words)?,
+        })
+    }
 }
 
 impl Storage {
@@ -298,6 +322,29 @@ impl BackendImpl {
                 let (v, i) = be.topk(x.as_cpu()?, rows, cols, k)?;
                 Ok((Storage::Cpu(v), Storage::Cpu(i)))
             }
+        }
+    }
+
+    pub(crate) fn matmul_quant(
+        &self,
+        x: &Storage,
+        w: QuantParts<'_, Storage>,
+        m: usize,
+    ) -> Result<Storage> {
+        match self {
+            BackendImpl::Wgpu(be) => be
+                .matmul_quant(x.as_wgpu()?, w.map(Storage::as_wgpu)?, m)
+                .map(Storage::Wgpu),
+            BackendImpl::Cpu(be) => be
+                .matmul_quant(x.as_cpu()?, w.map(Storage::as_cpu)?, m)
+                .map(Storage::Cpu),
+        }
+    }
+
+    pub(crate) fn dequantize(&self, w: QuantParts<'_, Storage>) -> Result<Storage> {
+        match self {
+            BackendImpl::Wgpu(be) => be.dequantize(w.map(Storage::as_wgpu)?).map(Storage::Wgpu),
+            BackendImpl::Cpu(be) => be.dequantize(w.map(Storage::as_cpu)?).map(Storage::Cpu),
         }
     }
 

@@ -342,3 +342,70 @@ pub fn attention(
     }
     out
 }
+
+/// Quantizes rows of 32-element blocks the way GGUF's reference quantizers do, to bytes.
+pub fn quantize(x: &[f32], format: gpukit::QuantFormat) -> Vec<u8> {
+    use gpukit::QuantFormat::*;
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let mut out = Vec::new();
+    for b in x.chunks_exact(32) {
+        match format {
+            Q8_0 => {
+                let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16(d));
+                out.extend(b.iter().map(|v| (v * id).round() as i8 as u8));
+            }
+            Q4_0 => {
+                let max = b
+                    .iter()
+                    .copied()
+                    .fold(0.0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+                let d = max / -8.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
+                out.extend(f16(d));
+                out.extend((0..16).map(|j| q(b[j]) | q(b[j + 16]) << 4));
+            }
+            Q4_1 => {
+                let (min, max) = b
+                    .iter()
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                        (lo.min(v), hi.max(v))
+                    });
+                let d = (max - min) / 15.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q = |v: f32| (((v - min) * id + 0.5) as i32).clamp(0, 15) as u8;
+                out.extend(f16(d));
+                out.extend(f16(min));
+                out.extend((0..16).map(|j| q(b[j]) | q(b[j + 16]) << 4));
+            }
+        }
+    }
+    out
+}
+
+/// The values GGUF bytes encode, read straight from the bytes in f64.
+pub fn dequantize(bytes: &[u8], format: gpukit::QuantFormat) -> Vec<f64> {
+    use gpukit::QuantFormat::*;
+    let f16 = |b: &[u8], at: usize| half::f16::from_le_bytes([b[at], b[at + 1]]).to_f64();
+    let mut out = Vec::new();
+    for b in bytes.chunks_exact(format.block_bytes()) {
+        match format {
+            Q8_0 => out.extend(b[2..34].iter().map(|&q| f16(b, 0) * q as i8 as f64)),
+            Q4_0 | Q4_1 => {
+                let qs = if format == Q4_1 { &b[4..20] } else { &b[2..18] };
+                let nib = |e: usize| (if e < 16 { qs[e] & 15 } else { qs[e - 16] >> 4 }) as f64;
+                out.extend((0..32).map(|e| {
+                    if format == Q4_1 {
+                        f16(b, 0) * nib(e) + f16(b, 2)
+                    } else {
+                        f16(b, 0) * (nib(e) - 8.0)
+                    }
+                }));
+            }
+        }
+    }
+    out
+}

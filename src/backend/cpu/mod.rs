@@ -11,6 +11,7 @@ use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::quant::{dequant, QuantParts};
 
 /// Host memory holding a tensor.
 pub(crate) struct CpuStorage(Vec<f32>);
@@ -357,6 +358,44 @@ impl BackendOps for CpuBackend {
             }
         }
         Ok((CpuStorage(values), CpuStorage(indices)))
+    }
+
+    fn matmul_quant(
+        &self,
+        x: &CpuStorage,
+        w: QuantParts<'_, CpuStorage>,
+        m: usize,
+    ) -> Result<CpuStorage> {
+        let (n, k) = (w.rows, w.cols);
+        let deq = self.dequantize(w)?;
+        let mut out = Vec::with_capacity(m * n);
+        for r in 0..m {
+            let xr = &x.0[r * k..(r + 1) * k];
+            for c in 0..n {
+                out.push(
+                    xr.iter()
+                        .zip(&deq.0[c * k..(c + 1) * k])
+                        .map(|(a, b)| a * b)
+                        .sum(),
+                );
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn dequantize(&self, w: QuantParts<'_, CpuStorage>) -> Result<CpuStorage> {
+        let words: Vec<u32> = w.words.0.iter().map(|v| v.to_bits()).collect();
+        let mins = w.mins.map(|m| m.0.as_slice());
+        let blocks = w.cols / crate::quant::BLOCK;
+        let wpb = blocks * w.format.words_per_block();
+        let mut out = Vec::with_capacity(w.rows * w.cols);
+        for r in 0..w.rows {
+            let scales = &w.scales.0[r * blocks..(r + 1) * blocks];
+            let mins = mins.map(|m| &m[r * blocks..(r + 1) * blocks]);
+            let words = &words[r * wpb..(r + 1) * wpb];
+            out.extend((0..w.cols).map(|e| dequant(w.format, scales, mins, words, e)));
+        }
+        Ok(CpuStorage(out))
     }
 
     fn copy(&self, parts: &[(&CpuStorage, CopySpec)], n: usize) -> Result<CpuStorage> {

@@ -18,6 +18,7 @@ use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::quant::{QuantParts, BLOCK};
 
 /// Invocations per workgroup of every kernel (WebGPU guarantees 256).
 const WG: u64 = 256;
@@ -127,6 +128,15 @@ struct TopKParams {
 /// Elements one topk workgroup visits per dispatch, at most: rounds are split across dispatches
 /// so that no workgroup runs long.
 const TOPK_VISITS_PER_DISPATCH: u64 = 1 << 20;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct QuantParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    _pad: u32,
+}
 
 /// A buffer range bound to a kernel.
 #[derive(Clone, Copy)]
@@ -788,6 +798,21 @@ impl BackendOps for WgpuBackend {
         Ok((values, indices))
     }
 
+    fn matmul_quant(
+        &self,
+        x: &WgpuStorage,
+        w: QuantParts<'_, WgpuStorage>,
+        m: usize,
+    ) -> Result<WgpuStorage> {
+        let (m, n) = (m as u64, w.rows as u64);
+        self.quant_kernel(Some(x), w, m * n, m)
+    }
+
+    fn dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
+        let n = (w.rows * w.cols) as u64;
+        self.quant_kernel(None, w, n, 0)
+    }
+
     fn copy(&self, parts: &[(&WgpuStorage, CopySpec)], n: usize) -> Result<WgpuStorage> {
         let s = self.begin()?;
         let n = n as u64;
@@ -958,5 +983,62 @@ impl Shared {
             &binds,
             [sq as u32, hq as u32, b as u32],
         )
+    }
+}
+
+impl WgpuBackend {
+    /// Runs qmatmul.wgsl: the matmul when `x` is given (`m` rows), else the dequantisation.
+    fn quant_kernel(
+        &self,
+        x: Option<&WgpuStorage>,
+        w: QuantParts<'_, WgpuStorage>,
+        out_len: u64,
+        m: u64,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let (n, k) = (w.rows as u64, w.cols as u64);
+        let blocks = n * k / BLOCK as u64;
+        let (scales, words) = (w.scales.buffer()?, w.words.buffer()?);
+        let mins = w.mins.map(WgpuStorage::buffer).transpose()?;
+        let xb = x.map(WgpuStorage::buffer).transpose()?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, out_len * 4)?;
+        if out_len == 0 {
+            return Ok(s.storage(out));
+        }
+        let words_len = blocks * w.format.words_per_block() as u64;
+        for (what, len) in [
+            ("quantized scales", blocks),
+            ("quantized words", words_len),
+            ("the output", out_len),
+            ("the input", m * k),
+        ] {
+            s.check_binding(what, len)?;
+        }
+        let p = QuantParams {
+            m: u32_of(m, "rows")?,
+            n: u32_of(n, "weight rows")?,
+            k: u32_of(k, "weight cols")?,
+            _pad: 0,
+        };
+        // Absent x (dequantise) or mins (Q4_0, Q8_0): the shader never reads them; scales stand in.
+        let binds = [
+            xb.map_or(whole(scales, blocks), |x| whole(x, (m * k).max(1))),
+            whole(scales, blocks),
+            mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
+            whole(words, words_len),
+            whole(&out, out_len),
+        ];
+        let kernel = Kernel::QMatmul {
+            format: w.format,
+            dequant: x.is_none(),
+        };
+        let groups = if x.is_some() {
+            out_len
+        } else {
+            out_len.div_ceil(WG)
+        };
+        s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, groups)?;
+        Ok(s.storage(out))
     }
 }

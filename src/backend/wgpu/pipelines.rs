@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::UnaryKind;
 use crate::ops::{Activation, BinaryOp, ReduceOp};
+use crate::quant::QuantFormat;
 
 /// The shader files in `shaders/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -24,6 +25,7 @@ pub(crate) enum Shader {
     Rope,
     Attention,
     TopK,
+    QMatmul,
 }
 
 impl Shader {
@@ -49,6 +51,7 @@ impl Shader {
             Shader::Rope => "rope.wgsl",
             Shader::Attention => "attention.wgsl",
             Shader::TopK => "topk.wgsl",
+            Shader::QMatmul => "qmatmul.wgsl",
         }
     }
 
@@ -66,6 +69,7 @@ impl Shader {
             Shader::Rope => include_str!("../../../shaders/rope.wgsl"),
             Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
             Shader::TopK => include_str!("../../../shaders/topk.wgsl"),
+            Shader::QMatmul => include_str!("../../../shaders/qmatmul.wgsl"),
         }
     }
 }
@@ -138,6 +142,10 @@ pub(crate) enum Kernel {
         lens: bool,
     },
     TopK,
+    QMatmul {
+        format: QuantFormat,
+        dequant: bool,
+    },
 }
 
 impl Kernel {
@@ -157,6 +165,7 @@ impl Kernel {
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention { .. } => Shader::Attention,
             Kernel::TopK => Shader::TopK,
+            Kernel::QMatmul { .. } => Shader::QMatmul,
         }
     }
 
@@ -171,7 +180,9 @@ impl Kernel {
             | Kernel::Embedding
             | Kernel::Rope { .. }
             | Kernel::Attention { .. }
-            | Kernel::TopK => "main",
+            | Kernel::TopK
+            | Kernel::QMatmul { dequant: false, .. } => "main",
+            Kernel::QMatmul { dequant: true, .. } => "dequant",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -183,7 +194,7 @@ impl Kernel {
     pub(crate) fn layout(self) -> Layout {
         match self {
             Kernel::Unary(_) | Kernel::Copy => Layout::OneInput,
-            Kernel::Attention { .. } => Layout::FourInputs,
+            Kernel::Attention { .. } | Kernel::QMatmul { .. } => Layout::FourInputs,
             Kernel::TopK => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. } | Kernel::Norm { .. } | Kernel::Rope { .. } => {
                 Layout::ThreeInputs
@@ -206,6 +217,7 @@ impl Kernel {
             | Kernel::Copy
             | Kernel::Embedding
             | Kernel::TopK => vec![],
+            Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Attention { causal, lens } => {
                 vec![

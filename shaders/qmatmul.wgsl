@@ -1,0 +1,87 @@
+// Matmul with GGUF-quantized weights, dequantised in the kernel: out[r, c] = sum_e x[r, e] *
+// W[c, e], W stored as unpacked blocks of 32 along e: f32 scales (and mins), quants in u32
+// words in element order (src/quant.rs). FORMAT: 0 Q8_0, 1 Q4_0, 2 Q4_1.
+// `main`: one workgroup per output element, invocations striding over e (coalesced on x and
+// on the quant words), then a workgroup sum. `dequant`: one invocation per weight element.
+
+override FORMAT: u32 = 0u;
+
+const WG: u32 = 256u;
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> scales: array<f32>;
+@group(0) @binding(3) var<storage, read> mins: array<f32>;
+@group(0) @binding(4) var<storage, read> words: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+
+var<workgroup> partial: array<f32, WG>;
+
+// Element e of weight row `row`.
+fn weight(row: u32, e: u32) -> f32 {
+    let b = row * (params.k / 32u) + e / 32u;
+    let j = e % 32u;
+    let d = scales[b];
+    var v: f32;
+    switch FORMAT {
+        case 0u: {
+            let byte = (words[b * 8u + j / 4u] >> (8u * (j % 4u))) & 0xffu;
+            v = d * f32(bitcast<i32>(byte << 24u) >> 24u);
+        }
+        case 1u: {
+            let q = (words[b * 4u + j / 8u] >> (4u * (j % 8u))) & 0xfu;
+            v = d * (f32(q) - 8.0);
+        }
+        default: {
+            let q = (words[b * 4u + j / 8u] >> (4u * (j % 8u))) & 0xfu;
+            v = d * f32(q) + mins[b];
+        }
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= params.m * params.n) {
+        return;
+    }
+    let r = g / params.n;
+    let c = g % params.n;
+    let k = params.k;
+    var acc = 0.0;
+    for (var e = lid; e < k; e = e + WG) {
+        acc = fma(x[r * k + e], weight(c, e), acc);
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            partial[lid] = partial[lid] + partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[r * params.n + c] = partial[0];
+    }
+}
+
+@compute @workgroup_size(256)
+fn dequant(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.n * params.k) {
+        return;
+    }
+    out[i] = weight(i / params.k, i % params.k);
+}
