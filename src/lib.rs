@@ -50,7 +50,8 @@ pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
 pub use info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::{
-    Activation, AttentionOptions, BinaryOp, MatmulOptions, ReduceOp, RopeLayout, UnaryOp,
+    Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, Pool2dOptions, ReduceOp,
+    RopeLayout, UnaryOp,
 };
 pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};

@@ -8,6 +8,7 @@ pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
+use crate::ops::conv::{ConvSpec, PoolSpec};
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -108,6 +109,16 @@ pub(crate) trait BackendOps {
     ) -> Result<Self::Storage>;
     /// The f32 `[rows, cols]` matrix of quantized blocks.
     fn dequantize(&self, w: QuantParts<'_, Self::Storage>) -> Result<Self::Storage>;
+    /// conv2d (see [`ConvSpec`]).
+    fn conv2d(
+        &self,
+        x: &Self::Storage,
+        w: &Self::Storage,
+        bias: Option<&Self::Storage>,
+        spec: ConvSpec,
+    ) -> Result<Self::Storage>;
+    /// max or average pooling (see [`PoolSpec`]).
+    fn pool2d(&self, x: &Self::Storage, spec: PoolSpec) -> Result<Self::Storage>;
     /// Copies the first `n` elements back to the host.
     async fn read(&self, x: &Self::Storage, n: usize) -> Result<Vec<f32>>;
     /// Waits until all enqueued work has finished.
@@ -346,6 +357,31 @@ impl BackendImpl {
             BackendImpl::Wgpu(be) => be.dequantize(w.map(Storage::as_wgpu)?).map(Storage::Wgpu),
             BackendImpl::Cpu(be) => be.dequantize(w.map(Storage::as_cpu)?).map(Storage::Cpu),
         }
+    }
+
+    pub(crate) fn conv2d(
+        &self,
+        x: &Storage,
+        w: &Storage,
+        bias: Option<&Storage>,
+        spec: ConvSpec,
+    ) -> Result<Storage> {
+        match self {
+            BackendImpl::Wgpu(be) => {
+                let bias = bias.map(Storage::as_wgpu).transpose()?;
+                be.conv2d(x.as_wgpu()?, w.as_wgpu()?, bias, spec)
+                    .map(Storage::Wgpu)
+            }
+            BackendImpl::Cpu(be) => {
+                let bias = bias.map(Storage::as_cpu).transpose()?;
+                be.conv2d(x.as_cpu()?, w.as_cpu()?, bias, spec)
+                    .map(Storage::Cpu)
+            }
+        }
+    }
+
+    pub(crate) fn pool2d(&self, x: &Storage, spec: PoolSpec) -> Result<Storage> {
+        dispatch!(self, be, [x = x], be.pool2d(x, spec))
     }
 
     pub(crate) fn copy(&self, parts: &[(&Storage, CopySpec)], n: usize) -> Result<Storage> {

@@ -2,6 +2,7 @@
 //! then dispatches to the tensor's backend; backends never see a malformed request.
 
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
 pub mod embed;
 pub mod layout;
@@ -12,6 +13,7 @@ pub mod select;
 pub mod softmax;
 
 pub use attention::AttentionOptions;
+pub use conv::{Conv2dOptions, Pool2dOptions};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use embed::RopeLayout;
 pub use matmul::{Activation, MatmulOptions};

@@ -6,6 +6,7 @@ use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::attention::AttentionSpec;
+use crate::ops::conv::{ConvSpec, PoolSpec};
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -394,6 +395,83 @@ impl BackendOps for CpuBackend {
             let mins = mins.map(|m| &m[r * blocks..(r + 1) * blocks]);
             let words = &words[r * wpb..(r + 1) * wpb];
             out.extend((0..w.cols).map(|e| dequant(w.format, scales, mins, words, e)));
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn conv2d(
+        &self,
+        x: &CpuStorage,
+        w: &CpuStorage,
+        bias: Option<&CpuStorage>,
+        s: ConvSpec,
+    ) -> Result<CpuStorage> {
+        let o = &s.opts;
+        let (cg, og) = (s.c / o.groups, s.o / o.groups);
+        let mut out = vec![0.0f32; s.n * s.o * s.oh * s.ow];
+        for n in 0..s.n {
+            for oc in 0..s.o {
+                let g = oc / og;
+                for oy in 0..s.oh {
+                    for ox in 0..s.ow {
+                        let mut acc = bias.map_or(0.0, |b| b.0[oc]);
+                        for c in 0..cg {
+                            for ky in 0..s.kh {
+                                for kx in 0..s.kw {
+                                    let iy = (oy * o.stride[0] + ky * o.dilation[0]) as isize
+                                        - o.padding[0] as isize;
+                                    let ix = (ox * o.stride[1] + kx * o.dilation[1]) as isize
+                                        - o.padding[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xv = x.0[((n * s.c + g * cg + c) * s.h + iy as usize)
+                                        * s.w
+                                        + ix as usize];
+                                    acc += xv * w.0[((oc * cg + c) * s.kh + ky) * s.kw + kx];
+                                }
+                            }
+                        }
+                        out[((n * s.o + oc) * s.oh + oy) * s.ow + ox] = acc;
+                    }
+                }
+            }
+        }
+        Ok(CpuStorage(out))
+    }
+
+    fn pool2d(&self, x: &CpuStorage, s: PoolSpec) -> Result<CpuStorage> {
+        let o = &s.opts;
+        let mut out = Vec::with_capacity(s.planes * s.oh * s.ow);
+        for p in 0..s.planes {
+            for oy in 0..s.oh {
+                for ox in 0..s.ow {
+                    let (mut m, mut sum, mut nan) = (f32::NEG_INFINITY, 0.0f32, false);
+                    for ky in 0..o.kernel[0] {
+                        for kx in 0..o.kernel[1] {
+                            let iy = (oy * o.stride[0] + ky) as isize - o.padding[0] as isize;
+                            let ix = (ox * o.stride[1] + kx) as isize - o.padding[1] as isize;
+                            if iy < 0 || ix < 0 || iy >= s.h as isize || ix >= s.w as isize {
+                                continue;
+                            }
+                            let v = x.0[(p * s.h + iy as usize) * s.w + ix as usize];
+                            nan |= v.is_nan();
+                            m = m.max(v);
+                            sum += v;
+                        }
+                    }
+                    out.push(if s.max {
+                        if nan {
+                            f32::NAN
+                        } else {
+                            m
+                        }
+                    } else {
+                        sum / (o.kernel[0] * o.kernel[1]) as f32
+                    });
+                }
+            }
         }
         Ok(CpuStorage(out))
     }

@@ -26,6 +26,8 @@ pub(crate) enum Shader {
     Attention,
     TopK,
     QMatmul,
+    Conv2d,
+    Pool2d,
 }
 
 impl Shader {
@@ -52,6 +54,8 @@ impl Shader {
             Shader::Attention => "attention.wgsl",
             Shader::TopK => "topk.wgsl",
             Shader::QMatmul => "qmatmul.wgsl",
+            Shader::Conv2d => "conv2d.wgsl",
+            Shader::Pool2d => "pool2d.wgsl",
         }
     }
 
@@ -70,6 +74,8 @@ impl Shader {
             Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
             Shader::TopK => include_str!("../../../shaders/topk.wgsl"),
             Shader::QMatmul => include_str!("../../../shaders/qmatmul.wgsl"),
+            Shader::Conv2d => include_str!("../../../shaders/conv2d.wgsl"),
+            Shader::Pool2d => include_str!("../../../shaders/pool2d.wgsl"),
         }
     }
 }
@@ -146,6 +152,12 @@ pub(crate) enum Kernel {
         format: QuantFormat,
         dequant: bool,
     },
+    Conv2d {
+        bias: bool,
+    },
+    Pool2d {
+        max: bool,
+    },
 }
 
 impl Kernel {
@@ -166,6 +178,8 @@ impl Kernel {
             Kernel::Attention { .. } => Shader::Attention,
             Kernel::TopK => Shader::TopK,
             Kernel::QMatmul { .. } => Shader::QMatmul,
+            Kernel::Conv2d { .. } => Shader::Conv2d,
+            Kernel::Pool2d { .. } => Shader::Pool2d,
         }
     }
 
@@ -181,7 +195,9 @@ impl Kernel {
             | Kernel::Rope { .. }
             | Kernel::Attention { .. }
             | Kernel::TopK
-            | Kernel::QMatmul { dequant: false, .. } => "main",
+            | Kernel::QMatmul { dequant: false, .. }
+            | Kernel::Conv2d { .. }
+            | Kernel::Pool2d { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -193,13 +209,21 @@ impl Kernel {
 
     pub(crate) fn layout(self) -> Layout {
         match self {
-            Kernel::Unary(_) | Kernel::Copy => Layout::OneInput,
+            Kernel::Unary(_) | Kernel::Copy | Kernel::Pool2d { .. } => Layout::OneInput,
             Kernel::Attention { .. } | Kernel::QMatmul { .. } => Layout::FourInputs,
             Kernel::TopK => Layout::OneInputTwoOutputs,
-            Kernel::Matmul { .. } | Kernel::Norm { .. } | Kernel::Rope { .. } => {
-                Layout::ThreeInputs
-            }
-            _ => Layout::TwoInputs,
+            Kernel::Matmul { .. }
+            | Kernel::Norm { .. }
+            | Kernel::Rope { .. }
+            | Kernel::Conv2d { .. } => Layout::ThreeInputs,
+            Kernel::Binary(_)
+            | Kernel::BinaryBroadcast(_)
+            | Kernel::ReducePartial { .. }
+            | Kernel::ReduceFinish(_)
+            | Kernel::SoftmaxStats
+            | Kernel::SoftmaxCombine
+            | Kernel::SoftmaxApply { .. }
+            | Kernel::Embedding => Layout::TwoInputs,
         }
     }
 
@@ -218,6 +242,8 @@ impl Kernel {
             | Kernel::Embedding
             | Kernel::TopK => vec![],
             Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
+            Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
+            Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Attention { causal, lens } => {
                 vec![
@@ -416,7 +442,56 @@ mod tests {
                 });
             }
         }
+        k.push(Kernel::TopK);
+        for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
+            for dequant in [false, true] {
+                k.push(Kernel::QMatmul { format, dequant });
+            }
+        }
+        for flag in [false, true] {
+            k.extend([Kernel::Conv2d { bias: flag }, Kernel::Pool2d { max: flag }]);
+        }
         k
+    }
+
+    /// Which variant a kernel is. The match has no wildcard: a new variant does not compile
+    /// until it is numbered here, and `every_kernel_variant_is_checked` then fails until
+    /// `every_kernel` lists it.
+    fn variant(k: Kernel) -> usize {
+        match k {
+            Kernel::Unary(_) => 0,
+            Kernel::Binary(_) => 1,
+            Kernel::BinaryBroadcast(_) => 2,
+            Kernel::ReducePartial { .. } => 3,
+            Kernel::ReduceFinish(_) => 4,
+            Kernel::SoftmaxStats => 5,
+            Kernel::SoftmaxCombine => 6,
+            Kernel::SoftmaxApply { .. } => 7,
+            Kernel::Matmul { .. } => 8,
+            Kernel::Norm { .. } => 9,
+            Kernel::Copy => 10,
+            Kernel::Embedding => 11,
+            Kernel::Rope { .. } => 12,
+            Kernel::Attention { .. } => 13,
+            Kernel::TopK => 14,
+            Kernel::QMatmul { .. } => 15,
+            Kernel::Conv2d { .. } => 16,
+            Kernel::Pool2d { .. } => 17,
+        }
+    }
+    const VARIANTS: usize = 18;
+
+    #[test]
+    fn every_kernel_variant_is_checked() {
+        let mut seen = [false; VARIANTS];
+        for k in every_kernel() {
+            seen[variant(k)] = true;
+        }
+        let missing: Vec<usize> = (0..VARIANTS).filter(|&i| !seen[i]).collect();
+        assert!(
+            missing.is_empty(),
+            "variants {missing:?} are missing from every_kernel()"
+        );
     }
 
     fn parse(shader: Shader) -> naga::Module {
@@ -453,11 +528,43 @@ mod tests {
                 256,
                 "{kernel:?}: WebGPU guarantees 256 invocations, no more"
             );
-            if !matches!(kernel, Kernel::Matmul { .. }) {
+            if !matches!(kernel, Kernel::Matmul { .. } | Kernel::Conv2d { .. }) {
                 assert_eq!(
                     ep.workgroup_size,
                     [256, 1, 1],
                     "{kernel:?}: kernels.rs assumes 1-D"
+                );
+            }
+            // The bind group layout must match the shader: uniform at 0, read-only inputs, then
+            // read-write outputs, and nothing else.
+            let layout = kernel.layout();
+            let (inputs, outputs) = (layout.inputs() as u32, layout.outputs() as u32);
+            for (_, var) in module.global_variables.iter() {
+                let Some(binding) = &var.binding else {
+                    continue;
+                };
+                let expected = match binding.binding {
+                    0 => "uniform",
+                    b if b <= inputs => "read",
+                    b if b <= inputs + outputs => "read_write",
+                    _ => "nothing",
+                };
+                let actual = match var.space {
+                    naga::AddressSpace::Uniform => "uniform",
+                    naga::AddressSpace::Storage { access }
+                        if access.contains(naga::StorageAccess::STORE) =>
+                    {
+                        "read_write"
+                    }
+                    naga::AddressSpace::Storage { .. } => "read",
+                    _ => "other",
+                };
+                assert_eq!(
+                    actual,
+                    expected,
+                    "{kernel:?}: binding {} of {}",
+                    binding.binding,
+                    kernel.shader().file()
                 );
             }
             for (name, _) in kernel.constants() {

@@ -1,0 +1,211 @@
+//! conv2d (NCHW, implicit GEMM: the im2col matrix is never stored) and 2-D max / average
+//! pooling.
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// Stride, padding, dilation and groups of [`Tensor::conv2d`] (height, width).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dOptions {
+    /// Step between windows.
+    pub stride: [usize; 2],
+    /// Zeros added on each side.
+    pub padding: [usize; 2],
+    /// Step between kernel taps.
+    pub dilation: [usize; 2],
+    /// Channel groups (1: every output sees every input channel; `c`: depthwise).
+    pub groups: usize,
+}
+
+impl Default for Conv2dOptions {
+    fn default() -> Self {
+        Conv2dOptions {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Window, stride and padding of a pooling op (height, width).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2dOptions {
+    /// Window size.
+    pub kernel: [usize; 2],
+    /// Step between windows.
+    pub stride: [usize; 2],
+    /// Padding on each side (at most half the window).
+    pub padding: [usize; 2],
+}
+
+/// Every size of one conv2d, as the backends receive them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvSpec {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub opts: Conv2dOptions,
+}
+
+/// Every size of one pooling op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolSpec {
+    pub planes: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub opts: Pool2dOptions,
+    pub max: bool,
+}
+
+fn out_size(
+    op: &'static str,
+    input: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+) -> Result<usize> {
+    let span = dil * (k.max(1) - 1) + 1;
+    if stride == 0 || dil == 0 || input + 2 * pad < span {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("a window of {span} (kernel {k}, dilation {dil}) with stride {stride} does not fit {input} + 2 x {pad} padding"),
+        });
+    }
+    Ok((input + 2 * pad - span) / stride + 1)
+}
+
+fn nchw(op: &'static str, t: &Tensor) -> Result<[usize; 4]> {
+    match *t.shape() {
+        [n, c, h, w] => Ok([n, c, h, w]),
+        _ => Err(Error::InvalidArgument {
+            op,
+            reason: format!("expected an NCHW tensor, got shape {:?}", t.shape()),
+        }),
+    }
+}
+
+impl Tensor {
+    /// 2-D convolution of `self` (`[n, c, h, w]`) with `weight` (`[o, c / groups, kh, kw]`) and
+    /// an optional `bias` of `o` values: `[n, o, oh, ow]`.
+    pub fn conv2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: Conv2dOptions,
+    ) -> Result<Tensor> {
+        let [n, c, h, w] = nchw("conv2d", self)?;
+        let [o, cg, kh, kw] = nchw("conv2d", weight)?;
+        let g = opts.groups;
+        if g == 0 || c % g != 0 || o % g != 0 || cg != c / g {
+            return Err(Error::shape(
+                "conv2d",
+                self.shape(),
+                weight.shape(),
+                "(the weight is [o, c / groups, kh, kw] with c and o multiples of groups)",
+            ));
+        }
+        if cg == 0 || kh == 0 || kw == 0 {
+            return Err(Error::InvalidArgument {
+                op: "conv2d",
+                reason: format!(
+                    "the weight {:?} has no input channels or no kernel taps",
+                    weight.shape()
+                ),
+            });
+        }
+        self.same_device(weight, "conv2d")?;
+        if let Some(b) = bias {
+            self.same_device(b, "conv2d")?;
+            if b.len() != o {
+                return Err(Error::shape(
+                    "conv2d bias",
+                    b.shape(),
+                    &[o],
+                    "(one bias per output channel)",
+                ));
+            }
+        }
+        let oh = out_size(
+            "conv2d",
+            h,
+            kh,
+            opts.stride[0],
+            opts.padding[0],
+            opts.dilation[0],
+        )?;
+        let ow = out_size(
+            "conv2d",
+            w,
+            kw,
+            opts.stride[1],
+            opts.padding[1],
+            opts.dilation[1],
+        )?;
+        let spec = ConvSpec {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            oh,
+            ow,
+            opts,
+        };
+        let storage = self.device().backend().conv2d(
+            self.storage(),
+            weight.storage(),
+            bias.map(Tensor::storage),
+            spec,
+        )?;
+        Ok(self.with_storage(storage, vec![n, o, oh, ow]))
+    }
+
+    /// Max over each window (NaN if the window holds one); padding is skipped.
+    pub fn max_pool2d(&self, opts: Pool2dOptions) -> Result<Tensor> {
+        self.pool2d("max_pool2d", opts, true)
+    }
+
+    /// Mean over each window, padding counted as zeros.
+    pub fn avg_pool2d(&self, opts: Pool2dOptions) -> Result<Tensor> {
+        self.pool2d("avg_pool2d", opts, false)
+    }
+
+    fn pool2d(&self, op: &'static str, opts: Pool2dOptions, max: bool) -> Result<Tensor> {
+        let [n, c, h, w] = nchw(op, self)?;
+        let [kh, kw] = opts.kernel;
+        if kh == 0 || kw == 0 || opts.padding[0] * 2 > kh || opts.padding[1] * 2 > kw {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "kernel {:?} must be non-zero and padding {:?} at most half of it",
+                    opts.kernel, opts.padding
+                ),
+            });
+        }
+        let oh = out_size(op, h, kh, opts.stride[0], opts.padding[0], 1)?;
+        let ow = out_size(op, w, kw, opts.stride[1], opts.padding[1], 1)?;
+        let spec = PoolSpec {
+            planes: n * c,
+            h,
+            w,
+            oh,
+            ow,
+            opts,
+            max,
+        };
+        let storage = self.device().backend().pool2d(self.storage(), spec)?;
+        Ok(self.with_storage(storage, vec![n, c, oh, ow]))
+    }
+}
