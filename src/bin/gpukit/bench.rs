@@ -268,6 +268,74 @@ pub fn run(args: &[String]) -> CliResult {
         });
     }
 
+    // conv2d: a ResNet-style 3x3 layer, 64 -> 64 channels on 56 x 56, batch 8 (1/8 the pixels
+    // with --quick).
+    let (cn, side) = if o.quick { (1, 28) } else { (8, 56) };
+    let cx = device
+        .tensor(&data(cn * 64 * side * side, 15), &[cn, 64, side, side])
+        .map_err(|e| e.to_string())?;
+    let cw = device
+        .tensor(&data(64 * 64 * 9, 16), &[64, 64, 3, 3])
+        .map_err(|e| e.to_string())?;
+    let copts = gpukit::Conv2dOptions {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let t = time(1, 5, || {
+        drop(cx.conv2d(&cw, None, copts)?);
+        device.synchronize_blocking()
+    })?;
+    let flops = 2.0 * (cn * 64 * side * side * 64 * 9) as f64;
+    rows.push(Row {
+        id: "C1",
+        workload: format!("conv2d 3x3, [{cn}, 64, {side}, {side}] -> 64 channels"),
+        value: Some(flops / median(t.clone()) / 1e12),
+        unit: "TFLOP/s",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: "implicit GEMM, device-resident".into(),
+    });
+
+    // Quantized GEMV: one token through a Q4_1 4096 x 4096 layer (1024 with --quick).
+    let qn = if o.quick { 1024 } else { 4096 };
+    let fmt = gpukit::QuantFormat::Q4_1;
+    let mut bytes = Vec::with_capacity(qn * qn / 32 * fmt.block_bytes());
+    for (b, noise) in (0..qn * qn / 32).zip(data(qn * qn / 32, 17)) {
+        bytes.extend(half::f16::from_f32(0.01 + noise.abs() * 0.01).to_le_bytes());
+        bytes.extend(half::f16::from_f32(-0.08).to_le_bytes());
+        bytes.extend(
+            (0..16u32).map(|i| ((b as u32).wrapping_mul(2654435761).rotate_left(i) & 0xff) as u8),
+        );
+    }
+    let wq = device
+        .quantized(&bytes, fmt, qn, qn)
+        .map_err(|e| e.to_string())?;
+    let xq = device
+        .tensor(&data(qn, 18), &[1, qn])
+        .map_err(|e| e.to_string())?;
+    let t = time(2, runs, || {
+        for _ in 0..10 {
+            drop(xq.matmul_quant(&wq)?);
+        }
+        device.synchronize_blocking()
+    })?;
+    let per = median(t.clone()) / 10.0;
+    rows.push(Row {
+        id: "Q1",
+        workload: format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
+        value: Some(per * 1e6),
+        unit: "us",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: format!(
+            "{:.0} GB/s of weights ({} MiB as GGUF)",
+            bytes.len() as f64 / per / 1e9,
+            bytes.len() >> 20
+        ),
+    });
+
     let heads = 16;
     let hd = 64;
     for seq in [1024usize, 2048, 4096] {
