@@ -330,9 +330,9 @@ pub fn run(args: &[String]) -> CliResult {
         slowdown_vs_raw: None,
         runs: t.len(),
         note: format!(
-            "{:.0} GB/s of weights ({} MiB as GGUF)",
+            "{:.0} GB/s of weights ({:.1} MB as GGUF)",
             bytes.len() as f64 / per / 1e9,
-            bytes.len() >> 20
+            bytes.len() as f64 / 1e6
         ),
     });
 
