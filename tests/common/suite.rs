@@ -1383,39 +1383,16 @@ pub async fn conv_and_pool(dev: &Device) {
     let mut x = Rng::new(9800).vec(n * c * h * w, -1.0, 1.0);
     x[5] = f32::NAN;
     let t = dev.tensor(&x, &[n, c, h, w]).unwrap();
+    let pool = |kernel, stride, padding| Pool2dOptions {
+        kernel,
+        stride,
+        padding,
+    };
     for (max, opts) in [
-        (
-            true,
-            Pool2dOptions {
-                kernel: [3, 3],
-                stride: [2, 2],
-                padding: [1, 1],
-            },
-        ),
-        (
-            false,
-            Pool2dOptions {
-                kernel: [2, 2],
-                stride: [2, 2],
-                padding: [0, 0],
-            },
-        ),
-        (
-            false,
-            Pool2dOptions {
-                kernel: [3, 2],
-                stride: [1, 2],
-                padding: [1, 1],
-            },
-        ),
-        (
-            true,
-            Pool2dOptions {
-                kernel: [2, 3],
-                stride: [3, 1],
-                padding: [0, 0],
-            },
-        ),
+        (true, pool([3, 3], [2, 2], [1, 1])),
+        (false, pool([2, 2], [2, 2], [0, 0])),
+        (false, pool([3, 2], [1, 2], [1, 1])),
+        (true, pool([2, 3], [3, 1], [0, 0])),
     ] {
         let y = if max {
             t.max_pool2d(opts)
