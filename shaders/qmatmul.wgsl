@@ -1,8 +1,8 @@
 // Matmul with GGUF-quantized weights, dequantised in the kernel: out[r, c] = sum_e x[r, e] *
 // W[c, e], W stored as unpacked blocks of 32 along e: f32 scales (and mins), quants in u32
 // words in element order (src/quant.rs). FORMAT: 0 Q8_0, 1 Q4_0, 2 Q4_1.
-// `main`: one workgroup per output element, invocations striding over e (coalesced on x and
-// on the quant words), then a workgroup sum. `dequant`: one invocation per weight element.
+// `main`: 8 outputs per workgroup, 32 lanes per output striding over e (coalesced on x and on
+// the quant words), then a 5-step sum. `dequant`: one invocation per weight element.
 
 override FORMAT: u32 = 0u;
 
@@ -53,27 +53,32 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
+    // 8 outputs per workgroup, 32 lanes each striding along the weight row.
+    let groups_per_row = (params.n + 7u) / 8u;
     let g = wid.x + wid.y * nwg.x;
-    if (g >= params.m * params.n) {
+    if (g >= params.m * groups_per_row) {
         return;
     }
-    let r = g / params.n;
-    let c = g % params.n;
+    let r = g / groups_per_row;
+    let lane = lid % 32u;
+    let c = (g % groups_per_row) * 8u + lid / 32u;
     let k = params.k;
     var acc = 0.0;
-    for (var e = lid; e < k; e = e + WG) {
-        acc = fma(x[r * k + e], weight(c, e), acc);
+    if (c < params.n) {
+        for (var e = lane; e < k; e = e + 32u) {
+            acc = fma(x[r * k + e], weight(c, e), acc);
+        }
     }
     partial[lid] = acc;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
+    for (var s = 16u; s > 0u; s = s >> 1u) {
+        if (lane < s) {
             partial[lid] = partial[lid] + partial[lid + s];
         }
         workgroupBarrier();
     }
-    if (lid == 0u) {
-        out[r * params.n + c] = partial[0];
+    if (lane == 0u && c < params.n) {
+        out[r * params.n + c] = partial[lid];
     }
 }
 

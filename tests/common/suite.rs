@@ -710,6 +710,52 @@ pub async fn matmul_options(dev: &Device) {
         &got,
         &want,
     );
+    // A few rows against a [n, k] weight take the GEMV kernel: 1 and 3 rows, and 2 x 4 rows of
+    // a batch with the weight shared; k and n of no special size; every epilogue.
+    for (ci, (lead, k, n)) in [
+        (vec![1usize], 1000usize, 77usize),
+        (vec![3], 96, 13),
+        (vec![2, 4], 257, 9),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rows: usize = lead.iter().product();
+        let mut rng = Rng::new(8400 + ci as u64);
+        let (x, w, c) = (
+            rng.vec(rows * k, -1.0, 1.0),
+            rng.vec(n * k, -1.0, 1.0),
+            rng.vec(n, -1.0, 1.0),
+        );
+        let mut shape = lead.clone();
+        shape.push(k);
+        let tx = dev.tensor(&x, &shape).unwrap();
+        let (tw, tc) = (
+            dev.tensor(&w, &[n, k]).unwrap(),
+            dev.tensor(&c, &[n]).unwrap(),
+        );
+        for (ai, act) in acts.into_iter().enumerate() {
+            let with_bias = ai % 2 == 1;
+            let y = tx.linear(&tw, with_bias.then_some(&tc), act).unwrap();
+            let mut out_shape = lead.clone();
+            out_shape.push(n);
+            assert_eq!(y.shape(), out_shape.as_slice());
+            let want = oracle::matmul_with(
+                &x,
+                &w,
+                (rows, k, n),
+                (false, true),
+                with_bias.then_some(&c[..]),
+                act.map(|a| a.as_unary()),
+            );
+            check(
+                &format!("gemv {lead:?} x [{n}, {k}]^T bias={with_bias} act={act:?}"),
+                &|i| format!("{i}"),
+                &y.read().await.unwrap(),
+                &want,
+            );
+        }
+    }
     // A bias of the wrong length names both shapes.
     let e = dev.tensor(&a, &[m, k]).unwrap().matmul_with(
         &dev.tensor(&b, &[k, n]).unwrap(),

@@ -58,6 +58,8 @@ struct RowParams {
 
 /// Rows and columns of the output tile one matmul workgroup computes (shaders/matmul.wgsl).
 const MATMUL_TILE: u64 = 64;
+/// Up to this many rows against a `[n, k]` weight use shaders/gemv.wgsl.
+const GEMV_MAX_ROWS: u64 = 8;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -132,7 +134,7 @@ const TOPK_VISITS_PER_DISPATCH: u64 = 1 << 20;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct QuantParams {
+struct MnkParams {
     m: u32,
     n: u32,
     k: u32,
@@ -608,6 +610,36 @@ impl BackendOps for WgpuBackend {
         s.check_binding("matmul's left operand", a_len)?;
         s.check_binding("matmul's right operand", b_len)?;
         s.check_binding("matmul's output", batch * m * n)?;
+        // A few rows against a weight stored [n, k] (token-by-token inference): the row-dot
+        // kernel, 8 outputs per workgroup, instead of 64 x 64 tiles that would be mostly empty.
+        let rows = batch * m;
+        let rows_contiguous = batch == 1 || (d.b_stride == 0 && d.a_stride != 0);
+        if spec.transpose_b && !spec.transpose_a && rows_contiguous && rows <= GEMV_MAX_ROWS {
+            let p = MnkParams {
+                m: rows as u32,
+                n: n as u32,
+                k: k as u32,
+                _pad: 0,
+            };
+            let binds = [
+                whole(ab, a_len.max(1)),
+                whole(bb, b_len.max(1)),
+                cb.map_or(whole(ab, a_len.max(1)), |c| whole(c, n)),
+                whole(&out, rows * n),
+            ];
+            let kernel = Kernel::Gemv {
+                bias: cb.is_some(),
+                activation: spec.activation,
+            };
+            s.dispatch(
+                &mut st,
+                kernel,
+                bytemuck::bytes_of(&p),
+                &binds,
+                rows * n.div_ceil(8),
+            )?;
+            return Ok(s.storage(out));
+        }
         let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
         let grid = [n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE), batch];
         if let Some(&over) = grid.iter().find(|&&g| g > max) {
@@ -1176,7 +1208,7 @@ impl WgpuBackend {
         ] {
             s.check_binding(what, len)?;
         }
-        let p = QuantParams {
+        let p = MnkParams {
             m: u32_of(m, "rows")?,
             n: u32_of(n, "weight rows")?,
             k: u32_of(k, "weight cols")?,
@@ -1195,7 +1227,7 @@ impl WgpuBackend {
             dequant: x.is_none(),
         };
         let groups = if x.is_some() {
-            out_len
+            m * n.div_ceil(8)
         } else {
             out_len.div_ceil(WG)
         };

@@ -28,6 +28,7 @@ pub(crate) enum Shader {
     QMatmul,
     Conv2d,
     Pool2d,
+    Gemv,
 }
 
 impl Shader {
@@ -56,6 +57,7 @@ impl Shader {
             Shader::QMatmul => "qmatmul.wgsl",
             Shader::Conv2d => "conv2d.wgsl",
             Shader::Pool2d => "pool2d.wgsl",
+            Shader::Gemv => "gemv.wgsl",
         }
     }
 
@@ -76,6 +78,7 @@ impl Shader {
             Shader::QMatmul => include_str!("../../../shaders/qmatmul.wgsl"),
             Shader::Conv2d => include_str!("../../../shaders/conv2d.wgsl"),
             Shader::Pool2d => include_str!("../../../shaders/pool2d.wgsl"),
+            Shader::Gemv => include_str!("../../../shaders/gemv.wgsl"),
         }
     }
 }
@@ -158,6 +161,10 @@ pub(crate) enum Kernel {
     Pool2d {
         max: bool,
     },
+    Gemv {
+        bias: bool,
+        activation: Option<Activation>,
+    },
 }
 
 impl Kernel {
@@ -180,6 +187,7 @@ impl Kernel {
             Kernel::QMatmul { .. } => Shader::QMatmul,
             Kernel::Conv2d { .. } => Shader::Conv2d,
             Kernel::Pool2d { .. } => Shader::Pool2d,
+            Kernel::Gemv { .. } => Shader::Gemv,
         }
     }
 
@@ -197,7 +205,8 @@ impl Kernel {
             | Kernel::TopK
             | Kernel::QMatmul { dequant: false, .. }
             | Kernel::Conv2d { .. }
-            | Kernel::Pool2d { .. } => "main",
+            | Kernel::Pool2d { .. }
+            | Kernel::Gemv { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -215,7 +224,8 @@ impl Kernel {
             Kernel::Matmul { .. }
             | Kernel::Norm { .. }
             | Kernel::Rope { .. }
-            | Kernel::Conv2d { .. } => Layout::ThreeInputs,
+            | Kernel::Conv2d { .. }
+            | Kernel::Gemv { .. } => Layout::ThreeInputs,
             Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
             | Kernel::ReducePartial { .. }
@@ -244,6 +254,10 @@ impl Kernel {
             Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
+            Kernel::Gemv { bias, activation } => vec![
+                ("HAS_BIAS", bias as u32 as f64),
+                ("ACT", activation.map_or(0, |a| a as u32) as f64),
+            ],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Attention { causal, lens } => {
                 vec![
@@ -450,6 +464,10 @@ mod tests {
         }
         for flag in [false, true] {
             k.extend([Kernel::Conv2d { bias: flag }, Kernel::Pool2d { max: flag }]);
+            k.push(Kernel::Gemv {
+                bias: flag,
+                activation: flag.then_some(Activation::Gelu),
+            });
         }
         k
     }
@@ -477,9 +495,10 @@ mod tests {
             Kernel::QMatmul { .. } => 15,
             Kernel::Conv2d { .. } => 16,
             Kernel::Pool2d { .. } => 17,
+            Kernel::Gemv { .. } => 18,
         }
     }
-    const VARIANTS: usize = 18;
+    const VARIANTS: usize = 19;
 
     #[test]
     fn every_kernel_variant_is_checked() {

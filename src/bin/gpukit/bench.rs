@@ -268,6 +268,32 @@ pub fn run(args: &[String]) -> CliResult {
         });
     }
 
+    // GEMV: one token through an f32 linear layer [4096, 4096] (1024 with --quick).
+    let gn = if o.quick { 1024 } else { 4096 };
+    let gw = device
+        .tensor(&data(gn * gn, 19), &[gn, gn])
+        .map_err(|e| e.to_string())?;
+    let gx = device
+        .tensor(&data(gn, 20), &[1, gn])
+        .map_err(|e| e.to_string())?;
+    let t = time(2, runs, || {
+        for _ in 0..10 {
+            drop(gx.linear(&gw, None, None)?);
+        }
+        device.synchronize_blocking()
+    })?;
+    let per = median(t.clone()) / 10.0;
+    rows.push(Row {
+        id: "G1",
+        workload: format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
+        value: Some(per * 1e6),
+        unit: "us",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: format!("{:.0} GB/s of weights", (gn * gn * 4) as f64 / per / 1e9),
+    });
+
     // conv2d: a ResNet-style 3x3 layer, 64 -> 64 channels on 56 x 56, batch 8 (1/8 the pixels
     // with --quick).
     let (cn, side) = if o.quick { (1, 28) } else { (8, 56) };
