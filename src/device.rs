@@ -2,7 +2,8 @@
 //!
 //! Automatic selection ranks every usable adapter: a discrete GPU, then an integrated GPU,
 //! then other wgpu adapters, then software adapters (llvmpipe, SwiftShader, WARP), then the CPU
-//! backend. `GPUKIT_BACKEND` (native) or [`Device::with_backend`] choose explicitly; an explicit
+//! backend. GL adapters come after every other API's, and are looked for only when no Vulkan,
+//! Metal, DX12 or WebGPU adapter is usable. `GPUKIT_BACKEND` (native) or [`Device::with_backend`] choose explicitly; an explicit
 //! choice that cannot run is an error saying why, never a silent substitute.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,22 +73,9 @@ impl Device {
     /// The best GPU adapter (hardware or software, any wgpu backend), never the CPU backend:
     /// [`Error::NoAdapter`] when there is none. For callers who would rather fail than fall back.
     pub async fn gpu() -> Result<Device> {
-        let (usable, rejected) = adapter::ranked(wgpu::Backends::all()).await;
-        let mut failures = rejected;
-        for (adapter, info) in usable {
-            match WgpuBackend::new(&adapter, "explicit: Device::gpu (best adapter)".into()).await {
-                Ok((backend, info)) => {
-                    return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info))
-                }
-                Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
-            }
-        }
-        let reason = if failures.is_empty() {
-            "no adapter found".to_string()
-        } else {
-            failures.join("; ")
-        };
-        Err(Error::NoAdapter { reason })
+        Device::best_wgpu(|_, _| "explicit: Device::gpu (best adapter)".into())
+            .await
+            .map_err(|reason| Error::NoAdapter { reason })
     }
 
     /// The CPU backend; always available.
@@ -106,30 +94,44 @@ impl Device {
     }
 
     async fn automatic() -> Result<Device> {
-        let (usable, rejected) = adapter::ranked(wgpu::Backends::all()).await;
+        let why = |info: &DeviceInfo, total: usize| {
+            let software = if info.software { ", software" } else { "" };
+            format!(
+                "automatic: best of {total} usable adapter(s) ({}{software})",
+                info.device_type
+            )
+        };
+        match Device::best_wgpu(why).await {
+            Ok(device) => Ok(device),
+            Err(reason) => {
+                log::warn!("gpukit: no usable GPU ({reason}); falling back to the CPU backend");
+                let info = CpuBackend::info(format!("fallback: {reason}"));
+                Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), info))
+            }
+        }
+    }
+
+    /// Opens the best usable wgpu adapter (GL only when no other API has one), or says why none
+    /// could be opened. `why` words the selection from the adapter and the number usable.
+    async fn best_wgpu(
+        why: impl Fn(&DeviceInfo, usize) -> String,
+    ) -> std::result::Result<Device, String> {
+        let (usable, rejected) = adapter::ranked_preferring_native().await;
         let total = usable.len();
         let mut failures = rejected;
         for (adapter, info) in usable {
-            let why = format!(
-                "automatic: best of {total} usable adapter(s) ({}{})",
-                info.device_type,
-                if info.software { ", software" } else { "" }
-            );
-            match WgpuBackend::new(&adapter, why).await {
+            match WgpuBackend::new(&adapter, why(&info, total)).await {
                 Ok((backend, info)) => {
                     return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info))
                 }
                 Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
             }
         }
-        let reason = if failures.is_empty() {
+        Err(if failures.is_empty() {
             "no GPU adapter found".to_string()
         } else {
             failures.join("; ")
-        };
-        log::warn!("gpukit: no usable GPU ({reason}); falling back to the CPU backend");
-        let info = CpuBackend::info(format!("fallback: {reason}"));
-        Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), info))
+        })
     }
 
     async fn open(backend: Backend, selection: String) -> Result<Device> {

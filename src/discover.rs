@@ -77,13 +77,10 @@ async fn report(backend: Backend) -> BackendReport {
     let Some(bits) = adapter::wgpu_backend(backend) else {
         return unavailable("not a wgpu backend".into());
     };
-    let devices: Vec<FoundDevice> = adapter::adapters(bits)
+    let devices: Vec<FoundDevice> = adapter::describe_all(bits)
         .await
-        .iter()
-        .map(|a| FoundDevice {
-            info: adapter::describe(a),
-            unusable: adapter::unsuitable(a),
-        })
+        .into_iter()
+        .map(|(info, unusable)| FoundDevice { info, unusable })
         .collect();
     let available = devices.iter().any(|d| d.unusable.is_none());
     let reason = match (available, devices.is_empty()) {

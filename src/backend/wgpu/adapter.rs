@@ -69,12 +69,41 @@ pub(crate) async fn adapters(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
     }
     #[cfg(native)]
     {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends,
-            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
-        });
-        instance.enumerate_adapters(backends).await
+        driver_serialized(|| enumerate_now(backends))
     }
+}
+
+/// Enumerates adapters natively (the caller holds the driver lock).
+#[cfg(native)]
+fn enumerate_now(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends,
+        ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+    });
+    pollster::block_on(instance.enumerate_adapters(backends))
+}
+
+/// Runs driver initialisation (instance creation, adapter enumeration, device requests) one
+/// thread at a time; devices are also torn down under the same lock. On NVIDIA H100 and H200
+/// (driver 580), tests creating and dropping devices on several threads at once hung inside the
+/// driver (threads parked on its mutexes, one spinning) in 3 runs of 8; with creation
+/// serialised, 1 of 20; with teardown serialised too, 0 of 30. These calls are rare and their
+/// futures are ready at once natively, so the lock costs nothing measurable and is never held
+/// across an `.await`.
+#[cfg(native)]
+pub(crate) fn driver_serialized<T>(f: impl FnOnce() -> T) -> T {
+    let _driver = driver_lock();
+    f()
+}
+
+/// The process-wide lock of [`driver_serialized`]; devices also hold it while they are torn
+/// down. Not reentrant: nothing that takes it may drop the last handle of a device.
+#[cfg(native)]
+pub(crate) fn driver_lock() -> std::sync::MutexGuard<'static, ()> {
+    static DRIVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DRIVER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Describes an adapter (the `selection` field is left empty).
@@ -151,9 +180,10 @@ pub(crate) fn unsuitable(adapter: &wgpu::Adapter) -> Option<String> {
     None
 }
 
-/// Sort key for automatic selection, best first: discrete, integrated, virtual or other,
-/// then software; within a kind, native APIs before GL.
-pub(crate) fn rank(info: &DeviceInfo) -> (u8, u8) {
+/// Sort key for automatic selection, best first: GL after every other API (it is only a
+/// fallback where nothing else runs); then discrete, integrated, virtual or other, software;
+/// then Vulkan, Metal and WebGPU before DX12.
+pub(crate) fn rank(info: &DeviceInfo) -> (u8, u8, u8) {
     let kind = if info.software {
         4
     } else {
@@ -167,10 +197,43 @@ pub(crate) fn rank(info: &DeviceInfo) -> (u8, u8) {
     };
     let api = match info.backend {
         Backend::Vulkan | Backend::Metal | Backend::WebGpu => 0,
-        Backend::Dx12 => 1,
-        _ => 2,
+        _ => 1,
     };
-    (kind, api)
+    (u8::from(info.backend == Backend::Gl), kind, api)
+}
+
+/// The native APIs and WebGPU, tried before GL.
+pub(crate) const PRIMARY: wgpu::Backends = wgpu::Backends::VULKAN
+    .union(wgpu::Backends::METAL)
+    .union(wgpu::Backends::DX12)
+    .union(wgpu::Backends::BROWSER_WEBGPU);
+
+/// Describes every adapter of the given backends and whether gpukit can use it. Natively the
+/// adapters are created and dropped under the driver lock, since tearing down a GL (EGL)
+/// instance while another thread created one hung NVIDIA's driver.
+pub(crate) async fn describe_all(backends: wgpu::Backends) -> Vec<(DeviceInfo, Option<String>)> {
+    let describe_each =
+        |list: Vec<wgpu::Adapter>| list.iter().map(|a| (describe(a), unsuitable(a))).collect();
+    #[cfg(native)]
+    {
+        driver_serialized(|| describe_each(enumerate_now(backends)))
+    }
+    #[cfg(web)]
+    {
+        describe_each(adapters(backends).await)
+    }
+}
+
+/// Usable adapters, best first, and the reasons others were rejected. GL is enumerated only
+/// when no other API has a usable adapter, so that EGL is not initialised for nothing.
+pub(crate) async fn ranked_preferring_native() -> (Vec<(wgpu::Adapter, DeviceInfo)>, Vec<String>) {
+    let (usable, mut rejected) = ranked(PRIMARY).await;
+    if !usable.is_empty() {
+        return (usable, rejected);
+    }
+    let (gl, gl_rejected) = ranked(wgpu::Backends::GL).await;
+    rejected.extend(gl_rejected);
+    (gl, rejected)
 }
 
 /// Usable adapters of the given backends, best first, and the reasons others were rejected.

@@ -30,7 +30,31 @@ pub(crate) struct WgpuBackend {
     shared: Arc<Shared>,
 }
 
+/// A device's state. `Shared` owns it through `ManuallyDrop` so that it is dropped (the last
+/// buffers, pipelines and the wgpu device itself) under the driver lock, like its creation.
 pub(crate) struct Shared {
+    core: std::mem::ManuallyDrop<Core>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        #[cfg(native)]
+        let _driver = adapter::driver_lock();
+        // SAFETY: `core` is dropped exactly once, here, and never used afterwards: this is
+        // `Shared`'s destructor and nothing else drops the field.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.core) }
+    }
+}
+
+pub(crate) struct Core {
     device: wgpu::Device,
     queue: wgpu::Queue,
     backend: Backend,
@@ -97,18 +121,21 @@ impl WgpuBackend {
         let limits = adapter.limits();
         let wanted =
             wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
-                label: Some("gpukit"),
-                required_features: adapter.features() & wanted,
-                required_limits: limits.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| Error::BackendUnavailable {
-                backend,
-                reason: format!("device request failed: {e}"),
-            })?;
+        let descriptor = wgpu::DeviceDescriptor {
+            label: Some("gpukit"),
+            required_features: adapter.features() & wanted,
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        #[cfg(native)]
+        let requested =
+            adapter::driver_serialized(|| pollster::block_on(adapter.request_device(&descriptor)));
+        #[cfg(web)]
+        let requested = adapter.request_device(&descriptor).await;
+        let (device, queue) = requested.map_err(|e| Error::BackendUnavailable {
+            backend,
+            reason: format!("device request failed: {e}"),
+        })?;
 
         let error: Arc<Mutex<Option<Error>>> = Arc::default();
         let slot = error.clone();
@@ -139,7 +166,7 @@ impl WgpuBackend {
             pipelines: PipelineCache::default(),
             bind_groups: BindGroupCache::default(),
         };
-        let shared = Shared {
+        let core = Core {
             device,
             queue,
             backend,
@@ -147,6 +174,9 @@ impl WgpuBackend {
             state: Mutex::new(state),
             error,
             lost,
+        };
+        let shared = Shared {
+            core: std::mem::ManuallyDrop::new(core),
         };
         Ok((
             WgpuBackend {
