@@ -14,6 +14,8 @@ pub(crate) struct Recorder {
     /// The uniform buffer that this submit's parameters are written to just before it.
     pub(crate) params_buffer: wgpu::Buffer,
     params: Vec<u8>,
+    /// What the parameter buffer on the device holds now (from earlier submits).
+    uploaded: Vec<u8>,
     align: u64,
     /// Dispatches recorded since the last submit.
     pub(crate) dispatches: u64,
@@ -31,6 +33,7 @@ impl Recorder {
                 mapped_at_creation: false,
             }),
             params: Vec::new(),
+            uploaded: Vec::new(),
             align: align.max(16),
             dispatches: 0,
         }
@@ -87,10 +90,21 @@ impl Recorder {
         let Some(encoder) = self.encoder.take() else {
             return false;
         };
-        if !self.params.is_empty() {
-            queue.write_buffer(&self.params_buffer, 0, &self.params);
-            self.params.clear();
+        // Repeated work (a loop, an inference step) writes the same parameters at the same
+        // offsets: upload only from the first byte that differs from what the buffer holds.
+        let same = self
+            .params
+            .iter()
+            .zip(&self.uploaded)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let start = same / 4 * 4; // write_buffer offsets and sizes are multiples of 4
+        if start < self.params.len() {
+            queue.write_buffer(&self.params_buffer, start as u64, &self.params[start..]);
+            self.uploaded.truncate(start);
+            self.uploaded.extend_from_slice(&self.params[start..]);
         }
+        self.params.clear();
         queue.submit([encoder.finish()]);
         self.dispatches = 0;
         true
