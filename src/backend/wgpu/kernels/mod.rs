@@ -1,0 +1,333 @@
+//! How each op is encoded: which kernels, with which parameters, over which buffer ranges.
+//!
+//! Elementwise ops larger than the device's storage-binding limit run in chunks, each bound at
+//! an aligned offset. Reductions and softmax read their input in one binding and return
+//! [`Error::LimitExceeded`] naming the limit when it does not fit.
+
+mod elementwise;
+mod layout;
+mod matmul;
+mod nn;
+mod reduce;
+
+use std::sync::Arc;
+
+use super::pipelines::Kernel;
+use super::{Shared, State, WgpuBackend, WgpuStorage};
+use crate::backend::{BackendOps, Operand};
+use crate::error::{Error, Result};
+use crate::ops::attention::AttentionSpec;
+use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::layout::CopySpec;
+use crate::ops::matmul::MatmulSpec;
+use crate::ops::norm::NormSpec;
+use crate::ops::RopeLayout;
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::quant::QuantParts;
+
+/// Invocations per workgroup of every kernel (WebGPU guarantees 256).
+const WG: u64 = 256;
+
+/// A buffer range bound to a kernel.
+#[derive(Clone, Copy)]
+struct Bind<'a> {
+    buffer: &'a wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
+fn whole(buffer: &wgpu::Buffer, elements: u64) -> Bind<'_> {
+    Bind {
+        buffer,
+        offset: 0,
+        size: (elements * 4).next_multiple_of(16).max(16),
+    }
+}
+
+fn u32_of(v: u64, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::LimitExceeded {
+        what: what.to_string(),
+        limit: "u32 index range of the shaders",
+        needed: v,
+        max: u64::from(u32::MAX),
+    })
+}
+
+impl Shared {
+    /// Elements per chunk of an elementwise op: the largest count whose bytes fit one storage
+    /// binding and start at an aligned offset.
+    fn chunk_elems(&self) -> u64 {
+        let align = u64::from(self.limits.min_storage_buffer_offset_alignment).max(16);
+        (self.limits.max_storage_buffer_binding_size / align * align / 4).max(4)
+    }
+
+    fn check_binding(&self, what: &str, elements: u64) -> Result<()> {
+        let needed = (elements * 4).next_multiple_of(16);
+        if needed > self.limits.max_storage_buffer_binding_size {
+            return Err(Error::LimitExceeded {
+                what: what.to_string(),
+                limit: "max_storage_buffer_binding_size",
+                needed,
+                max: self.limits.max_storage_buffer_binding_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Splits `groups` workgroups into a 2-D grid within the per-dimension limit.
+    fn grid(&self, groups: u64) -> Result<(u32, u32)> {
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension);
+        if groups <= max {
+            return Ok((groups as u32, 1));
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(Error::LimitExceeded {
+                what: format!("a dispatch of {groups} workgroups"),
+                limit: "max_compute_workgroups_per_dimension squared",
+                needed: groups,
+                max: max * max,
+            });
+        }
+        Ok((groups.div_ceil(y) as u32, y as u32))
+    }
+
+    /// Records one dispatch into the open compute pass.
+    fn dispatch(
+        &self,
+        st: &mut State,
+        kernel: Kernel,
+        params: &[u8],
+        binds: &[Bind<'_>],
+        groups: u64,
+    ) -> Result<()> {
+        if groups == 0 {
+            return Ok(());
+        }
+        let (gx, gy) = self.grid(groups)?;
+        self.dispatch_grid(st, kernel, params, binds, [gx, gy, 1])
+    }
+
+    /// Records one dispatch of an explicit grid of workgroups.
+    fn dispatch_grid(
+        &self,
+        st: &mut State,
+        kernel: Kernel,
+        params: &[u8],
+        binds: &[Bind<'_>],
+        [gx, gy, gz]: [u32; 3],
+    ) -> Result<()> {
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(());
+        }
+        let offset = match st.recorder.push_params(params) {
+            Some(o) => o,
+            None => {
+                self.submit(st);
+                st.recorder.push_params(params).ok_or(Error::Backend {
+                    backend: self.backend,
+                    detail: "dispatch parameters larger than the parameter buffer".into(),
+                })?
+            }
+        };
+        let pipeline = st
+            .pipelines
+            .get(&self.device, kernel, || lock_take(&self.error))?
+            .clone();
+        let layout = st
+            .pipelines
+            .bind_group_layout(&self.device, kernel.layout())
+            .clone();
+        let params_size = (params.len() as u64).next_multiple_of(16);
+        let mut ranges = vec![(st.recorder.params_buffer.clone(), offset, params_size)];
+        ranges.extend(binds.iter().map(|b| (b.buffer.clone(), b.offset, b.size)));
+        let bind_group = st
+            .bind_groups
+            .get(&self.device, kernel.layout(), &layout, ranges);
+        let pass = st.recorder.pass(&self.device);
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(gx, gy, gz);
+        st.recorder.dispatches += 1;
+        Ok(())
+    }
+
+    /// Runs an elementwise kernel over `n` elements in binding-sized chunks. `binds` gives the
+    /// bindings of one chunk (from its first element and length); `params` its parameters.
+    #[allow(clippy::too_many_arguments)]
+    fn elementwise<'b>(
+        &self,
+        st: &mut State,
+        kernel: Kernel,
+        n: u64,
+        vec4: bool,
+        params: impl Fn(u64, u64) -> Result<Vec<u8>>,
+        binds: impl Fn(u64, u64) -> Vec<Bind<'b>>,
+    ) -> Result<()> {
+        let chunk = self.chunk_elems();
+        let mut start = 0;
+        while start < n {
+            let len = chunk.min(n - start);
+            let threads = if vec4 { len.div_ceil(4) } else { len };
+            let p = params(start, len)?;
+            self.dispatch(st, kernel, &p, &binds(start, len), threads.div_ceil(WG))?;
+            start += len;
+        }
+        Ok(())
+    }
+}
+
+fn lock_take(m: &std::sync::Mutex<Option<Error>>) -> Option<String> {
+    super::lock(m).take().map(|e| e.to_string())
+}
+
+/// The range of a full operand that one chunk reads.
+fn range(buffer: &wgpu::Buffer, start: u64, len: u64) -> Bind<'_> {
+    Bind {
+        buffer,
+        offset: start * 4,
+        size: (len * 4).next_multiple_of(16),
+    }
+}
+
+impl WgpuBackend {
+    fn begin(&self) -> Result<&Arc<Shared>> {
+        self.shared.check()?;
+        Ok(&self.shared)
+    }
+}
+
+impl BackendOps for WgpuBackend {
+    type Storage = WgpuStorage;
+
+    fn upload(&self, data: &[f32]) -> Result<WgpuStorage> {
+        self.shared.upload(data)
+    }
+
+    fn unary(&self, op: UnaryOp, x: &WgpuStorage, n: usize) -> Result<WgpuStorage> {
+        self.encode_unary(op, x, n)
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: Operand<'_, WgpuStorage>,
+        b: Operand<'_, WgpuStorage>,
+        n: usize,
+    ) -> Result<WgpuStorage> {
+        self.encode_binary(op, a, b, n)
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &WgpuStorage,
+        rows: usize,
+        cols: usize,
+    ) -> Result<WgpuStorage> {
+        self.encode_reduce(op, x, rows, cols)
+    }
+
+    fn dot(&self, a: &WgpuStorage, b: &WgpuStorage, n: usize) -> Result<WgpuStorage> {
+        self.encode_dot(a, b, n)
+    }
+
+    fn softmax(&self, x: &WgpuStorage, rows: usize, cols: usize, log: bool) -> Result<WgpuStorage> {
+        self.encode_softmax(x, rows, cols, log)
+    }
+
+    fn matmul(
+        &self,
+        a: &WgpuStorage,
+        b: &WgpuStorage,
+        bias: Option<&WgpuStorage>,
+        spec: MatmulSpec,
+    ) -> Result<WgpuStorage> {
+        self.encode_matmul(a, b, bias, spec)
+    }
+
+    fn norm(
+        &self,
+        x: &WgpuStorage,
+        weight: Option<&WgpuStorage>,
+        bias: Option<&WgpuStorage>,
+        spec: NormSpec,
+    ) -> Result<WgpuStorage> {
+        self.encode_norm(x, weight, bias, spec)
+    }
+
+    fn embedding(&self, table: &WgpuStorage, ids: &[u32], dim: usize) -> Result<WgpuStorage> {
+        self.encode_embedding(table, ids, dim)
+    }
+
+    fn rope(
+        &self,
+        x: &WgpuStorage,
+        cos: &WgpuStorage,
+        sin: &WgpuStorage,
+        [n, seq, dim]: [usize; 3],
+        layout: RopeLayout,
+    ) -> Result<WgpuStorage> {
+        self.encode_rope(x, cos, sin, [n, seq, dim], layout)
+    }
+
+    fn attention(
+        &self,
+        q: &WgpuStorage,
+        k: &WgpuStorage,
+        v: &WgpuStorage,
+        lens: Option<&[u32]>,
+        a: AttentionSpec,
+    ) -> Result<WgpuStorage> {
+        self.encode_attention(q, k, v, lens, a)
+    }
+
+    fn topk(
+        &self,
+        x: &WgpuStorage,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<(WgpuStorage, WgpuStorage)> {
+        self.encode_topk(x, rows, cols, k)
+    }
+
+    fn matmul_quant(
+        &self,
+        x: &WgpuStorage,
+        w: QuantParts<'_, WgpuStorage>,
+        m: usize,
+    ) -> Result<WgpuStorage> {
+        self.encode_matmul_quant(x, w, m)
+    }
+
+    fn dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
+        self.encode_dequantize(w)
+    }
+
+    fn conv2d(
+        &self,
+        x: &WgpuStorage,
+        w: &WgpuStorage,
+        bias: Option<&WgpuStorage>,
+        c: ConvSpec,
+    ) -> Result<WgpuStorage> {
+        self.encode_conv2d(x, w, bias, c)
+    }
+
+    fn pool2d(&self, x: &WgpuStorage, c: PoolSpec) -> Result<WgpuStorage> {
+        self.encode_pool2d(x, c)
+    }
+
+    fn copy(&self, parts: &[(&WgpuStorage, CopySpec)], n: usize) -> Result<WgpuStorage> {
+        self.encode_copy(parts, n)
+    }
+
+    async fn read(&self, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
+        self.shared.read(x, n).await
+    }
+
+    async fn synchronize(&self) -> Result<()> {
+        self.shared.synchronize().await
+    }
+}
