@@ -1,16 +1,36 @@
-// f32 matmul: out[b] = A[b] (m x k) * B[b] (k x n), row-major, batched along workgroup z.
+// matmul: out[b] = A[b] (m x k) * B[b] (k x n), row-major, batched along workgroup z.
 //
-// A workgroup of 16 x 16 invocations computes a 64 x 64 tile of the output; each invocation
-// holds a 4 x 4 block in four vec4 registers (named, not an indexed array, so nothing spills).
-// The k axis advances 16 at a time through workgroup memory: A's tile stored k-major as vec4s
-// of four consecutive rows, B's tile as vec4s of four consecutive columns, so the inner loop is
-// four vec4 multiply-adds per k. Bounds are checked only when loading tiles and storing results.
-// A stride of 0 broadcasts that operand over the batch.
+// A template: `matmul_source` in src/backend/wgpu/pipelines.rs rewrites the `const` lines
+// marked `tile:` for each tile configuration (and `T` to f16, after an `enable f16;`, for the
+// f16 variant), so the autotuner (src/backend/wgpu/tuner.rs) can time several shapes of the
+// same kernel. As written it is the 64 x 64 x 16 f32 configuration, valid WGSL on its own.
+//
+// A workgroup of 16 x 16 invocations computes a TILE_M x TILE_N tile of the output; each
+// invocation holds RM rows x RN columns in registers (RM * RN / 4 vec4 accumulators, indexed
+// only by constant-bound loops, which the drivers unroll, so nothing spills). The k axis
+// advances TK at a time through workgroup memory: A's tile stored k-major as vec4s of four
+// consecutive rows, B's as vec4s of four consecutive columns, so the inner loop is RM * RN / 4
+// vec4 multiply-adds per k. An invocation's columns are 64 apart (vec4 column lx + 16 j), so
+// the 16 invocations of a row read 16 consecutive vec4s of B's tile. Bounds are checked only
+// when loading tiles and storing results. A stride of 0 broadcasts that operand over the
+// batch.
+//
+// f16 variant: tiles hold f16 and the products are f16 multiply-adds summed over one k tile,
+// then added into f32 accumulators, so rounding grows with TK, not with k. Where the adapter
+// has no shader-f16, ROUND16 rounds the inputs the same way with bit arithmetic and the
+// arithmetic stays f32.
 //
 // Specialisation: TRANS_A reads A stored as [k, m], TRANS_B reads B stored as [n, k] (no
 // transposed copy is made). The epilogue adds a bias row (HAS_BIAS) and applies ACT
 // (0 none, 1 relu, 2 gelu, 3 gelu_tanh, 4 silu; `Activation` in src/ops/matmul.rs) before the
 // store, so a linear layer is one dispatch.
+
+alias T = f32;
+const RM: u32 = 4u; // tile: rows per invocation (4 or 8)
+const RN: u32 = 4u; // tile: columns per invocation (4 or 8)
+const TK: u32 = 16u; // tile: k per workgroup-memory tile
+const SPLIT: bool = false; // tile: sum each k tile in T, then in f32 (the f16 variant)
+const ROUND16: bool = false; // tile: round inputs to f16, f32 arithmetic (no shader-f16)
 
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
@@ -34,13 +54,17 @@ struct Params {
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-const TILE: u32 = 64u;
-const TK: u32 = 16u;
+const TILE_M: u32 = 16u * RM;
+const TILE_N: u32 = 16u * RN;
+const AV: u32 = TILE_M / 4u;
+const BV: u32 = TILE_N / 4u;
+const RV: u32 = RM / 4u;
+const CV: u32 = RN / 4u;
 
 // [kk][row / 4], component row % 4.
-var<workgroup> a_tile: array<vec4<f32>, 256>;
+var<workgroup> a_tile: array<vec4<T>, TK * AV>;
 // [kk][col / 4], component col % 4.
-var<workgroup> b_tile: array<vec4<f32>, 256>;
+var<workgroup> b_tile: array<vec4<T>, TK * BV>;
 
 fn load_a(base: u32, r: u32, kk: u32) -> f32 {
     if (TRANS_A) {
@@ -54,6 +78,24 @@ fn load_b(base: u32, kk: u32, c: u32) -> f32 {
         return b[base + c * params.k + kk];
     }
     return b[base + kk * params.n + c];
+}
+
+// The value a tile stores: rounded to f16 first under ROUND16 (to nearest even on the 11-bit
+// significand, overflow to infinity; f16's subnormal range keeps more bits). Bit arithmetic,
+// not pack2x16float, which some adapters lack.
+fn stage(v: f32) -> T {
+    if (ROUND16) {
+        let bits = bitcast<u32>(v);
+        if ((bits & 0x7f800000u) == 0x7f800000u) {
+            return T(v);
+        }
+        let r = bitcast<f32>((bits + 0xfffu + ((bits >> 13u) & 1u)) & 0xffffe000u);
+        if (abs(r) > 65504.0) {
+            return T(sign(r) * bitcast<f32>(0x7f800000u));
+        }
+        return T(r);
+    }
+    return T(v);
 }
 
 fn is_nan4(v: vec4<f32>) -> vec4<bool> {
@@ -108,20 +150,22 @@ fn main(
     let m = params.m;
     let n = params.n;
     let k = params.k;
-    let row0 = wid.y * TILE;
-    let col0 = wid.x * TILE;
+    let row0 = wid.y * TILE_M;
+    let col0 = wid.x * TILE_N;
     let a_base = wid.z * params.a_stride;
     let b_base = wid.z * params.b_stride;
     let tid = lid.y * 16u + lid.x;
 
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    // acc[i * CV + j]: row i of this invocation, vec4 column j.
+    var acc: array<vec4<f32>, RM * CV>;
+    var part: array<vec4<T>, RM * CV>;
+    for (var i = 0u; i < RM * CV; i = i + 1u) {
+        acc[i] = vec4<f32>(0.0);
+    }
 
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
-        // A tile: 64 rows x 16 k; consecutive invocations read consecutive k of one row.
-        for (var i = 0u; i < 4u; i = i + 1u) {
+        // A tile: TILE_M rows x TK; consecutive invocations read consecutive k of one row.
+        for (var i = 0u; i < TILE_M * TK / 256u; i = i + 1u) {
             let e = tid + i * 256u;
             let r = e / TK;
             let kk = e % TK;
@@ -131,43 +175,65 @@ fn main(
             if (gr < m && gk < k) {
                 v = load_a(a_base, gr, gk);
             }
-            a_tile[kk * 16u + r / 4u][r % 4u] = v;
+            a_tile[kk * AV + r / 4u][r % 4u] = stage(v);
         }
-        // B tile: 16 k x 64 columns; consecutive invocations read consecutive columns.
-        for (var i = 0u; i < 4u; i = i + 1u) {
+        // B tile: TK x TILE_N columns; consecutive invocations read consecutive columns.
+        for (var i = 0u; i < TILE_N * TK / 256u; i = i + 1u) {
             let e = tid + i * 256u;
-            let kk = e / TILE;
-            let c = e % TILE;
+            let kk = e / TILE_N;
+            let c = e % TILE_N;
             let gk = k0 + kk;
             let gc = col0 + c;
             var v = 0.0;
             if (gk < k && gc < n) {
                 v = load_b(b_base, gk, gc);
             }
-            b_tile[kk * 16u + c / 4u][c % 4u] = v;
+            b_tile[kk * BV + c / 4u][c % 4u] = stage(v);
         }
         workgroupBarrier();
+        if (SPLIT) {
+            for (var i = 0u; i < RM * CV; i = i + 1u) {
+                part[i] = vec4<T>(0.0);
+            }
+        }
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            let av = a_tile[kk * 16u + lid.y];
-            let bv = b_tile[kk * 16u + lid.x];
-            acc0 = fma(vec4<f32>(av.x), bv, acc0);
-            acc1 = fma(vec4<f32>(av.y), bv, acc1);
-            acc2 = fma(vec4<f32>(av.z), bv, acc2);
-            acc3 = fma(vec4<f32>(av.w), bv, acc3);
+            var bv: array<vec4<T>, CV>;
+            for (var j = 0u; j < CV; j = j + 1u) {
+                bv[j] = b_tile[kk * BV + lid.x + 16u * j];
+            }
+            for (var i = 0u; i < RV; i = i + 1u) {
+                let av = a_tile[kk * AV + lid.y * RV + i];
+                for (var q = 0u; q < 4u; q = q + 1u) {
+                    for (var j = 0u; j < CV; j = j + 1u) {
+                        let o = (i * 4u + q) * CV + j;
+                        if (SPLIT) {
+                            part[o] = fma(vec4<T>(av[q]), bv[j], part[o]);
+                        } else {
+                            acc[o] = fma(vec4<f32>(f32(av[q])), vec4<f32>(bv[j]), acc[o]);
+                        }
+                    }
+                }
+            }
+        }
+        if (SPLIT) {
+            for (var i = 0u; i < RM * CV; i = i + 1u) {
+                acc[i] = acc[i] + vec4<f32>(part[i]);
+            }
         }
         workgroupBarrier();
     }
 
     let out_base = wid.z * m * n;
-    let c0 = col0 + lid.x * 4u;
-    let r0 = row0 + lid.y * 4u;
-    store_row(out_base, r0, c0, epilogue(c0, acc0));
-    store_row(out_base, r0 + 1u, c0, epilogue(c0, acc1));
-    store_row(out_base, r0 + 2u, c0, epilogue(c0, acc2));
-    store_row(out_base, r0 + 3u, c0, epilogue(c0, acc3));
+    for (var i = 0u; i < RM; i = i + 1u) {
+        let r = row0 + lid.y * RM + i;
+        for (var j = 0u; j < CV; j = j + 1u) {
+            let c0 = col0 + (lid.x + 16u * j) * 4u;
+            store4(out_base, r, c0, epilogue(c0, acc[i * CV + j]));
+        }
+    }
 }
 
-fn store_row(base: u32, r: u32, c0: u32, v: vec4<f32>) {
+fn store4(base: u32, r: u32, c0: u32, v: vec4<f32>) {
     let m = params.m;
     let n = params.n;
     if (r >= m) {

@@ -12,8 +12,8 @@ use crate::discover::BackendReport;
 use crate::error::Result;
 use crate::future::block_on;
 use crate::info::Backend;
-use crate::ops::{BinaryOp, UnaryOp};
-use crate::{Device, Tensor};
+use crate::ops::{BinaryOp, Precision, UnaryOp};
+use crate::{Device, Tensor, TuneRecord};
 
 impl Device {
     /// Blocking [`Device::new`].
@@ -31,6 +31,17 @@ impl Device {
     /// Blocking [`Device::synchronize`].
     pub fn synchronize_blocking(&self) -> Result<()> {
         block_on(self.synchronize())
+    }
+
+    /// Blocking [`Device::tune_matmul`].
+    pub fn tune_matmul_blocking(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        precision: Precision,
+    ) -> Result<Option<TuneRecord>> {
+        block_on(self.tune_matmul(m, k, n, precision))
     }
     /// Blocking [`Device::unary_slice`].
     pub fn unary_slice_blocking(&self, op: UnaryOp, input: &[f32], out: &mut [f32]) -> Result<()> {

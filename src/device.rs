@@ -12,10 +12,12 @@ use std::sync::Arc;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::adapter;
 use crate::backend::wgpu::pool::MemoryStats;
+use crate::backend::wgpu::tuner::TuneRecord;
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::BackendImpl;
 use crate::error::{Error, Result};
 use crate::info::{Backend, DeviceInfo};
+use crate::ops::Precision;
 use crate::tensor::Tensor;
 
 /// A compute device. Cloning is cheap; clones share the device.
@@ -208,6 +210,35 @@ impl Device {
     /// Waits until all enqueued work has finished on the device.
     pub async fn synchronize(&self) -> Result<()> {
         self.inner.backend.synchronize().await
+    }
+
+    /// What the matmul autotuner measured on this device's adapter: one record per size class
+    /// tuned so far, in this process or (natively) an earlier one. Empty on the CPU backend.
+    pub fn tuning(&self) -> Vec<TuneRecord> {
+        match &self.inner.backend {
+            BackendImpl::Wgpu(b) => b.tuning(),
+            BackendImpl::Cpu(_) => Vec::new(),
+        }
+    }
+
+    /// Tunes the matmul size class of an `[m, k] x [k, n]` product now instead of at its first
+    /// use (in the browser, first uses run the default tile and tune at the next wait). Returns
+    /// the class's record, which exists already if it was tuned before; `None` on the CPU
+    /// backend, which has no tiles.
+    pub async fn tune_matmul(
+        &self,
+        m: usize,
+        k: usize,
+        n: usize,
+        precision: Precision,
+    ) -> Result<Option<TuneRecord>> {
+        match &self.inner.backend {
+            BackendImpl::Wgpu(b) => {
+                let shape = [m, n, k].map(|v| v as u64);
+                b.tune_matmul(shape, precision).await.map(Some)
+            }
+            BackendImpl::Cpu(_) => Ok(None),
+        }
     }
 
     /// Buffer pool statistics (all zero on the CPU backend).

@@ -45,13 +45,14 @@ mod slice;
 mod tensor;
 
 pub use backend::wgpu::pool::MemoryStats;
+pub use backend::wgpu::tuner::TuneRecord;
 pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
 pub use info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::{
-    Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, Pool2dOptions, ReduceOp,
-    RopeLayout, UnaryOp,
+    Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, MatmulTile,
+    Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
 pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};

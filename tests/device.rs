@@ -213,3 +213,52 @@ fn tensors_over_the_binding_limit() {
     );
     assert!(e.to_string().contains("max_storage_buffer_binding_size"));
 }
+
+/// The autotuner times every tile that fits the adapter, keeps the fastest, and answers the
+/// same class from its record afterwards; the CPU backend has nothing to tune.
+#[test]
+fn autotuner_times_every_fitting_tile_and_remembers_the_fastest() {
+    use gpukit::{MatmulTile, Precision};
+    let dev = gpu();
+    // Sizes of a class no other test uses, so this run may be the one that tunes it.
+    let (m, k, n) = (600, 40, 70);
+    let record = dev
+        .tune_matmul_blocking(m, k, n, Precision::F32)
+        .unwrap()
+        .expect("a wgpu device has tiles");
+    assert!(
+        record.class.starts_with("f32 m:513-2048 n:65-512 k:1-64"),
+        "{record:?}"
+    );
+    let wg_bytes = dev.info().limits.workgroup_storage;
+    let fitting: Vec<MatmulTile> = MatmulTile::CANDIDATES
+        .into_iter()
+        .filter(|t| t.workgroup_bytes(false) <= wg_bytes)
+        .collect();
+    let timed: Vec<MatmulTile> = record.timings_us.iter().map(|(t, _)| *t).collect();
+    assert_eq!(timed, fitting, "every fitting tile is timed");
+    assert!(record
+        .timings_us
+        .iter()
+        .all(|(_, us)| us.is_finite() && *us > 0.0));
+    let fastest = record
+        .timings_us
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap()
+        .0;
+    assert_eq!(record.best, fastest);
+    assert!(record.best_tflops() > 0.0);
+    // The same class again is the same record, not a new tuning run.
+    let again = dev
+        .tune_matmul_blocking(m + 1, k + 1, n + 1, Precision::F32)
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, record);
+    assert!(dev.tuning().contains(&record), "{:?}", dev.tuning());
+    assert!(Device::cpu()
+        .tune_matmul_blocking(m, k, n, Precision::F32)
+        .unwrap()
+        .is_none());
+    assert!(Device::cpu().tuning().is_empty());
+}

@@ -49,6 +49,96 @@ pub struct MatmulOptions<'a> {
     pub bias: Option<&'a Tensor>,
     /// Applied after the bias.
     pub activation: Option<Activation>,
+    /// [`Precision::F16`] multiplies in half precision where the adapter has shader-f16.
+    pub precision: Precision,
+    /// Pins the tile configuration of the tiled kernel (`None`: the autotuner's choice for
+    /// this adapter and size). An explicit tile the device cannot run is an error.
+    pub tile: Option<MatmulTile>,
+}
+
+/// The arithmetic of a matmul.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// f32 inputs, f32 multiply-adds.
+    #[default]
+    F32,
+    /// Inputs rounded to f16 and multiplied in f16 within each k tile (16 or 32 products),
+    /// tiles summed in f32: about 1e-3 relative error, up to twice the f32 speed. On adapters
+    /// without shader-f16 (and on the CPU backend) the inputs are rounded the same way and the
+    /// arithmetic is f32, so results agree within the f16 tolerance everywhere.
+    F16,
+}
+
+/// A tile configuration of the tiled matmul kernel: a workgroup of 16 x 16 invocations
+/// computes a `16 * rows` x `16 * cols` output tile, stepping `depth` along k. The autotuner
+/// times [`MatmulTile::CANDIDATES`] on first use and remembers the fastest per adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct MatmulTile {
+    /// Output rows per invocation: 4 or 8.
+    pub rows: u32,
+    /// Output columns per invocation: 4 or 8.
+    pub cols: u32,
+    /// k per workgroup-memory tile: 8, 16 or 32.
+    pub depth: u32,
+}
+
+impl MatmulTile {
+    /// The default before (or without) tuning: 64 x 64 outputs, k tiles of 16.
+    pub const DEFAULT: MatmulTile = MatmulTile::new(4, 4, 16);
+
+    /// The configurations the autotuner times.
+    pub const CANDIDATES: [MatmulTile; 6] = [
+        MatmulTile::DEFAULT,
+        MatmulTile::new(4, 4, 32),
+        MatmulTile::new(8, 4, 16),
+        MatmulTile::new(4, 8, 16),
+        MatmulTile::new(8, 8, 8),
+        MatmulTile::new(8, 8, 16),
+    ];
+
+    /// A configuration; [`MatmulTile::check`] says whether it is one the kernel supports.
+    pub const fn new(rows: u32, cols: u32, depth: u32) -> MatmulTile {
+        MatmulTile { rows, cols, depth }
+    }
+
+    /// Output rows of one workgroup's tile.
+    pub fn tile_m(self) -> u32 {
+        16 * self.rows
+    }
+
+    /// Output columns of one workgroup's tile.
+    pub fn tile_n(self) -> u32 {
+        16 * self.cols
+    }
+
+    /// Bytes of workgroup memory the tile needs with `f16` or f32 tiles.
+    pub fn workgroup_bytes(self, f16: bool) -> u32 {
+        let elem = if f16 { 2 } else { 4 };
+        (self.tile_m() + self.tile_n()) * self.depth * elem
+    }
+
+    /// Ok when the kernel has this configuration.
+    pub fn check(self) -> Result<()> {
+        let ok = matches!(self.rows, 4 | 8)
+            && matches!(self.cols, 4 | 8)
+            && matches!(self.depth, 8 | 16 | 32);
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument {
+                op: "matmul",
+                reason: format!(
+                    "tile {self} is not supported (rows and cols 4 or 8, depth 8, 16 or 32)"
+                ),
+            })
+        }
+    }
+}
+
+impl std::fmt::Display for MatmulTile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}x{}", self.tile_m(), self.tile_n(), self.depth)
+    }
 }
 
 /// Everything a backend needs besides the buffers.
@@ -58,6 +148,8 @@ pub(crate) struct MatmulSpec {
     pub transpose_a: bool,
     pub transpose_b: bool,
     pub activation: Option<Activation>,
+    pub precision: Precision,
+    pub tile: Option<MatmulTile>,
 }
 
 /// The sizes of one matmul, as the backends receive them.
@@ -138,7 +230,12 @@ impl Tensor {
             transpose_a: ta,
             transpose_b: tb,
             activation: options.activation,
+            precision: options.precision,
+            tile: options.tile,
         };
+        if let Some(tile) = options.tile {
+            tile.check()?;
+        }
         let bias = options.bias.map(Tensor::storage);
         let storage = self
             .device()
@@ -160,6 +257,7 @@ impl Tensor {
             transpose_b: true,
             bias,
             activation,
+            ..MatmulOptions::default()
         };
         self.matmul_with(weight, options)
     }

@@ -16,5 +16,5 @@ pub use attention::AttentionOptions;
 pub use conv::{Conv2dOptions, Pool2dOptions};
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use embed::RopeLayout;
-pub use matmul::{Activation, MatmulOptions};
+pub use matmul::{Activation, MatmulOptions, MatmulTile, Precision};
 pub use reduce::ReduceOp;

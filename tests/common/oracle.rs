@@ -208,6 +208,23 @@ pub fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<(f64, T
     out
 }
 
+/// A matmul reference with the f16 tolerance (`Precision::F16`): 1e-2 of the sum of the
+/// products' magnitudes, which the f32 tolerance carries in its absolute part (1e-4 of it).
+pub fn as_f16_tolerance(reference: Vec<(f64, Tol)>) -> Vec<(f64, Tol)> {
+    reference
+        .into_iter()
+        .map(|(v, t)| {
+            (
+                v,
+                Tol {
+                    atol: t.atol * 100.0,
+                    rtol: t.rtol,
+                },
+            )
+        })
+        .collect()
+}
+
 /// A matmul with transposed operands and an epilogue, in f64: `act(op(a) x op(b) + bias)`.
 /// The tolerance is the matmul's, carried through the activation (whose slope is at most 1.2),
 /// plus the activation's own.

@@ -660,6 +660,7 @@ pub async fn matmul_options(dev: &Device) {
                 transpose_b: tb,
                 bias: with_bias.then_some(&tbias),
                 activation: act,
+                ..MatmulOptions::default()
             };
             let y = xa.matmul_with(&xb, options).unwrap();
             assert_eq!(y.shape(), &[m, n]);
@@ -1503,4 +1504,87 @@ pub async fn conv_and_pool(dev: &Device) {
         t.conv2d(&wrong, None, Default::default()).unwrap_err(),
         Error::ShapeMismatch { .. }
     ));
+}
+
+/// Every tile configuration the autotuner may pick, pinned, on sizes that are multiples of
+/// none of them (with transposes, bias and activation); then `Precision::F16` against the f64
+/// product of the unrounded inputs with the f16 tolerance; then an unsupported tile.
+pub async fn matmul_tiles_and_f16(dev: &Device) {
+    use gpukit::{Activation, MatmulOptions, MatmulTile, Precision};
+    let (m, k, n) = (131, 70, 259);
+    let mut rng = Rng::new(8500);
+    let a = rng.vec(m * k, -1.0, 1.0);
+    let b = rng.vec(k * n, -1.0, 1.0);
+    let bias = rng.vec(n, -1.0, 1.0);
+    let tbias = dev.tensor(&bias, &[n]).unwrap();
+    for (i, tile) in MatmulTile::CANDIDATES.into_iter().enumerate() {
+        let (ta, tb) = (i % 2 == 1, i % 3 == 0);
+        let (sa, sb) = (
+            if ta { [k, m] } else { [m, k] },
+            if tb { [n, k] } else { [k, n] },
+        );
+        let (xa, xb) = (dev.tensor(&a, &sa).unwrap(), dev.tensor(&b, &sb).unwrap());
+        for precision in [Precision::F32, Precision::F16] {
+            let options = MatmulOptions {
+                transpose_a: ta,
+                transpose_b: tb,
+                bias: Some(&tbias),
+                activation: Some(Activation::Gelu),
+                precision,
+                tile: Some(tile),
+            };
+            let got = xa.matmul_with(&xb, options).unwrap().read().await.unwrap();
+            let want = oracle::matmul_with(
+                &a,
+                &b,
+                (m, k, n),
+                (ta, tb),
+                Some(&bias),
+                Some(gpukit::UnaryOp::Gelu),
+            );
+            let want = match precision {
+                Precision::F32 => want,
+                Precision::F16 => oracle::as_f16_tolerance(want),
+            };
+            check(
+                &format!("matmul tile {tile} {precision:?} ta={ta} tb={tb}"),
+                &|i| format!("out[{}][{}]", i / n, i % n),
+                &got,
+                &want,
+            );
+        }
+    }
+    // f16 through the autotuner's choice, with k long enough for many k tiles, batched.
+    let (bt, m, k, n) = (2, 65, 1000, 33);
+    let a = rng.vec(bt * m * k, -1.0, 1.0);
+    let b = rng.vec(k * n, -1.0, 1.0);
+    let options = MatmulOptions {
+        precision: Precision::F16,
+        ..MatmulOptions::default()
+    };
+    let got = dev
+        .tensor(&a, &[bt, m, k])
+        .unwrap()
+        .matmul_with(&dev.tensor(&b, &[k, n]).unwrap(), options)
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    for e in 0..bt {
+        let want = oracle::as_f16_tolerance(oracle::matmul(&a[e * m * k..], &b, m, k, n));
+        check(
+            &format!("matmul f16 batch entry {e} [{m}, {k}] x [{k}, {n}]"),
+            &|i| format!("out[{}][{}]", i / n, i % n),
+            &got[e * m * n..(e + 1) * m * n],
+            &want,
+        );
+    }
+    let x = dev.tensor(&[1.0; 4], &[2, 2]).unwrap();
+    let bad = MatmulOptions {
+        tile: Some(MatmulTile::new(3, 4, 16)),
+        ..MatmulOptions::default()
+    };
+    let e = x.matmul_with(&x, bad).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    assert!(e.to_string().contains("tile"), "{e}");
 }

@@ -8,7 +8,7 @@ use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType}
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::{ConvSpec, PoolSpec};
 use crate::ops::layout::CopySpec;
-use crate::ops::matmul::MatmulSpec;
+use crate::ops::matmul::{MatmulSpec, Precision};
 use crate::ops::norm::NormSpec;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
@@ -186,6 +186,15 @@ impl BackendOps for CpuBackend {
         // Element (i, p) of A and (p, j) of B, whatever their storage order.
         let (sa_i, sa_p) = if spec.transpose_a { (1, d.m) } else { (d.k, 1) };
         let (sb_p, sb_j) = if spec.transpose_b { (1, d.k) } else { (d.n, 1) };
+        // Precision::F16 rounds the inputs as the GPU kernels do; the arithmetic stays f32.
+        let f16 = spec.precision == Precision::F16;
+        let round = |v: f32| {
+            if f16 {
+                half::f16::from_f32(v).to_f32()
+            } else {
+                v
+            }
+        };
         for (bt, o) in out
             .chunks_exact_mut((d.m * d.n).max(1))
             .enumerate()
@@ -196,9 +205,9 @@ impl BackendOps for CpuBackend {
             for i in 0..d.m {
                 let row = &mut o[i * d.n..(i + 1) * d.n];
                 for p in 0..d.k {
-                    let x = a[i * sa_i + p * sa_p];
+                    let x = round(a[i * sa_i + p * sa_p]);
                     for (j, r) in row.iter_mut().enumerate() {
-                        *r += x * b[p * sb_p + j * sb_j];
+                        *r += x * round(b[p * sb_p + j * sb_j]);
                     }
                 }
                 if let Some(bias) = bias {

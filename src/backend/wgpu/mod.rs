@@ -11,6 +11,7 @@ mod kernels;
 pub(crate) mod pipelines;
 pub(crate) mod pool;
 mod recorder;
+pub(crate) mod tuner;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -64,6 +65,13 @@ pub(crate) struct Core {
     error: Arc<Mutex<Option<Error>>>,
     /// Set once the device is lost.
     lost: Arc<Mutex<Option<String>>>,
+    /// Names the adapter and driver in the autotuner's records.
+    adapter_key: String,
+    software: bool,
+    /// Whether shader-f16 is enabled on the device.
+    shader_f16: bool,
+    /// Matmul size classes to tune at the next wait (browser only).
+    pending_tunes: Mutex<Vec<tuner::Pending>>,
 }
 
 struct State {
@@ -166,6 +174,7 @@ impl WgpuBackend {
             pipelines: PipelineCache::default(),
             bind_groups: BindGroupCache::default(),
         };
+        let shader_f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let core = Core {
             device,
             queue,
@@ -174,6 +183,10 @@ impl WgpuBackend {
             state: Mutex::new(state),
             error,
             lost,
+            adapter_key: format!("{:?} {} ({})", info.backend, info.adapter, info.driver),
+            software: info.software,
+            shader_f16,
+            pending_tunes: Mutex::default(),
         };
         let shared = Shared {
             core: std::mem::ManuallyDrop::new(core),
@@ -202,6 +215,21 @@ impl WgpuBackend {
         let mut st = self.shared.state();
         st.bind_groups.clear();
         st.pool.release();
+    }
+
+    /// The autotuner's records for this adapter.
+    pub(crate) fn tuning(&self) -> Vec<tuner::TuneRecord> {
+        self.shared.tune_records()
+    }
+
+    /// Tunes the matmul size class of `m x k x n` now, unless it has a record already.
+    pub(crate) async fn tune_matmul(
+        &self,
+        shape: [u64; 3],
+        precision: crate::ops::Precision,
+    ) -> Result<tuner::TuneRecord> {
+        let arith = pipelines::Arith::of(precision, self.shared.shader_f16);
+        self.shared.tune_class(shape, arith).await
     }
 
     /// Submits everything recorded so far without waiting.
@@ -294,7 +322,7 @@ impl Shared {
         Ok(buffer)
     }
 
-    async fn read(&self, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
+    async fn read(self: &Arc<Self>, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
         self.check()?;
         if n == 0 {
             return Ok(Vec::new());
@@ -343,18 +371,25 @@ impl Shared {
         };
         staging.unmap();
         self.state().pool.return_staging(staging);
+        self.tune_pending().await?;
         Ok(data)
     }
 
-    async fn synchronize(&self) -> Result<()> {
+    async fn synchronize(self: &Arc<Self>) -> Result<()> {
         self.submit(&mut self.state());
+        self.idle().await?;
+        self.check()?;
+        self.tune_pending().await
+    }
+
+    /// Waits until all submitted work is done.
+    async fn idle(&self) -> Result<()> {
         let (tx, rx) = oneshot();
         self.queue.on_submitted_work_done(move || tx.send(()));
         self.wait()?;
         rx.await.ok_or(Error::DeviceLost {
             reason: "the device stopped before finishing its work".into(),
-        })?;
-        self.check()
+        })
     }
 }
 

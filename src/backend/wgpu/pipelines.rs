@@ -3,11 +3,13 @@
 //! A key names a shader file, an entry point and the override constants that specialise it.
 //! A misspelt kernel is a compile error, never a run-time string miss.
 
+use std::borrow::Cow;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 use crate::ops::elementwise::UnaryKind;
-use crate::ops::{Activation, BinaryOp, ReduceOp};
+use crate::ops::{Activation, BinaryOp, MatmulTile, Precision, ReduceOp};
 use crate::quant::QuantFormat;
 
 /// The shader files in `shaders/`.
@@ -32,12 +34,23 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 5] = [
+    pub(crate) const ALL: [Shader; 16] = [
         Shader::Unary,
         Shader::Binary,
         Shader::BinaryBroadcast,
         Shader::Reduce,
         Shader::Softmax,
+        Shader::Matmul,
+        Shader::Norm,
+        Shader::Copy,
+        Shader::Embedding,
+        Shader::Rope,
+        Shader::Attention,
+        Shader::TopK,
+        Shader::QMatmul,
+        Shader::Conv2d,
+        Shader::Pool2d,
+        Shader::Gemv,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -81,6 +94,89 @@ impl Shader {
             Shader::Gemv => include_str!("../../../shaders/gemv.wgsl"),
         }
     }
+}
+
+/// The arithmetic of a tiled matmul kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Arith {
+    /// f32 tiles and multiply-adds.
+    F32,
+    /// f16 tiles and multiply-adds within a k tile (shader-f16).
+    F16,
+    /// Inputs rounded to f16, f32 arithmetic: `Precision::F16` without shader-f16.
+    F16Rounded,
+}
+
+impl Arith {
+    /// The arithmetic that runs `precision` on a device with or without shader-f16.
+    pub(crate) fn of(precision: Precision, shader_f16: bool) -> Arith {
+        match (precision, shader_f16) {
+            (Precision::F32, _) => Arith::F32,
+            (Precision::F16, true) => Arith::F16,
+            (Precision::F16, false) => Arith::F16Rounded,
+        }
+    }
+}
+
+/// shaders/matmul.wgsl specialised to a tile configuration and arithmetic: its `tile:` lines
+/// (and the element type) rewritten. Errors if the template lost a line it rewrites.
+pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith) -> Result<String> {
+    let template = Shader::Matmul.source();
+    let f16 = arith == Arith::F16;
+    let lines = [
+        (
+            "alias T = f32;",
+            if f16 {
+                "alias T = f16;"
+            } else {
+                "alias T = f32;"
+            }
+            .to_string(),
+        ),
+        (
+            "const RM: u32 = 4u;",
+            format!("const RM: u32 = {}u;", tile.rows),
+        ),
+        (
+            "const RN: u32 = 4u;",
+            format!("const RN: u32 = {}u;", tile.cols),
+        ),
+        (
+            "const TK: u32 = 16u;",
+            format!("const TK: u32 = {}u;", tile.depth),
+        ),
+        (
+            "const SPLIT: bool = false;",
+            format!("const SPLIT: bool = {f16};"),
+        ),
+        (
+            "const ROUND16: bool = false;",
+            format!("const ROUND16: bool = {};", arith == Arith::F16Rounded),
+        ),
+    ];
+    let mut source = String::with_capacity(template.len() + 16);
+    if f16 {
+        source.push_str("enable f16;\n");
+    }
+    let mut found = 0;
+    for line in template.lines() {
+        match lines.iter().find(|(from, _)| line.starts_with(from)) {
+            Some((from, to)) => {
+                source.push_str(to);
+                source.push_str(&line[from.len()..]);
+                found += 1;
+            }
+            None => source.push_str(line),
+        }
+        source.push('\n');
+    }
+    if found != lines.len() {
+        return Err(Error::ShaderCompilation {
+            shader: Shader::Matmul.file(),
+            detail: format!("template: {found} of {} tile lines found", lines.len()),
+        });
+    }
+    Ok(source)
 }
 
 /// How many read-only storage inputs a kernel binds (after the uniform at binding 0, before
@@ -131,6 +227,8 @@ pub(crate) enum Kernel {
         log: bool,
     },
     Matmul {
+        tile: MatmulTile,
+        arith: Arith,
         transpose_a: bool,
         transpose_b: bool,
         bias: bool,
@@ -188,6 +286,22 @@ impl Kernel {
             Kernel::Conv2d { .. } => Shader::Conv2d,
             Kernel::Pool2d { .. } => Shader::Pool2d,
             Kernel::Gemv { .. } => Shader::Gemv,
+        }
+    }
+
+    /// The template arguments of a specialised source (matmul's tile and arithmetic).
+    pub(crate) fn template_args(self) -> Option<(MatmulTile, Arith)> {
+        match self {
+            Kernel::Matmul { tile, arith, .. } => Some((tile, arith)),
+            _ => None,
+        }
+    }
+
+    /// The WGSL source of the kernel's module.
+    pub(crate) fn source(self) -> Result<Cow<'static, str>> {
+        match self.template_args() {
+            Some((tile, arith)) => matmul_source(tile, arith).map(Cow::Owned),
+            None => Ok(Cow::Borrowed(self.shader().source())),
         }
     }
 
@@ -270,6 +384,7 @@ impl Kernel {
                 transpose_b,
                 bias,
                 activation,
+                ..
             } => vec![
                 ("TRANS_A", transpose_a as u32 as f64),
                 ("TRANS_B", transpose_b as u32 as f64),
@@ -289,7 +404,7 @@ impl Kernel {
 /// Shader modules, bind group layouts and pipelines of one device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    modules: HashMap<Shader, wgpu::ShaderModule>,
+    modules: HashMap<(Shader, Option<(MatmulTile, Arith)>), wgpu::ShaderModule>,
     layouts: HashMap<Layout, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
     pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
 }
@@ -317,12 +432,17 @@ impl PipelineCache {
     ) -> Result<&wgpu::ComputePipeline> {
         if !self.pipelines.contains_key(&kernel) {
             let shader = kernel.shader();
-            let module = self.modules.entry(shader).or_insert_with(|| {
-                device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some(shader.file()),
-                    source: wgpu::ShaderSource::Wgsl(shader.source().into()),
-                })
-            });
+            let key = (shader, kernel.template_args());
+            let module = match self.modules.entry(key) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let source = kernel.source()?;
+                    e.insert(device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(shader.file()),
+                        source: wgpu::ShaderSource::Wgsl(source),
+                    }))
+                }
+            };
             let (_, pipeline_layout) = self
                 .layouts
                 .entry(kernel.layout())
@@ -340,7 +460,7 @@ impl PipelineCache {
                 cache: None,
             });
             if let Some(detail) = check() {
-                self.modules.remove(&shader);
+                self.modules.remove(&key);
                 return Err(Error::ShaderCompilation {
                     shader: shader.file(),
                     detail,
@@ -449,10 +569,24 @@ mod tests {
                     bias: !bias,
                 });
                 k.push(Kernel::Matmul {
+                    tile: MatmulTile::DEFAULT,
+                    arith: Arith::F32,
                     transpose_a,
                     transpose_b,
                     bias,
                     activation,
+                });
+            }
+        }
+        for tile in MatmulTile::CANDIDATES {
+            for arith in [Arith::F32, Arith::F16, Arith::F16Rounded] {
+                k.push(Kernel::Matmul {
+                    tile,
+                    arith,
+                    transpose_a: false,
+                    transpose_b: true,
+                    bias: true,
+                    activation: Some(Activation::Silu),
                 });
             }
         }
@@ -513,28 +647,62 @@ mod tests {
         );
     }
 
-    fn parse(shader: Shader) -> naga::Module {
-        naga::front::wgsl::parse_str(shader.source())
-            .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(shader.source())))
+    fn parse_source(name: &str, source: &str) -> naga::Module {
+        naga::front::wgsl::parse_str(source)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)))
+    }
+
+    fn parse(kernel: Kernel) -> naga::Module {
+        parse_source(kernel.shader().file(), &kernel.source().unwrap())
+    }
+
+    fn validate(name: &str, source: &str, caps: naga::valid::Capabilities) {
+        let module = parse_source(name, source);
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
     }
 
     #[test]
     fn every_shader_parses_and_validates() {
         for shader in Shader::ALL {
-            let module = parse(shader);
-            naga::valid::Validator::new(
-                naga::valid::ValidationFlags::all(),
+            validate(
+                shader.file(),
+                shader.source(),
                 naga::valid::Capabilities::empty(),
-            )
-            .validate(&module)
-            .unwrap_or_else(|e| panic!("{}: {}", shader.file(), e.emit_to_string(shader.source())));
+            );
         }
+    }
+
+    /// Every matmul specialisation is valid WGSL: f32 and rounded ones without any capability,
+    /// the f16 ones with shader-f16 only.
+    #[test]
+    fn every_matmul_specialisation_validates() {
+        for tile in MatmulTile::CANDIDATES {
+            for arith in [Arith::F32, Arith::F16, Arith::F16Rounded] {
+                let source = matmul_source(tile, arith).unwrap();
+                let caps = if arith == Arith::F16 {
+                    naga::valid::Capabilities::SHADER_FLOAT16
+                } else {
+                    naga::valid::Capabilities::empty()
+                };
+                validate(&format!("matmul {tile} {arith:?}"), &source, caps);
+                assert_eq!(source.starts_with("enable f16;"), arith == Arith::F16);
+            }
+        }
+        // The template as written is the default tile in f32.
+        assert_eq!(
+            matmul_source(MatmulTile::DEFAULT, Arith::F32)
+                .unwrap()
+                .trim(),
+            Shader::Matmul.source().trim()
+        );
     }
 
     #[test]
     fn every_kernel_names_a_real_entry_point_and_overrides() {
         for kernel in every_kernel() {
-            let module = parse(kernel.shader());
+            let module = parse(kernel);
             let ep = module
                 .entry_points
                 .iter()

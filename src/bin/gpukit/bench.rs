@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use gpukit::{Backend, Device, Tensor};
+use gpukit::{Backend, Device, MatmulOptions, Precision, Tensor};
 use serde::Serialize;
 
 use crate::baseline::RawWgpu;
@@ -249,23 +249,57 @@ pub fn run(args: &[String]) -> CliResult {
             .tensor(&data(size * size, 11), &[size, size])
             .map_err(|e| e.to_string())?;
         let reps = if size >= 4096 { 3 } else { 10 };
-        let t = time(1, 5, || {
-            for _ in 0..reps {
-                drop(x.matmul(&y)?);
-            }
-            device.synchronize_blocking()
-        })?;
-        let flops = 2.0 * (size as f64).powi(3);
-        rows.push(Row {
-            id: "D2",
-            workload: format!("matmul {size}x{size} device-resident"),
-            value: Some(flops / (median(t.clone()) / reps as f64) / 1e12),
-            unit: "TFLOP/s",
-            raw_wgpu: None,
-            slowdown_vs_raw: None,
-            runs: t.len(),
-            note: format!("{reps} matmuls then synchronize"),
-        });
+        let mut f32_tflops = None;
+        for precision in [Precision::F32, Precision::F16] {
+            let options = MatmulOptions {
+                precision,
+                ..MatmulOptions::default()
+            };
+            // The first call tunes the size class (outside the timing).
+            let t = time(1, 5, || {
+                for _ in 0..reps {
+                    drop(x.matmul_with(&y, options)?);
+                }
+                device.synchronize_blocking()
+            })?;
+            let flops = 2.0 * (size as f64).powi(3);
+            let tflops = flops / (median(t.clone()) / reps as f64) / 1e12;
+            let tile = device
+                .tune_matmul_blocking(size, size, size, precision)
+                .map_err(|e| e.to_string())?
+                .map_or("-".into(), |r| r.best.to_string());
+            let (id, what, note) = match (precision, f32_tflops) {
+                (Precision::F16, Some(f)) => (
+                    "D2h",
+                    "f16-precision matmul",
+                    format!(
+                        "{:.2}x the f32 figure; {}; tile {tile}",
+                        tflops / f,
+                        if device.info().features.shader_f16 {
+                            "shader-f16"
+                        } else {
+                            "no shader-f16: f32 arithmetic on rounded inputs"
+                        }
+                    ),
+                ),
+                _ => (
+                    "D2",
+                    "matmul",
+                    format!("{reps} matmuls then synchronize; tile {tile}"),
+                ),
+            };
+            f32_tflops = Some(tflops);
+            rows.push(Row {
+                id,
+                workload: format!("{what} {size}x{size} device-resident"),
+                value: Some(tflops),
+                unit: "TFLOP/s",
+                raw_wgpu: None,
+                slowdown_vs_raw: None,
+                runs: t.len(),
+                note,
+            });
+        }
     }
 
     // GEMV: one token through an f32 linear layer [4096, 4096] (1024 with --quick).
@@ -433,7 +467,12 @@ pub fn run(args: &[String]) -> CliResult {
     });
 
     if o.json {
-        let out = serde_json::json!({ "device": device.info(), "quick": o.quick, "rows": rows });
+        let out = serde_json::json!({
+            "device": device.info(),
+            "quick": o.quick,
+            "rows": rows,
+            "matmul_tuning": device.tuning(),
+        });
         println!(
             "{}",
             serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
@@ -475,5 +514,33 @@ pub fn run(args: &[String]) -> CliResult {
         ],
         &body,
     );
+    let tuning = device.tuning();
+    if !tuning.is_empty() {
+        println!("\nmatmul autotuner, this adapter (us per matmul for each tile; * = chosen):");
+        let body: Vec<Vec<String>> = tuning
+            .iter()
+            .map(|r| {
+                let tiles = r
+                    .timings_us
+                    .iter()
+                    .map(|(t, us)| {
+                        let mark = if *t == r.best { "*" } else { "" };
+                        format!("{t} {us:.0}{mark}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                vec![
+                    r.class.clone(),
+                    format!("{:?}", r.shape),
+                    format!("{:.1}", r.best_tflops() * 1e3),
+                    tiles,
+                ]
+            })
+            .collect();
+        table(
+            &["size class", "timed [m, n, k]", "best GFLOP/s", "tiles"],
+            &body,
+        );
+    }
     Ok(())
 }

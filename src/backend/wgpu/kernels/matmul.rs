@@ -3,6 +3,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::super::pipelines::Arith;
 use super::super::{WgpuBackend, WgpuStorage};
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::{Error, Result};
@@ -10,8 +11,8 @@ use crate::ops::conv::ConvSpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::quant::{QuantParts, BLOCK};
 
-/// Rows and columns of the output tile one matmul workgroup computes (shaders/matmul.wgsl).
-const MATMUL_TILE: u64 = 64;
+/// Rows and columns of the output tile of one conv2d workgroup (shaders/conv2d.wgsl).
+const CONV_TILE: u64 = 64;
 /// Up to this many rows against a `[n, k]` weight use shaders/gemv.wgsl.
 const GEMV_MAX_ROWS: u64 = 8;
 
@@ -122,8 +123,31 @@ impl WgpuBackend {
             )?;
             return Ok(s.storage(out));
         }
+        let arith = Arith::of(spec.precision, s.shader_f16);
+        let tile = match spec.tile {
+            Some(tile) if !s.tile_fits(tile, arith) => {
+                return Err(Error::LimitExceeded {
+                    what: format!("matmul tile {tile}'s workgroup memory"),
+                    limit: "max_compute_workgroup_storage_size",
+                    needed: u64::from(tile.workgroup_bytes(arith == Arith::F16)),
+                    max: u64::from(s.limits.max_compute_workgroup_storage_size),
+                })
+            }
+            Some(tile) => tile,
+            None => {
+                // Tuning submits and waits on its own: release the state first.
+                drop(st);
+                let tile = s.matmul_tile(m, n, k, arith);
+                st = s.state();
+                tile
+            }
+        };
         let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
-        let grid = [n.div_ceil(MATMUL_TILE), m.div_ceil(MATMUL_TILE), batch];
+        let grid = [
+            n.div_ceil(u64::from(tile.tile_n())),
+            m.div_ceil(u64::from(tile.tile_m())),
+            batch,
+        ];
         if let Some(&over) = grid.iter().find(|&&g| g > max) {
             return Err(Error::LimitExceeded {
                 what: format!("a matmul grid of {grid:?} workgroups"),
@@ -149,6 +173,8 @@ impl WgpuBackend {
             whole(&out, batch * m * n),
         ];
         let kernel = Kernel::Matmul {
+            tile,
+            arith,
             transpose_a: spec.transpose_a,
             transpose_b: spec.transpose_b,
             bias: cb.is_some(),
@@ -236,8 +262,8 @@ impl WgpuBackend {
             whole(&out, out_len),
         ];
         let grid = [
-            (n * oh * ow).div_ceil(MATMUL_TILE),
-            (oc / g).div_ceil(MATMUL_TILE),
+            (n * oh * ow).div_ceil(CONV_TILE),
+            (oc / g).div_ceil(CONV_TILE),
             g,
         ];
         let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
