@@ -2,12 +2,13 @@
 //
 // A template: `matmul_source` in src/backend/wgpu/pipelines.rs rewrites the `const` lines
 // marked `tile:` for each tile configuration (and `T` to f16, after an `enable f16;`, for the
-// f16 variant), so the autotuner (src/backend/wgpu/tuner.rs) can time several shapes of the
-// same kernel. As written it is the 64 x 64 x 16 f32 configuration, valid WGSL on its own.
+// f16 variant) and replaces each `@generate` line with the unrolled statements it describes,
+// so the autotuner (src/backend/wgpu/tuner.rs) can time several shapes of the same kernel.
 //
 // A workgroup of 16 x 16 invocations computes a TILE_M x TILE_N tile of the output; each
-// invocation holds RM rows x RN columns in registers (RM * RN / 4 vec4 accumulators, indexed
-// only by constant-bound loops, which the drivers unroll, so nothing spills). The k axis
+// invocation holds RM rows x RN columns in registers: RM * RN / 4 vec4 accumulators, each a
+// named variable (an array indexed in a loop spilled to local memory on NVIDIA, 8x slower,
+// even with constant bounds). The k axis
 // advances TK at a time through workgroup memory: A's tile stored k-major as vec4s of four
 // consecutive rows, B's as vec4s of four consecutive columns, so the inner loop is RM * RN / 4
 // vec4 multiply-adds per k. An invocation's columns are 64 apart (vec4 column lx + 16 j), so
@@ -156,12 +157,7 @@ fn main(
     let b_base = wid.z * params.b_stride;
     let tid = lid.y * 16u + lid.x;
 
-    // acc[i * CV + j]: row i of this invocation, vec4 column j.
-    var acc: array<vec4<f32>, RM * CV>;
-    var part: array<vec4<T>, RM * CV>;
-    for (var i = 0u; i < RM * CV; i = i + 1u) {
-        acc[i] = vec4<f32>(0.0);
-    }
+    // @generate declare: acc_R_C (row R, vec4 column C) in f32; part_R_C in T when SPLIT
 
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
         // A tile: TILE_M rows x TK; consecutive invocations read consecutive k of one row.
@@ -191,54 +187,25 @@ fn main(
             b_tile[kk * BV + c / 4u][c % 4u] = stage(v);
         }
         workgroupBarrier();
-        if (SPLIT) {
-            for (var i = 0u; i < RM * CV; i = i + 1u) {
-                part[i] = vec4<T>(0.0);
-            }
-        }
+        // @generate zero: part_R_C = 0 when SPLIT
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            var bv: array<vec4<T>, CV>;
-            for (var j = 0u; j < CV; j = j + 1u) {
-                bv[j] = b_tile[kk * BV + lid.x + 16u * j];
-            }
-            for (var i = 0u; i < RV; i = i + 1u) {
-                let av = a_tile[kk * AV + lid.y * RV + i];
-                for (var q = 0u; q < 4u; q = q + 1u) {
-                    for (var j = 0u; j < CV; j = j + 1u) {
-                        let o = (i * 4u + q) * CV + j;
-                        if (SPLIT) {
-                            part[o] = fma(vec4<T>(av[q]), bv[j], part[o]);
-                        } else {
-                            acc[o] = fma(vec4<f32>(f32(av[q])), vec4<f32>(bv[j]), acc[o]);
-                        }
-                    }
-                }
-            }
+            // @generate fma: b_C = b_tile[kk * BV + lid.x + 16u * C]; a_I = a_tile[kk * AV + lid.y * RV + I]; acc (or part) += a x b
         }
-        if (SPLIT) {
-            for (var i = 0u; i < RM * CV; i = i + 1u) {
-                acc[i] = acc[i] + vec4<f32>(part[i]);
-            }
-        }
+        // @generate sum: acc_R_C += part_R_C when SPLIT
         workgroupBarrier();
     }
 
     let out_base = wid.z * m * n;
-    for (var i = 0u; i < RM; i = i + 1u) {
-        let r = row0 + lid.y * RM + i;
-        for (var j = 0u; j < CV; j = j + 1u) {
-            let c0 = col0 + (lid.x + 16u * j) * 4u;
-            store4(out_base, r, c0, epilogue(c0, acc[i * CV + j]));
-        }
-    }
+    // @generate store: store4(out_base, row0 + lid.y * RM + R, col0 + (lid.x + 16u * C) * 4u, acc_R_C)
 }
 
-fn store4(base: u32, r: u32, c0: u32, v: vec4<f32>) {
+fn store4(base: u32, r: u32, c0: u32, acc: vec4<f32>) {
     let m = params.m;
     let n = params.n;
     if (r >= m) {
         return;
     }
+    let v = epilogue(c0, acc);
     let o = base + r * n;
     if (c0 < n) { out[o + c0] = v.x; }
     if (c0 + 1u < n) { out[o + c0 + 1u] = v.y; }

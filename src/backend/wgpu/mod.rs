@@ -183,7 +183,7 @@ impl WgpuBackend {
             state: Mutex::new(state),
             error,
             lost,
-            adapter_key: format!("{:?} {} ({})", info.backend, info.adapter, info.driver),
+            adapter_key: tuner::adapter_key(&info),
             software: info.software,
             shader_f16,
             pending_tunes: Mutex::default(),

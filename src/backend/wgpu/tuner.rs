@@ -67,6 +67,20 @@ fn store() -> &'static Mutex<Records> {
     STORE.get_or_init(|| Mutex::new(disk::load()))
 }
 
+/// Names an adapter, its driver and the matmul template: a changed kernel is tuned afresh.
+pub(crate) fn adapter_key(info: &crate::info::DeviceInfo) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    super::pipelines::Shader::Matmul.source().hash(&mut h);
+    format!(
+        "{:?} {} ({}) matmul.wgsl {:016x}",
+        info.backend,
+        info.adapter,
+        info.driver,
+        h.finish()
+    )
+}
+
 /// The size class of a matmul: the name of each dimension's range.
 fn class(m: u64, n: u64, k: u64, arith: Arith) -> String {
     let range = |v: u64| match v {
