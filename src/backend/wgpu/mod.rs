@@ -70,6 +70,10 @@ pub(crate) struct Core {
     software: bool,
     /// Whether shader-f16 is enabled on the device.
     shader_f16: bool,
+    /// Whether kernels using subgroup operations run: natively, where the device has
+    /// subgroups of at least 4 invocations. (In the browser WGSL needs `enable subgroups;`,
+    /// which naga 30 does not accept yet, so the portable kernels run there.)
+    subgroup_kernels: bool,
     /// Matmul size classes to tune at the next wait (browser only).
     pending_tunes: Mutex<Vec<tuner::Pending>>,
 }
@@ -175,6 +179,9 @@ impl WgpuBackend {
             bind_groups: BindGroupCache::default(),
         };
         let shader_f16 = device.features().contains(wgpu::Features::SHADER_F16);
+        let subgroup_kernels = cfg!(native)
+            && device.features().contains(wgpu::Features::SUBGROUP)
+            && adapter.get_info().subgroup_min_size >= 4;
         let core = Core {
             device,
             queue,
@@ -186,6 +193,7 @@ impl WgpuBackend {
             adapter_key: tuner::adapter_key(&info),
             software: info.software,
             shader_f16,
+            subgroup_kernels,
             pending_tunes: Mutex::default(),
         };
         let shared = Shared {

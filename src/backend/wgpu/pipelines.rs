@@ -31,10 +31,11 @@ pub(crate) enum Shader {
     Conv2d,
     Pool2d,
     Gemv,
+    GemvSubgroup,
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 16] = [
+    pub(crate) const ALL: [Shader; 17] = [
         Shader::Unary,
         Shader::Binary,
         Shader::BinaryBroadcast,
@@ -51,6 +52,7 @@ impl Shader {
         Shader::Conv2d,
         Shader::Pool2d,
         Shader::Gemv,
+        Shader::GemvSubgroup,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -71,6 +73,7 @@ impl Shader {
             Shader::Conv2d => "conv2d.wgsl",
             Shader::Pool2d => "pool2d.wgsl",
             Shader::Gemv => "gemv.wgsl",
+            Shader::GemvSubgroup => "gemv_subgroup.wgsl",
         }
     }
 
@@ -92,6 +95,7 @@ impl Shader {
             Shader::Conv2d => include_str!("../../../shaders/conv2d.wgsl"),
             Shader::Pool2d => include_str!("../../../shaders/pool2d.wgsl"),
             Shader::Gemv => include_str!("../../../shaders/gemv.wgsl"),
+            Shader::GemvSubgroup => include_str!("../../../shaders/gemv_subgroup.wgsl"),
         }
     }
 }
@@ -340,6 +344,7 @@ pub(crate) enum Kernel {
     Gemv {
         bias: bool,
         activation: Option<Activation>,
+        subgroup: bool,
     },
 }
 
@@ -363,7 +368,10 @@ impl Kernel {
             Kernel::QMatmul { .. } => Shader::QMatmul,
             Kernel::Conv2d { .. } => Shader::Conv2d,
             Kernel::Pool2d { .. } => Shader::Pool2d,
-            Kernel::Gemv { .. } => Shader::Gemv,
+            Kernel::Gemv {
+                subgroup: false, ..
+            } => Shader::Gemv,
+            Kernel::Gemv { subgroup: true, .. } => Shader::GemvSubgroup,
         }
     }
 
@@ -446,7 +454,9 @@ impl Kernel {
             Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
-            Kernel::Gemv { bias, activation } => vec![
+            Kernel::Gemv {
+                bias, activation, ..
+            } => vec![
                 ("HAS_BIAS", bias as u32 as f64),
                 ("ACT", activation.map_or(0, |a| a as u32) as f64),
             ],
@@ -676,10 +686,13 @@ mod tests {
         }
         for flag in [false, true] {
             k.extend([Kernel::Conv2d { bias: flag }, Kernel::Pool2d { max: flag }]);
-            k.push(Kernel::Gemv {
-                bias: flag,
-                activation: flag.then_some(Activation::Gelu),
-            });
+            for subgroup in [false, true] {
+                k.push(Kernel::Gemv {
+                    bias: flag,
+                    activation: flag.then_some(Activation::Gelu),
+                    subgroup,
+                });
+            }
         }
         k
     }
@@ -745,13 +758,12 @@ mod tests {
     fn every_shader_parses_and_validates() {
         for shader in Shader::ALL {
             // matmul.wgsl is a template: its specialisations are validated below.
-            if shader != Shader::Matmul {
-                validate(
-                    shader.file(),
-                    shader.source(),
-                    naga::valid::Capabilities::empty(),
-                );
-            }
+            let caps = match shader {
+                Shader::Matmul => continue,
+                Shader::GemvSubgroup => naga::valid::Capabilities::SUBGROUP,
+                _ => naga::valid::Capabilities::empty(),
+            };
+            validate(shader.file(), shader.source(), caps);
         }
     }
 

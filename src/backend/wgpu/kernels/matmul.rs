@@ -113,6 +113,8 @@ impl WgpuBackend {
             let kernel = Kernel::Gemv {
                 bias: cb.is_some(),
                 activation: spec.activation,
+                // vec4 rows need k % 4 == 0.
+                subgroup: s.subgroup_kernels && k % 4 == 0,
             };
             s.dispatch(
                 &mut st,
