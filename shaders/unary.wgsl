@@ -19,12 +19,14 @@ struct Params {
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 
+// @library-begin: fused kernels (src/backend/wgpu/kernels/fused.rs) include this part.
+const SQRT_2_OVER_PI: f32 = 0.7978845608;
+const FRAC_1_SQRT_2: f32 = 0.7071067812;
+
 fn is_nan4(v: vec4<f32>) -> vec4<bool> {
     return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
 }
 
-const SQRT_2_OVER_PI: f32 = 0.7978845608;
-const FRAC_1_SQRT_2: f32 = 0.7071067812;
 
 // tanh(x) is +-1 in f32 beyond |x| = 10; some drivers compute it as inf/inf there.
 fn safe_tanh(v: vec4<f32>) -> vec4<f32> {
@@ -40,24 +42,25 @@ fn erf4(v: vec4<f32>) -> vec4<f32> {
     return select(r, -r, v < vec4<f32>(0.0));
 }
 
-fn apply(v: vec4<f32>) -> vec4<f32> {
+// Unary op `op` (a `UnaryKind` code) with parameters p0 (alpha, scale or clip min), p1 (max).
+fn unary_op(op: u32, v: vec4<f32>, p0: f32, p1: f32) -> vec4<f32> {
     let zero = vec4<f32>(0.0);
     var r: vec4<f32>;
-    switch OP {
+    switch op {
         case 0u: { r = select(v, zero, v < zero); }                                  // relu
-        case 1u: { r = select(v, v * params.p0, v < zero); }                         // leaky_relu
-        case 2u: { r = select(params.p0 * (exp(v) - 1.0), v, v > zero); }            // elu
+        case 1u: { r = select(v, v * p0, v < zero); }                         // leaky_relu
+        case 2u: { r = select(p0 * (exp(v) - 1.0), v, v > zero); }            // elu
         case 3u: { r = 1.0 / (1.0 + exp(-v)); }                                      // sigmoid
         case 4u: { r = safe_tanh(v); }                                               // tanh
         case 5u: { r = v / (1.0 + exp(-v)); }                                        // silu
         case 6u: { r = 0.5 * v * (1.0 + erf4(v * FRAC_1_SQRT_2)); }                  // gelu (erf)
         case 7u: { r = 0.5 * v * (1.0 + safe_tanh(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))); } // gelu_tanh
         case 8u: {                                                                   // clip
-            let lo = vec4<f32>(params.p0);
-            let hi = vec4<f32>(params.p1);
+            let lo = vec4<f32>(p0);
+            let hi = vec4<f32>(p1);
             r = select(select(v, lo, v < lo), hi, v > hi);
         }
-        case 9u: { r = v * params.p0; }                                              // scale
+        case 9u: { r = v * p0; }                                              // scale
         case 10u: { r = exp(v); }                                                    // exp
         case 11u: { r = log(v); }                                                    // log
         case 12u: { r = sqrt(v); }                                                   // sqrt
@@ -66,6 +69,7 @@ fn apply(v: vec4<f32>) -> vec4<f32> {
     }
     return select(r, v, is_nan4(v));
 }
+// @library-end
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -73,5 +77,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= params.n4) {
         return;
     }
-    y[i] = apply(x[i]);
+    y[i] = unary_op(OP, x[i], params.p0, params.p1);
 }

@@ -32,6 +32,7 @@
 #![cfg_attr(web, allow(clippy::arc_with_non_send_sync))]
 
 mod backend;
+pub mod batch;
 #[cfg(native)]
 pub mod blocking;
 mod device;
@@ -46,6 +47,7 @@ mod tensor;
 
 pub use backend::wgpu::pool::MemoryStats;
 pub use backend::wgpu::tuner::TuneRecord;
+pub use batch::{Batch, BatchMatmul, BatchResult, Graph, Value};
 pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};

@@ -62,7 +62,7 @@ macro_rules! op_suite {
             unary_random, unary_edges, binary_random, binary_edges, reduce_random, reduce_edges,
             dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
             matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
-            topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16,
+            topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16, batch_api,
         ]);)*
     };
 }

@@ -9,6 +9,7 @@ pub(crate) mod wgpu;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::fused::Expr;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -61,6 +62,13 @@ pub(crate) trait BackendOps {
         b: &Self::Storage,
         bias: Option<&Self::Storage>,
         spec: MatmulSpec,
+    ) -> Result<Self::Storage>;
+    /// A fused elementwise expression over `n` elements; input `j` is read at `i % inputs[j].1`.
+    fn fused(
+        &self,
+        expr: &Expr,
+        inputs: &[Operand<'_, Self::Storage>],
+        n: usize,
     ) -> Result<Self::Storage>;
     /// layernorm or rmsnorm of each row, then `* weight + bias` (see [`NormSpec`]).
     fn norm(
@@ -152,7 +160,7 @@ impl<'a> QuantParts<'a, Storage> {
 }
 
 impl Storage {
-    fn as_wgpu(&self) -> Result<&self::wgpu::WgpuStorage> {
+    pub(crate) fn as_wgpu(&self) -> Result<&self::wgpu::WgpuStorage> {
         match self {
             Storage::Wgpu(s) => Ok(s),
             _ => Err(mismatch()),
@@ -376,6 +384,30 @@ impl BackendImpl {
                 let bias = bias.map(Storage::as_cpu).transpose()?;
                 be.conv2d(x.as_cpu()?, w.as_cpu()?, bias, spec)
                     .map(Storage::Cpu)
+            }
+        }
+    }
+
+    pub(crate) fn fused(
+        &self,
+        expr: &Expr,
+        inputs: &[(&Storage, usize)],
+        n: usize,
+    ) -> Result<Storage> {
+        match self {
+            BackendImpl::Wgpu(be) => {
+                let inputs = inputs
+                    .iter()
+                    .map(|(s, l)| Ok((s.as_wgpu()?, *l)))
+                    .collect::<Result<Vec<_>>>()?;
+                be.fused(expr, &inputs, n).map(Storage::Wgpu)
+            }
+            BackendImpl::Cpu(be) => {
+                let inputs = inputs
+                    .iter()
+                    .map(|(s, l)| Ok((s.as_cpu()?, *l)))
+                    .collect::<Result<Vec<_>>>()?;
+                be.fused(expr, &inputs, n).map(Storage::Cpu)
             }
         }
     }

@@ -165,7 +165,12 @@ pub(crate) struct MatmulDims {
     pub b_stride: usize,
 }
 
-fn dims(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Result<(MatmulDims, Vec<usize>)> {
+pub(crate) fn dims(
+    a: &[usize],
+    b: &[usize],
+    ta: bool,
+    tb: bool,
+) -> Result<(MatmulDims, Vec<usize>)> {
     let hint =
         "(expected [m, k] or [batch, m, k] times [k, n] or [batch, k, n], with equal k and batch)";
     let split = |s: &[usize]| -> Option<(Option<usize>, usize, usize)> {

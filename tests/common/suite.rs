@@ -1588,3 +1588,165 @@ pub async fn matmul_tiles_and_f16(dev: &Device) {
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
     assert!(e.to_string().contains("tile"), "{e}");
 }
+
+/// A batch gives the same results as the same ops run one by one (fused chains within
+/// rounding), with one kernel for the W5 chain, a matmul epilogue absorbed, and the planner's
+/// footprint below the unplanned one; then a compiled graph replays with new inputs and
+/// matches a fresh run; then mistakes are reported by the op that made them.
+pub async fn batch_api(dev: &Device) {
+    use gpukit::{ReduceOp, UnaryOp};
+    let n = 4099;
+    let mut rng = Rng::new(9100);
+    let xs = rng.vec(n, -2.0, 2.0);
+    // W5: relu, scale 2, add to itself, sigmoid: one fused kernel.
+    let mut b = dev.batch();
+    let x = b.upload(&xs, &[n]).unwrap();
+    let r = b.relu(x).unwrap();
+    let s = b.scale(r, 2.0).unwrap();
+    let a = b.add(s, s).unwrap();
+    let y = b.sigmoid(a).unwrap();
+    b.output(y).unwrap();
+    let res = b.run().await.unwrap();
+    assert_eq!(
+        (res.kernels, res.fused_ops),
+        (1, 3),
+        "one kernel for the W5 chain"
+    );
+    let t = dev.tensor(&xs, &[n]).unwrap();
+    let t = t.relu().unwrap().scale(2.0).unwrap();
+    let eager = t.add(&t).unwrap().sigmoid().unwrap().read().await.unwrap();
+    assert_close("batch W5 chain", res.get(y).unwrap(), &eager, 1e-6);
+
+    // A small network: linear + bias + relu (epilogue), layer norm, a residual broadcast,
+    // softmax, a reduction; several outputs.
+    let (m, k, o) = (9, 70, 33);
+    let xin = rng.vec(m * k, -1.0, 1.0);
+    let w = rng.vec(o * k, -1.0, 1.0);
+    let bias = rng.vec(o, -1.0, 1.0);
+    let row = rng.vec(o, -1.0, 1.0);
+    let mut b = dev.batch();
+    let bx = b.upload(&xin, &[m, k]).unwrap();
+    let bw = b.upload(&w, &[o, k]).unwrap();
+    let bb = b.upload(&bias, &[o]).unwrap();
+    let brow = b.upload(&row, &[o]).unwrap();
+    let h = b.linear(bx, bw, None, None).unwrap();
+    let h = b.add(h, bb).unwrap();
+    let h = b.relu(h).unwrap();
+    let h = b.layer_norm(h, None, None, 1e-5).unwrap();
+    let h = b.mul(h, brow).unwrap();
+    let h = b.tanh(h).unwrap();
+    let p = b.softmax(h).unwrap();
+    let total = b.reduce_last(ReduceOp::Sum, p).unwrap();
+    b.output(p).unwrap();
+    b.output(total).unwrap();
+    let res = b.run().await.unwrap();
+    assert!(
+        res.fused_ops >= 3,
+        "bias, relu into the matmul; mul into tanh: {} folded",
+        res.fused_ops
+    );
+    assert!(
+        res.peak_bytes > 0 && res.peak_bytes <= res.unplanned_bytes * 4,
+        "peak {} vs unplanned {}",
+        res.peak_bytes,
+        res.unplanned_bytes
+    );
+    let ex = dev.tensor(&xin, &[m, k]).unwrap();
+    let ew = dev.tensor(&w, &[o, k]).unwrap();
+    let eb = dev.tensor(&bias, &[o]).unwrap();
+    let erow = dev.tensor(&row, &[o]).unwrap();
+    let eh = ex
+        .linear(&ew, None, None)
+        .unwrap()
+        .add(&eb)
+        .unwrap()
+        .relu()
+        .unwrap()
+        .layer_norm(None, None, 1e-5)
+        .unwrap()
+        .mul(&erow)
+        .unwrap()
+        .tanh()
+        .unwrap();
+    let ep = eh.softmax().unwrap();
+    let et = ep.sum_last().unwrap();
+    assert_close(
+        "batch network softmax",
+        res.get(p).unwrap(),
+        &ep.read().await.unwrap(),
+        1e-5,
+    );
+    assert_close(
+        "batch network row sums",
+        res.get(total).unwrap(),
+        &et.read().await.unwrap(),
+        1e-5,
+    );
+    assert_eq!(res.outputs().len(), 2);
+
+    // Replay: compile, then run with new inputs; each run matches a fresh batch.
+    let mut b = dev.batch();
+    let x = b.upload(&xs, &[n]).unwrap();
+    let c = b.upload(&[0.5], &[1]).unwrap();
+    let e = b.unary(UnaryOp::Exp, x).unwrap();
+    let e = b.mul(e, c).unwrap();
+    let s = b.reduce(ReduceOp::Sum, e).unwrap();
+    let z = b.clip(e, -1.0, 1.5).unwrap();
+    b.output(z).unwrap();
+    b.output(s).unwrap();
+    let mut g = b.compile().unwrap();
+    for round in 0..3u64 {
+        let fresh = Rng::new(9200 + round).vec(n, -2.0, 2.0);
+        let res = g.run(&[(x, &fresh[..])]).await.unwrap();
+        let t = dev
+            .tensor(&fresh, &[n])
+            .unwrap()
+            .exp()
+            .unwrap()
+            .scale(0.5)
+            .unwrap();
+        let want_z = t.clip(-1.0, 1.5).unwrap().read().await.unwrap();
+        let want_s = t.sum().unwrap().read().await.unwrap();
+        assert_close(
+            &format!("replay {round} clip"),
+            res.get(z).unwrap(),
+            &want_z,
+            1e-6,
+        );
+        assert_close(
+            &format!("replay {round} sum"),
+            res.get(s).unwrap(),
+            &want_s,
+            1e-5,
+        );
+    }
+    let e = g.run(&[(x, &[1.0; 3][..])]).await.unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+
+    // Mistakes are reported when recorded, by the op that made them.
+    let mut b = dev.batch();
+    let u = b.upload(&[1.0; 6], &[2, 3]).unwrap();
+    let v = b.upload(&[1.0; 4], &[4]).unwrap();
+    let e = b.add(u, v).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }), "{e}");
+    let e = b.matmul(u, u).unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "matmul", .. }),
+        "{e}"
+    );
+    let other = dev.batch().upload(&[1.0], &[1]).unwrap();
+    assert!(
+        b.relu(other).is_err(),
+        "a value of another batch is refused"
+    );
+    let e = b.run().await.unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "no output: {e}");
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= rtol * w.abs().max(1.0) || (g.is_nan() && w.is_nan());
+        assert!(ok, "{what}: element {i}: {g} vs {w}");
+    }
+}

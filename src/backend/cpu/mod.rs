@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::fused::Expr;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::{MatmulSpec, Precision};
 use crate::ops::norm::NormSpec;
@@ -172,6 +173,19 @@ impl BackendOps for CpuBackend {
             }
         }
         Ok(CpuStorage(out))
+    }
+
+    fn fused(
+        &self,
+        expr: &Expr,
+        inputs: &[Operand<'_, CpuStorage>],
+        n: usize,
+    ) -> Result<CpuStorage> {
+        let input = |j: usize, i: usize| {
+            let (s, len) = inputs[j];
+            s.0[i % len]
+        };
+        Ok(CpuStorage((0..n).map(|i| expr.eval(i, &input)).collect()))
     }
 
     fn matmul(

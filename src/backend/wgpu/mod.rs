@@ -7,6 +7,7 @@
 
 pub(crate) mod adapter;
 mod bind_groups;
+pub(crate) mod capture;
 mod kernels;
 pub(crate) mod pipelines;
 pub(crate) mod pool;
@@ -83,13 +84,30 @@ struct State {
     recorder: Recorder,
     pipelines: PipelineCache,
     bind_groups: BindGroupCache,
+    /// Set while a batch is encoded (capture::BatchScope).
+    batch: Option<capture::BatchScope>,
 }
 
 impl State {
-    /// Returns a buffer to the pool once no unsubmitted work can use it.
+    /// Returns a buffer to the pool once no unsubmitted work can use it; inside a batch, to
+    /// the batch's free list, for later ops of the same batch.
     fn retire(&mut self, buffer: wgpu::Buffer) {
+        if let Some(b) = &mut self.batch {
+            b.free.push(buffer);
+            return;
+        }
         let pending = self.recorder.pending();
         self.pool.retire(buffer, pending);
+    }
+
+    /// Retires a buffer that was filled by `write_buffer`: never reused inside a batch (a
+    /// replay reads it again), kept by the batch until it ends.
+    fn retire_upload(&mut self, buffer: wgpu::Buffer) {
+        if let Some(b) = &mut self.batch {
+            b.keep.push(buffer);
+            return;
+        }
+        self.retire(buffer);
     }
 }
 
@@ -177,6 +195,7 @@ impl WgpuBackend {
             recorder: Recorder::new(&device, align),
             pipelines: PipelineCache::default(),
             bind_groups: BindGroupCache::default(),
+            batch: None,
         };
         let shader_f16 = device.features().contains(wgpu::Features::SHADER_F16);
         let subgroup_kernels = cfg!(native)
@@ -273,6 +292,17 @@ impl Shared {
 
     /// A tensor buffer of at least `bytes`, within the device's limits.
     fn alloc(&self, st: &mut State, bytes: u64) -> Result<wgpu::Buffer> {
+        if let Some(b) = &mut st.batch {
+            if let Some(buffer) = b.take(pool::size_class(bytes)) {
+                return Ok(buffer);
+            }
+        }
+        self.alloc_fresh(st, bytes)
+    }
+
+    /// A tensor buffer from the pool, never one a batch freed: for `write_buffer` uploads,
+    /// which run before the batch's dispatches and would overwrite what they read.
+    fn alloc_fresh(&self, st: &mut State, bytes: u64) -> Result<wgpu::Buffer> {
         let class = pool::size_class(bytes);
         if class > self.limits.max_buffer_size {
             return Err(Error::LimitExceeded {
@@ -286,6 +316,9 @@ impl Shared {
             self.submit(st);
         }
         let buffer = st.pool.take(&self.device, bytes);
+        if let Some(b) = &mut st.batch {
+            b.taken_bytes += buffer.size();
+        }
         if let Err(e) = self.check() {
             st.retire(buffer);
             return Err(e);
@@ -312,7 +345,7 @@ impl Shared {
     fn upload(self: &Arc<Self>, data: &[f32]) -> Result<WgpuStorage> {
         self.check()?;
         let bytes = std::mem::size_of_val(data) as u64;
-        let buffer = self.alloc(&mut self.state(), bytes)?;
+        let buffer = self.alloc_fresh(&mut self.state(), bytes)?;
         if !data.is_empty() {
             self.queue
                 .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
@@ -323,7 +356,7 @@ impl Shared {
     /// A pooled buffer holding `bytes` (for non-f32 inputs such as token ids); the caller
     /// retires it once the dispatch that reads it is recorded.
     fn upload_bytes(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
-        let buffer = self.alloc(&mut self.state(), bytes.len() as u64)?;
+        let buffer = self.alloc_fresh(&mut self.state(), bytes.len() as u64)?;
         if !bytes.is_empty() {
             self.queue.write_buffer(&buffer, 0, bytes);
         }
@@ -331,56 +364,8 @@ impl Shared {
     }
 
     async fn read(self: &Arc<Self>, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
-        self.check()?;
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let bytes = (n * 4) as u64;
-        let staging = {
-            let mut st = self.state();
-            let staging = st.pool.take_staging(&self.device, bytes);
-            st.recorder.encoder(&self.device).copy_buffer_to_buffer(
-                x.buffer()?,
-                0,
-                &staging,
-                0,
-                bytes,
-            );
-            self.submit(&mut st);
-            staging
-        };
-        self.check()?;
-        let (tx, rx) = oneshot();
-        staging.map_async(wgpu::MapMode::Read, 0..bytes, move |r| tx.send(r));
-        self.wait()?;
-        match rx.await {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                self.check()?;
-                return Err(Error::Backend {
-                    backend: self.backend,
-                    detail: format!("mapping the read-back buffer failed: {e}"),
-                });
-            }
-            None => {
-                return Err(Error::DeviceLost {
-                    reason: "the read back was abandoned by the device".into(),
-                })
-            }
-        }
-        let data = {
-            let view = staging
-                .get_mapped_range(0..bytes)
-                .map_err(|e| Error::Backend {
-                    backend: self.backend,
-                    detail: e.to_string(),
-                })?;
-            bytemuck::pod_collect_to_vec::<u8, f32>(&view)
-        };
-        staging.unmap();
-        self.state().pool.return_staging(staging);
-        self.tune_pending().await?;
-        Ok(data)
+        let mut all = self.read_many(&[(x, n)]).await?;
+        Ok(all.pop().unwrap_or_default())
     }
 
     async fn synchronize(self: &Arc<Self>) -> Result<()> {

@@ -346,6 +346,11 @@ pub(crate) enum Kernel {
         activation: Option<Activation>,
         subgroup: bool,
     },
+    /// A generated elementwise kernel (kernels/fused.rs), by the hash of its source.
+    Fused {
+        id: u64,
+        inputs: u8,
+    },
 }
 
 impl Kernel {
@@ -372,22 +377,29 @@ impl Kernel {
                 subgroup: false, ..
             } => Shader::Gemv,
             Kernel::Gemv { subgroup: true, .. } => Shader::GemvSubgroup,
+            // Generated from unary.wgsl's library part.
+            Kernel::Fused { .. } => Shader::Unary,
         }
     }
 
-    /// The template arguments of a specialised source (matmul's tile and arithmetic).
-    pub(crate) fn template_args(self) -> Option<(MatmulTile, Arith)> {
+    /// Which shader module the kernel's pipeline is made from.
+    fn module_key(self) -> ModuleKey {
         match self {
-            Kernel::Matmul { tile, arith, .. } => Some((tile, arith)),
-            _ => None,
+            Kernel::Matmul { tile, arith, .. } => ModuleKey::Matmul(tile, arith),
+            Kernel::Fused { id, .. } => ModuleKey::Fused(id),
+            other => ModuleKey::File(other.shader()),
         }
     }
 
-    /// The WGSL source of the kernel's module.
+    /// The WGSL source of the kernel's module (generated fused kernels live in the cache).
     pub(crate) fn source(self) -> Result<Cow<'static, str>> {
-        match self.template_args() {
-            Some((tile, arith)) => matmul_source(tile, arith).map(Cow::Owned),
-            None => Ok(Cow::Borrowed(self.shader().source())),
+        match self {
+            Kernel::Matmul { tile, arith, .. } => matmul_source(tile, arith).map(Cow::Owned),
+            Kernel::Fused { .. } => Err(Error::ShaderCompilation {
+                shader: "fused kernel",
+                detail: "generated sources are registered with the pipeline cache".into(),
+            }),
+            other => Ok(Cow::Borrowed(other.shader().source())),
         }
     }
 
@@ -406,7 +418,8 @@ impl Kernel {
             | Kernel::QMatmul { dequant: false, .. }
             | Kernel::Conv2d { .. }
             | Kernel::Pool2d { .. }
-            | Kernel::Gemv { .. } => "main",
+            | Kernel::Gemv { .. }
+            | Kernel::Fused { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -419,6 +432,12 @@ impl Kernel {
     pub(crate) fn layout(self) -> Layout {
         match self {
             Kernel::Unary(_) | Kernel::Copy | Kernel::Pool2d { .. } => Layout::OneInput,
+            Kernel::Fused { inputs, .. } => match inputs {
+                0 | 1 => Layout::OneInput,
+                2 => Layout::TwoInputs,
+                3 => Layout::ThreeInputs,
+                _ => Layout::FourInputs,
+            },
             Kernel::Attention { .. } | Kernel::QMatmul { .. } => Layout::FourInputs,
             Kernel::TopK => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. }
@@ -450,7 +469,8 @@ impl Kernel {
             | Kernel::SoftmaxCombine
             | Kernel::Copy
             | Kernel::Embedding
-            | Kernel::TopK => vec![],
+            | Kernel::TopK
+            | Kernel::Fused { .. } => vec![],
             Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
@@ -489,15 +509,34 @@ impl Kernel {
     }
 }
 
+/// What a shader module is made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum ModuleKey {
+    File(Shader),
+    Matmul(MatmulTile, Arith),
+    Fused(u64),
+}
+
 /// Shader modules, bind group layouts and pipelines of one device.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
-    modules: HashMap<(Shader, Option<(MatmulTile, Arith)>), wgpu::ShaderModule>,
+    modules: HashMap<ModuleKey, wgpu::ShaderModule>,
+    /// Sources of generated fused kernels, by id.
+    fused: HashMap<u64, String>,
     layouts: HashMap<Layout, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
     pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
 }
 
 impl PipelineCache {
+    /// The kernel of a generated fused source, registered for `get` to compile.
+    pub(crate) fn register_fused(&mut self, source: String, inputs: usize) -> Result<Kernel> {
+        let kernel = super::kernels::fused::fused_kernel(&source, inputs);
+        if let Kernel::Fused { id, .. } = kernel {
+            self.fused.entry(id).or_insert(source);
+        }
+        Ok(kernel)
+    }
+
     pub(crate) fn bind_group_layout(
         &mut self,
         device: &wgpu::Device,
@@ -520,11 +559,17 @@ impl PipelineCache {
     ) -> Result<&wgpu::ComputePipeline> {
         if !self.pipelines.contains_key(&kernel) {
             let shader = kernel.shader();
-            let key = (shader, kernel.template_args());
+            let key = kernel.module_key();
             let module = match self.modules.entry(key) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => {
-                    let source = kernel.source()?;
+                    let source = match kernel {
+                        Kernel::Fused { id, .. } => match self.fused.get(&id) {
+                            Some(src) => Cow::Owned(src.clone()),
+                            None => kernel.source()?,
+                        },
+                        _ => kernel.source()?,
+                    };
                     e.insert(device.create_shader_module(wgpu::ShaderModuleDescriptor {
                         label: Some(shader.file()),
                         source: wgpu::ShaderSource::Wgsl(source),
@@ -679,6 +724,12 @@ mod tests {
             }
         }
         k.push(Kernel::TopK);
+        for inputs in 1..=crate::ops::fused::MAX_INPUTS {
+            k.push(super::super::kernels::fused::fused_kernel(
+                &sample_fused_source(inputs),
+                inputs,
+            ));
+        }
         for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
             for dequant in [false, true] {
                 k.push(Kernel::QMatmul { format, dequant });
@@ -721,9 +772,10 @@ mod tests {
             Kernel::Conv2d { .. } => 16,
             Kernel::Pool2d { .. } => 17,
             Kernel::Gemv { .. } => 18,
+            Kernel::Fused { .. } => 19,
         }
     }
-    const VARIANTS: usize = 19;
+    const VARIANTS: usize = 20;
 
     #[test]
     fn every_kernel_variant_is_checked() {
@@ -743,8 +795,47 @@ mod tests {
             .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)))
     }
 
+    /// A fused expression reading `inputs` inputs through every unary and binary op.
+    fn sample_fused(inputs: usize) -> crate::ops::fused::Expr {
+        use crate::ops::fused::Expr;
+        let mut e = Expr::Input(0);
+        for (i, op) in UnaryOp::ALL.into_iter().enumerate() {
+            e = Expr::Unary(op, Box::new(e));
+            let op2 = BinaryOp::ALL[i % BinaryOp::ALL.len()];
+            e = Expr::Binary(op2, Box::new(e), Box::new(Expr::Input(i % inputs)));
+        }
+        e
+    }
+
+    fn sample_fused_source(inputs: usize) -> String {
+        super::super::kernels::fused::fused_source(&sample_fused(inputs), inputs).unwrap()
+    }
+
     fn parse(kernel: Kernel) -> naga::Module {
-        parse_source(kernel.shader().file(), &kernel.source().unwrap())
+        let source = match kernel {
+            Kernel::Fused { inputs, .. } => sample_fused_source(inputs as usize),
+            _ => kernel.source().unwrap().into_owned(),
+        };
+        parse_source(kernel.shader().file(), &source)
+    }
+
+    /// Generated fused kernels validate for every input count.
+    #[test]
+    fn fused_sources_validate() {
+        for inputs in 1..=crate::ops::fused::MAX_INPUTS {
+            let source = sample_fused_source(inputs);
+            validate(
+                &format!("fused, {inputs} inputs"),
+                &source,
+                naga::valid::Capabilities::empty(),
+            );
+            // Parameters are exact bit patterns, and every op is applied.
+            assert!(
+                source.contains(&format!("{:#010x}u", 0.01f32.to_bits())),
+                "{source}"
+            );
+            assert_eq!(source.matches("unary_op(").count(), UnaryOp::ALL.len() + 1);
+        }
     }
 
     fn validate(name: &str, source: &str, caps: naga::valid::Capabilities) {

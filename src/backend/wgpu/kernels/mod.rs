@@ -5,6 +5,7 @@
 //! [`Error::LimitExceeded`] naming the limit when it does not fit.
 
 mod elementwise;
+pub(crate) mod fused;
 mod layout;
 mod matmul;
 mod nn;
@@ -18,6 +19,7 @@ use crate::backend::{BackendOps, Operand};
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::fused::Expr;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
@@ -144,12 +146,33 @@ impl Shared {
         let bind_group = st
             .bind_groups
             .get(&self.device, kernel.layout(), &layout, ranges);
+        if let Some(capture) = st.batch.as_mut().and_then(|b| b.capture.as_mut()) {
+            capture.push(super::capture::Command::Dispatch {
+                kernel,
+                params: params.to_vec(),
+                binds: binds
+                    .iter()
+                    .map(|b| (b.buffer.clone(), b.offset, b.size))
+                    .collect(),
+                grid: [gx, gy, gz],
+            });
+        }
         let pass = st.recorder.pass(&self.device);
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(gx, gy, gz);
         st.recorder.dispatches += 1;
         Ok(())
+    }
+
+    /// Zeroes a buffer (recorded, and captured inside a batch).
+    fn clear(&self, st: &mut State, buffer: &wgpu::Buffer) {
+        if let Some(capture) = st.batch.as_mut().and_then(|b| b.capture.as_mut()) {
+            capture.push(super::capture::Command::Clear(buffer.clone()));
+        }
+        st.recorder
+            .encoder(&self.device)
+            .clear_buffer(buffer, 0, None);
     }
 
     /// Runs an elementwise kernel over `n` elements in binding-sized chunks. `binds` gives the
@@ -191,7 +214,7 @@ fn range(buffer: &wgpu::Buffer, start: u64, len: u64) -> Bind<'_> {
 }
 
 impl WgpuBackend {
-    fn begin(&self) -> Result<&Arc<Shared>> {
+    pub(super) fn begin(&self) -> Result<&Arc<Shared>> {
         self.shared.check()?;
         Ok(&self.shared)
     }
@@ -234,6 +257,15 @@ impl BackendOps for WgpuBackend {
 
     fn softmax(&self, x: &WgpuStorage, rows: usize, cols: usize, log: bool) -> Result<WgpuStorage> {
         self.encode_softmax(x, rows, cols, log)
+    }
+
+    fn fused(
+        &self,
+        expr: &Expr,
+        inputs: &[Operand<'_, WgpuStorage>],
+        n: usize,
+    ) -> Result<WgpuStorage> {
+        self.encode_fused(expr, inputs, n)
     }
 
     fn matmul(

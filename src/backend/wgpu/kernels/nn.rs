@@ -150,7 +150,7 @@ impl WgpuBackend {
         let out = match s.alloc(&mut st, n * 4) {
             Ok(out) => out,
             Err(e) => {
-                st.retire(ids_buf);
+                st.retire_upload(ids_buf);
                 return Err(e);
             }
         };
@@ -162,7 +162,7 @@ impl WgpuBackend {
             &binds,
             n.div_ceil(WG),
         );
-        st.retire(ids_buf);
+        st.retire_upload(ids_buf);
         recorded?;
         Ok(s.storage(out))
     }
@@ -229,7 +229,7 @@ impl WgpuBackend {
             .map_err(Clone::clone)
             .and_then(|out| s.record_attention(&mut st, qkv, lens_buf.as_ref(), out, a));
         if let Some(l) = lens_buf {
-            st.retire(l);
+            st.retire_upload(l);
         }
         recorded?;
         Ok(s.storage(out?))

@@ -36,7 +36,7 @@ impl WgpuBackend {
         let mut st = s.state();
         let out = s.alloc(&mut st, rows as u64 * 4)?;
         if rows > 0 && cols == 0 {
-            st.recorder.encoder(&s.device).clear_buffer(&out, 0, None);
+            s.clear(&mut st, &out);
         } else if rows > 0 {
             let scale = if op == ReduceOp::Mean {
                 1.0 / cols as f32
@@ -68,7 +68,7 @@ impl WgpuBackend {
         let mut st = s.state();
         let out = s.alloc(&mut st, 4)?;
         if n == 0 {
-            st.recorder.encoder(&s.device).clear_buffer(&out, 0, None);
+            s.clear(&mut st, &out);
         } else {
             let kernel = Kernel::ReducePartial {
                 op: ReduceOp::Sum,

@@ -1,0 +1,973 @@
+//! The batch API: record uploads and ops, then run them all with one submission and one read
+//! back; or compile them into a [`Graph`] that runs again with new inputs.
+//!
+//! ```no_run
+//! # async fn demo() -> gpukit::Result<()> {
+//! let device = gpukit::Device::new().await?;
+//! let mut batch = device.batch();
+//! let x = batch.upload(&[1.0, -2.0, 3.0, -4.0], &[4])?;
+//! let y = batch.relu(x)?;
+//! let y = batch.scale(y, 2.0)?;
+//! let z = batch.add(y, y)?;
+//! let z = batch.sigmoid(z)?;
+//! batch.output(z)?;
+//! let result = batch.run().await?; // one fused kernel, one submit, one read back
+//! println!("{:?} (peak {} bytes)", result.get(z)?, result.peak_bytes);
+//! # Ok(()) }
+//! ```
+//!
+//! Shapes are checked when an op is recorded, so a mistake is reported by the call that made
+//! it. At run time:
+//! - **Fusion.** A chain of elementwise ops (unary ops, scale, clip, binary ops with
+//!   broadcasting) whose intermediate results nothing else reads becomes one generated kernel
+//!   over up to four inputs: one pass over memory. A bias add and a relu/gelu/silu after a
+//!   matmul move into the matmul's epilogue.
+//! - **Memory planner.** A value's buffer returns to the batch once its last reader is
+//!   encoded, and later ops of the batch reuse it; [`BatchResult::peak_bytes`] reports the
+//!   footprint.
+//! - **One submission.** Everything is encoded into one command encoder and every output is
+//!   copied into one staging buffer, mapped once.
+//!
+//! [`Batch::compile`] captures the encoded dispatches: [`Graph::run`] writes new input data
+//! and encodes the same pipelines and bind groups again, with no shape checks, no planning, no
+//! bind group or pipeline creation (like a CUDA graph). On the CPU backend a graph re-runs its
+//! plan.
+//!
+//! Recordable ops: every unary and binary op, matmul (all options) and linear, softmax and
+//! log_softmax, reductions (all elements and the last axis), dot, layer_norm and rms_norm,
+//! reshape and transpose. The other ops (attention, conv2d, pooling, embedding, rope, top-k,
+//! concat/slice, quantized matmul) run on device tensors, where they also only enqueue work,
+//! and their results enter a batch through [`Batch::tensor`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::backend::wgpu::capture::{BatchEnd, Replay};
+use crate::backend::{BackendImpl, Storage};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ops::elementwise::broadcast;
+use crate::ops::fused::{Expr, MAX_INPUTS};
+use crate::ops::matmul::dims;
+use crate::ops::{Activation, BinaryOp, MatmulOptions, Precision, ReduceOp, UnaryOp};
+use crate::tensor::Tensor;
+
+/// A value recorded in a batch: a handle, valid only in the batch that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Value {
+    batch: u64,
+    index: usize,
+}
+
+/// How a recorded matmul reads its operands and what it fuses after the product.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchMatmul {
+    /// A is stored as `[.., k, m]`.
+    pub transpose_a: bool,
+    /// B is stored as `[.., n, k]`.
+    pub transpose_b: bool,
+    /// A row of `n` values added to every output row.
+    pub bias: Option<Value>,
+    /// Applied after the bias.
+    pub activation: Option<Activation>,
+    /// See [`Precision`].
+    pub precision: Precision,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Data uploaded at record time and replaceable in a graph.
+    Input,
+    /// A device tensor the batch reads.
+    Tensor,
+    Unary(UnaryOp, Value),
+    Binary(BinaryOp, Value, Value),
+    Matmul(Value, Value, BatchMatmul),
+    Softmax {
+        x: Value,
+        log: bool,
+    },
+    Reduce {
+        op: ReduceOp,
+        x: Value,
+        last: bool,
+    },
+    Dot(Value, Value),
+    Norm {
+        x: Value,
+        weight: Option<Value>,
+        bias: Option<Value>,
+        eps: f32,
+        rms: bool,
+    },
+    Reshape(Value),
+    Transpose(Value, usize, usize),
+}
+
+impl Op {
+    fn inputs(&self) -> Vec<Value> {
+        match self {
+            Op::Input | Op::Tensor => vec![],
+            Op::Unary(_, x)
+            | Op::Softmax { x, .. }
+            | Op::Reduce { x, .. }
+            | Op::Reshape(x)
+            | Op::Transpose(x, ..) => vec![*x],
+            Op::Binary(_, a, b) | Op::Dot(a, b) => vec![*a, *b],
+            Op::Matmul(a, b, o) => [Some(*a), Some(*b), o.bias].into_iter().flatten().collect(),
+            Op::Norm {
+                x, weight, bias, ..
+            } => [Some(*x), *weight, *bias].into_iter().flatten().collect(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Input => "upload",
+            Op::Tensor => "tensor",
+            Op::Unary(..) => "unary",
+            Op::Binary(..) => "binary",
+            Op::Matmul(..) => "matmul",
+            Op::Softmax { .. } => "softmax",
+            Op::Reduce { .. } => "reduce",
+            Op::Dot(..) => "dot",
+            Op::Norm { .. } => "norm",
+            Op::Reshape(_) => "reshape",
+            Op::Transpose(..) => "transpose",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    op: Op,
+    shape: Vec<usize>,
+    /// Inputs and tensors: the data (kept for the whole batch).
+    tensor: Option<Tensor>,
+}
+
+impl Node {
+    fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Recorded uploads and ops; see the module docs.
+pub struct Batch {
+    device: Device,
+    id: u64,
+    nodes: Vec<Node>,
+    outputs: Vec<Value>,
+}
+
+/// What a batch run returns: the outputs and what the run did.
+#[derive(Debug, Clone)]
+pub struct BatchResult {
+    outputs: HashMap<Value, Vec<f32>>,
+    order: Vec<Value>,
+    /// Bytes the run took from the device's buffer pool (inputs, intermediates after reuse,
+    /// outputs); on the CPU backend, the planner's count of bytes live at the peak.
+    pub peak_bytes: u64,
+    /// Bytes the same ops would hold with no reuse (every value kept to the end).
+    pub unplanned_bytes: u64,
+    /// Kernels the run encoded (after fusion).
+    pub kernels: usize,
+    /// Recorded ops that fusion folded into other kernels.
+    pub fused_ops: usize,
+}
+
+impl BatchResult {
+    /// The data of an output.
+    pub fn get(&self, v: Value) -> Result<&[f32]> {
+        self.outputs
+            .get(&v)
+            .map(Vec::as_slice)
+            .ok_or(Error::InvalidArgument {
+                op: "batch result",
+                reason: "that value was not marked as an output".into(),
+            })
+    }
+
+    /// Every output, in the order `output` marked them.
+    pub fn outputs(&self) -> Vec<&[f32]> {
+        self.order
+            .iter()
+            .filter_map(|v| self.outputs.get(v).map(Vec::as_slice))
+            .collect()
+    }
+}
+
+static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);
+
+impl Device {
+    /// An empty batch on this device.
+    pub fn batch(&self) -> Batch {
+        Batch {
+            device: self.clone(),
+            id: NEXT_BATCH.fetch_add(1, Ordering::Relaxed),
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+}
+
+impl Batch {
+    fn node(&self, v: Value, op: &'static str) -> Result<&Node> {
+        if v.batch != self.id {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "the value belongs to another batch".into(),
+            });
+        }
+        self.nodes.get(v.index).ok_or(Error::InvalidArgument {
+            op,
+            reason: "unknown value".into(),
+        })
+    }
+
+    fn shape_of(&self, v: Value, op: &'static str) -> Result<Vec<usize>> {
+        Ok(self.node(v, op)?.shape.clone())
+    }
+
+    fn push(&mut self, op: Op, shape: Vec<usize>, tensor: Option<Tensor>) -> Value {
+        self.nodes.push(Node { op, shape, tensor });
+        Value {
+            batch: self.id,
+            index: self.nodes.len() - 1,
+        }
+    }
+
+    /// The shape of a value.
+    pub fn shape(&self, v: Value) -> Result<&[usize]> {
+        Ok(&self.node(v, "shape")?.shape)
+    }
+
+    /// Host data to upload; in a [`Graph`] its data can be replaced at each run.
+    pub fn upload(&mut self, data: &[f32], shape: &[usize]) -> Result<Value> {
+        let t = self.device.tensor(data, shape)?;
+        Ok(self.push(Op::Input, shape.to_vec(), Some(t)))
+    }
+
+    /// A device tensor (of this batch's device) for the batch to read.
+    pub fn tensor(&mut self, t: &Tensor) -> Result<Value> {
+        if !t.device().same(&self.device) {
+            return Err(Error::DeviceMismatch { op: "batch tensor" });
+        }
+        Ok(self.push(Op::Tensor, t.shape().to_vec(), Some(t.clone())))
+    }
+
+    /// Marks a value to be read back by `run`.
+    pub fn output(&mut self, v: Value) -> Result<()> {
+        self.node(v, "output")?;
+        if !self.outputs.contains(&v) {
+            self.outputs.push(v);
+        }
+        Ok(())
+    }
+
+    /// `op(x)` elementwise.
+    pub fn unary(&mut self, op: UnaryOp, x: Value) -> Result<Value> {
+        op.validate()?;
+        let shape = self.shape_of(x, op.name())?;
+        Ok(self.push(Op::Unary(op, x), shape, None))
+    }
+
+    /// `op(a, b)` elementwise, with a scalar or a row broadcast on either side.
+    pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value> {
+        let (sa, sb) = (self.shape_of(a, op.name())?, self.shape_of(b, op.name())?);
+        let shape = broadcast(op.name(), &sa, &sb)?.shape;
+        Ok(self.push(Op::Binary(op, a, b), shape, None))
+    }
+
+    /// relu.
+    pub fn relu(&mut self, x: Value) -> Result<Value> {
+        self.unary(UnaryOp::Relu, x)
+    }
+    /// sigmoid.
+    pub fn sigmoid(&mut self, x: Value) -> Result<Value> {
+        self.unary(UnaryOp::Sigmoid, x)
+    }
+    /// tanh.
+    pub fn tanh(&mut self, x: Value) -> Result<Value> {
+        self.unary(UnaryOp::Tanh, x)
+    }
+    /// gelu (erf).
+    pub fn gelu(&mut self, x: Value) -> Result<Value> {
+        self.unary(UnaryOp::Gelu, x)
+    }
+    /// silu (swish).
+    pub fn silu(&mut self, x: Value) -> Result<Value> {
+        self.unary(UnaryOp::Silu, x)
+    }
+    /// `x * s`.
+    pub fn scale(&mut self, x: Value, s: f32) -> Result<Value> {
+        self.unary(UnaryOp::Scale(s), x)
+    }
+    /// Clamps to `[min, max]`.
+    pub fn clip(&mut self, x: Value, min: f32, max: f32) -> Result<Value> {
+        self.unary(UnaryOp::Clip { min, max }, x)
+    }
+    /// `a + b`.
+    pub fn add(&mut self, a: Value, b: Value) -> Result<Value> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+    /// `a - b`.
+    pub fn sub(&mut self, a: Value, b: Value) -> Result<Value> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+    /// `a * b`.
+    pub fn mul(&mut self, a: Value, b: Value) -> Result<Value> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+    /// `a / b`.
+    pub fn div(&mut self, a: Value, b: Value) -> Result<Value> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+
+    /// `a x b`.
+    pub fn matmul(&mut self, a: Value, b: Value) -> Result<Value> {
+        self.matmul_with(a, b, BatchMatmul::default())
+    }
+
+    /// `act(op(a) x op(b) + bias)`, like [`Tensor::matmul_with`].
+    pub fn matmul_with(&mut self, a: Value, b: Value, o: BatchMatmul) -> Result<Value> {
+        let (sa, sb) = (self.shape_of(a, "matmul")?, self.shape_of(b, "matmul")?);
+        let (d, shape) = dims(&sa, &sb, o.transpose_a, o.transpose_b)?;
+        if let Some(bias) = o.bias {
+            let sc = self.shape_of(bias, "matmul bias")?;
+            if sc.iter().product::<usize>() != d.n {
+                return Err(Error::shape(
+                    "matmul bias",
+                    &sc,
+                    &[d.n],
+                    "(the bias has one value per output column)",
+                ));
+            }
+        }
+        Ok(self.push(Op::Matmul(a, b, o), shape, None))
+    }
+
+    /// A linear layer, `act(x x weight^T + bias)` with `weight` stored `[out, in]`.
+    pub fn linear(
+        &mut self,
+        x: Value,
+        weight: Value,
+        bias: Option<Value>,
+        activation: Option<Activation>,
+    ) -> Result<Value> {
+        let o = BatchMatmul {
+            transpose_b: true,
+            bias,
+            activation,
+            ..BatchMatmul::default()
+        };
+        self.matmul_with(x, weight, o)
+    }
+
+    fn last_axis(&self, x: Value, op: &'static str) -> Result<Vec<usize>> {
+        let shape = self.shape_of(x, op)?;
+        if shape.is_empty() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "a tensor of shape [] has no last axis".into(),
+            });
+        }
+        Ok(shape)
+    }
+
+    /// softmax along the last axis.
+    pub fn softmax(&mut self, x: Value) -> Result<Value> {
+        let shape = self.last_axis(x, "softmax")?;
+        Ok(self.push(Op::Softmax { x, log: false }, shape, None))
+    }
+
+    /// log_softmax along the last axis.
+    pub fn log_softmax(&mut self, x: Value) -> Result<Value> {
+        let shape = self.last_axis(x, "log_softmax")?;
+        Ok(self.push(Op::Softmax { x, log: true }, shape, None))
+    }
+
+    /// A reduction of every element, to shape `[]`.
+    pub fn reduce(&mut self, op: ReduceOp, x: Value) -> Result<Value> {
+        self.node(x, "reduce")?;
+        Ok(self.push(Op::Reduce { op, x, last: false }, vec![], None))
+    }
+
+    /// A reduction along the last axis.
+    pub fn reduce_last(&mut self, op: ReduceOp, x: Value) -> Result<Value> {
+        let mut shape = self.last_axis(x, "reduce_last")?;
+        shape.pop();
+        Ok(self.push(Op::Reduce { op, x, last: true }, shape, None))
+    }
+
+    /// `sum(a * b)` of two tensors of equal length, to shape `[]`.
+    pub fn dot(&mut self, a: Value, b: Value) -> Result<Value> {
+        let (sa, sb) = (self.shape_of(a, "dot")?, self.shape_of(b, "dot")?);
+        if sa.iter().product::<usize>() != sb.iter().product::<usize>() {
+            return Err(Error::shape("dot", &sa, &sb, "(equal lengths)"));
+        }
+        Ok(self.push(Op::Dot(a, b), vec![], None))
+    }
+
+    fn norm(
+        &mut self,
+        x: Value,
+        weight: Option<Value>,
+        bias: Option<Value>,
+        eps: f32,
+        rms: bool,
+    ) -> Result<Value> {
+        let op = if rms { "rms_norm" } else { "layer_norm" };
+        let shape = self.last_axis(x, op)?;
+        let cols = shape[shape.len() - 1];
+        for p in [weight, bias].into_iter().flatten() {
+            let sp = self.shape_of(p, op)?;
+            if sp.iter().product::<usize>() != cols {
+                return Err(Error::shape(
+                    op,
+                    &shape,
+                    &sp,
+                    "(weight and bias have one value per column)",
+                ));
+            }
+        }
+        let node = Op::Norm {
+            x,
+            weight,
+            bias,
+            eps,
+            rms,
+        };
+        Ok(self.push(node, shape, None))
+    }
+
+    /// layer_norm of each row, then `* weight + bias`.
+    pub fn layer_norm(
+        &mut self,
+        x: Value,
+        weight: Option<Value>,
+        bias: Option<Value>,
+        eps: f32,
+    ) -> Result<Value> {
+        self.norm(x, weight, bias, eps, false)
+    }
+
+    /// rms_norm of each row, then `* weight + bias`.
+    pub fn rms_norm(
+        &mut self,
+        x: Value,
+        weight: Option<Value>,
+        bias: Option<Value>,
+        eps: f32,
+    ) -> Result<Value> {
+        self.norm(x, weight, bias, eps, true)
+    }
+
+    /// The same data in another shape of the same length.
+    pub fn reshape(&mut self, x: Value, shape: &[usize]) -> Result<Value> {
+        let s = self.shape_of(x, "reshape")?;
+        if s.iter().product::<usize>() != shape.iter().product::<usize>() {
+            return Err(Error::shape("reshape", &s, shape, "(equal element counts)"));
+        }
+        Ok(self.push(Op::Reshape(x), shape.to_vec(), None))
+    }
+
+    /// Swaps two axes.
+    pub fn transpose(&mut self, x: Value, a: usize, b: usize) -> Result<Value> {
+        let mut s = self.shape_of(x, "transpose")?;
+        if a >= s.len() || b >= s.len() {
+            return Err(Error::InvalidArgument {
+                op: "transpose",
+                reason: format!("axes {a} and {b} of a rank-{} tensor", s.len()),
+            });
+        }
+        s.swap(a, b);
+        Ok(self.push(Op::Transpose(x, a, b), s, None))
+    }
+
+    /// Runs everything recorded: one submission, one read back of every output.
+    pub async fn run(&self) -> Result<BatchResult> {
+        let plan = Plan::new(self)?;
+        let wgpu = match self.device.backend() {
+            BackendImpl::Wgpu(b) => Some(b),
+            BackendImpl::Cpu(_) => None,
+        };
+        if let Some(b) = wgpu {
+            b.begin_batch(false)?;
+        }
+        let executed = plan.execute(self);
+        let end = wgpu.and_then(|b| b.end_batch());
+        let values = executed?;
+        plan.read(self, &values, end.map(|e| e.taken_bytes)).await
+    }
+
+    /// Captures the batch as a [`Graph`] (the batch runs once while it is captured).
+    pub fn compile(self) -> Result<Graph> {
+        let plan = Plan::new(&self)?;
+        let BackendImpl::Wgpu(b) = self.device.backend() else {
+            return Ok(Graph {
+                batch: self,
+                plan,
+                captured: None,
+            });
+        };
+        b.begin_batch(true)?;
+        let executed = plan.execute(&self);
+        let end = b.end_batch();
+        let values = executed?;
+        let end: BatchEnd = end.ok_or(Error::InvalidArgument {
+            op: "batch compile",
+            reason: "the batch scope ended early".into(),
+        })?;
+        let taken = end.taken_bytes;
+        let replay = b.compile_replay(end)?;
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|v| values.get(&v.index).cloned().ok_or_else(missing))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Graph {
+            batch: self,
+            plan,
+            captured: Some(Captured {
+                replay,
+                outputs,
+                taken,
+            }),
+        })
+    }
+}
+
+fn missing() -> Error {
+    Error::InvalidArgument {
+        op: "batch",
+        reason: "an output was not computed".into(),
+    }
+}
+
+struct Captured {
+    replay: Replay,
+    outputs: Vec<Tensor>,
+    taken: u64,
+}
+
+/// A compiled batch; see [`Batch::compile`].
+pub struct Graph {
+    batch: Batch,
+    plan: Plan,
+    captured: Option<Captured>,
+}
+
+impl Graph {
+    /// Runs the graph again. `inputs` replaces the data of some of the batch's uploads (each
+    /// the same length as before); the others keep their data.
+    pub async fn run(&mut self, inputs: &[(Value, &[f32])]) -> Result<BatchResult> {
+        for (v, data) in inputs {
+            let node = self.batch.node(*v, "graph input")?;
+            if !matches!(node.op, Op::Input) {
+                return Err(Error::InvalidArgument {
+                    op: "graph input",
+                    reason: "only values made by `upload` take new data".into(),
+                });
+            }
+            if data.len() != node.len() {
+                return Err(Error::shape(
+                    "graph input",
+                    &[data.len()],
+                    &node.shape,
+                    "(new data has the upload's length)",
+                ));
+            }
+        }
+        match (&self.captured, self.batch.device.backend()) {
+            (Some(c), BackendImpl::Wgpu(b)) => {
+                let mut ins = Vec::with_capacity(inputs.len());
+                for (v, data) in inputs {
+                    let t = self.batch.nodes[v.index]
+                        .tensor
+                        .as_ref()
+                        .ok_or_else(missing)?;
+                    ins.push((t.storage().as_wgpu()?, *data));
+                }
+                let outs = c
+                    .outputs
+                    .iter()
+                    .map(|t| Ok((t.storage().as_wgpu()?, t.len())))
+                    .collect::<Result<Vec<_>>>()?;
+                let data = b.replay(&c.replay, &ins, &outs).await?;
+                Ok(self
+                    .plan
+                    .result(&self.batch, data, c.taken, c.replay.dispatches))
+            }
+            _ => {
+                for (v, data) in inputs {
+                    let shape = self.batch.nodes[v.index].shape.clone();
+                    self.batch.nodes[v.index].tensor =
+                        Some(self.batch.device.tensor(data, &shape)?);
+                }
+                self.batch.run().await
+            }
+        }
+    }
+}
+
+/// How a batch executes: which nodes fold into which, and when each value dies.
+struct Plan {
+    /// For a node that runs: its fused expression and leaves, if it is a fusion root.
+    fused: HashMap<usize, (Expr, Vec<usize>)>,
+    /// Nodes folded into another kernel (not run themselves).
+    folded: Vec<bool>,
+    /// Matmul nodes that absorb a following node: (matmul, bias, activation) by absorber.
+    epilogue: HashMap<usize, (usize, Option<Value>, Option<Activation>)>,
+    /// The last node reading each node.
+    last_use: Vec<usize>,
+    kernels: usize,
+}
+
+impl Plan {
+    fn new(batch: &Batch) -> Result<Plan> {
+        let n = batch.nodes.len();
+        if batch.outputs.is_empty() {
+            return Err(Error::InvalidArgument {
+                op: "batch run",
+                reason: "no output marked (call `output`)".into(),
+            });
+        }
+        let is_output = |i: usize| batch.outputs.iter().any(|v| v.index == i);
+        let mut uses = vec![0usize; n];
+        let mut last_use: Vec<usize> = (0..n).collect();
+        for (i, node) in batch.nodes.iter().enumerate() {
+            // Readers are counted once each: `add(s, s)` can still inline `s`.
+            let mut inputs: Vec<usize> = node.op.inputs().iter().map(|v| v.index).collect();
+            inputs.sort_unstable();
+            inputs.dedup();
+            for v in inputs {
+                uses[v] += 1;
+                last_use[v] = i;
+            }
+        }
+        for v in &batch.outputs {
+            last_use[v.index] = usize::MAX;
+        }
+        let single = |i: usize| uses[i] == 1 && !is_output(i);
+        let mut folded = vec![false; n];
+        // Matmul epilogues: a bias row added to, then an activation of, a single-use matmul.
+        let mut epilogue: HashMap<usize, (usize, Option<Value>, Option<Activation>)> =
+            HashMap::new();
+        let mut mm_state: HashMap<usize, (usize, Option<Value>, Option<Activation>)> =
+            HashMap::new();
+        for (i, node) in batch.nodes.iter().enumerate() {
+            if let Op::Matmul(_, _, o) = &node.op {
+                mm_state.insert(i, (i, o.bias, o.activation));
+            }
+            let (src, bias, act) = match &node.op {
+                Op::Binary(BinaryOp::Add, a, b) => {
+                    let row = |v: &Value| {
+                        let s = &batch.nodes[v.index].shape;
+                        s.len() == 1 && Some(&s[0]) == node.shape.last()
+                    };
+                    if row(b) {
+                        (a.index, Some(*b), None)
+                    } else if row(a) {
+                        (b.index, Some(*a), None)
+                    } else {
+                        continue;
+                    }
+                }
+                Op::Unary(op, x) => match activation_of(*op) {
+                    Some(act) => (x.index, None, Some(act)),
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let Some(&(mm, mbias, mact)) = mm_state.get(&src) else {
+                continue;
+            };
+            if !single(src) || mact.is_some() || (bias.is_some() && mbias.is_some()) {
+                continue;
+            }
+            let state = (mm, mbias.or(bias), act);
+            folded[src] = true;
+            epilogue.remove(&src);
+            epilogue.insert(i, state);
+            mm_state.insert(i, state);
+        }
+        // Elementwise fusion: absorb single-use elementwise inputs of the same length (not
+        // the ones a matmul epilogue took).
+        let fusable = |i: usize| single(i) && !epilogue.contains_key(&i);
+        let mut fused = HashMap::new();
+        for i in (0..n).rev() {
+            if folded[i] || epilogue.contains_key(&i) || !is_elementwise(&batch.nodes[i].op) {
+                continue;
+            }
+            let mut leaves = Vec::new();
+            let expr = build_expr(batch, i, true, &fusable, &mut leaves, &mut folded);
+            fused.insert(i, (expr, leaves));
+        }
+        // Values read by folded nodes are read by their kernel's node: extend lifetimes.
+        for (&root, (_, leaves)) in &fused {
+            for &l in leaves {
+                if last_use[l] != usize::MAX {
+                    last_use[l] = last_use[l].max(root);
+                }
+            }
+        }
+        for (&at, &(mm, bias, _)) in &epilogue {
+            let inputs = batch.nodes[mm].op.inputs();
+            for v in inputs.into_iter().chain(bias) {
+                if last_use[v.index] != usize::MAX {
+                    last_use[v.index] = last_use[v.index].max(at);
+                }
+            }
+        }
+        let kernels = (0..n)
+            .filter(|&i| {
+                !folded[i] && !matches!(batch.nodes[i].op, Op::Input | Op::Tensor | Op::Reshape(_))
+            })
+            .count();
+        Ok(Plan {
+            fused,
+            folded,
+            epilogue,
+            last_use,
+            kernels,
+        })
+    }
+
+    /// Encodes every kernel, freeing each value after its last reader.
+    fn execute(&self, batch: &Batch) -> Result<HashMap<usize, Tensor>> {
+        let mut live: HashMap<usize, Tensor> = HashMap::new();
+        for (i, node) in batch.nodes.iter().enumerate() {
+            if self.folded[i] {
+                continue;
+            }
+            let get = |v: Value| live.get(&v.index).ok_or_else(missing);
+            let at = |e: Error| match e {
+                Error::InvalidArgument { op, reason } => Error::InvalidArgument {
+                    op,
+                    reason: format!("{reason} (batch op {i}, {})", node.op.name()),
+                },
+                other => other,
+            };
+            let t = if let Some((expr, leaves)) = self.fused.get(&i) {
+                let ts = leaves
+                    .iter()
+                    .map(|&l| live.get(&l).ok_or_else(missing))
+                    .collect::<Result<Vec<_>>>()?;
+                let inputs: Vec<(&Storage, usize)> =
+                    ts.iter().map(|t| (t.storage(), t.len().max(1))).collect();
+                let storage = batch
+                    .device
+                    .backend()
+                    .fused(expr, &inputs, node.len())
+                    .map_err(at)?;
+                Tensor::new(batch.device.clone(), storage, node.shape.clone())
+            } else if let Some(&(mm, bias, act)) = self.epilogue.get(&i) {
+                let Op::Matmul(a, b, o) = &batch.nodes[mm].op else {
+                    return Err(missing());
+                };
+                let bias = bias.map(get).transpose()?;
+                let options = MatmulOptions {
+                    transpose_a: o.transpose_a,
+                    transpose_b: o.transpose_b,
+                    bias,
+                    activation: act,
+                    precision: o.precision,
+                    tile: None,
+                };
+                get(*a)?.matmul_with(get(*b)?, options).map_err(at)?
+            } else {
+                run_node(node, &get).map_err(at)?
+            };
+            live.insert(i, t);
+            // Free what this node read last (the planner's reuse).
+            let dead: Vec<usize> = live
+                .keys()
+                .copied()
+                .filter(|&k| self.last_use[k] == i && k != i)
+                .collect();
+            for k in dead {
+                if !matches!(batch.nodes[k].op, Op::Input | Op::Tensor) {
+                    live.remove(&k);
+                }
+            }
+        }
+        Ok(live)
+    }
+
+    async fn read(
+        &self,
+        batch: &Batch,
+        values: &HashMap<usize, Tensor>,
+        taken: Option<u64>,
+    ) -> Result<BatchResult> {
+        let outs = batch
+            .outputs
+            .iter()
+            .map(|v| values.get(&v.index).ok_or_else(missing))
+            .collect::<Result<Vec<_>>>()?;
+        let data = match batch.device.backend() {
+            BackendImpl::Wgpu(b) => {
+                let refs = outs
+                    .iter()
+                    .map(|t| Ok((t.storage().as_wgpu()?, t.len())))
+                    .collect::<Result<Vec<_>>>()?;
+                b.read_many(&refs).await?
+            }
+            BackendImpl::Cpu(_) => {
+                let mut all = Vec::with_capacity(outs.len());
+                for t in outs {
+                    all.push(t.read().await?);
+                }
+                all
+            }
+        };
+        let peak = taken.unwrap_or_else(|| self.simulated_peak(batch));
+        Ok(self.result(batch, data, peak, self.kernels))
+    }
+
+    fn result(&self, batch: &Batch, data: Vec<Vec<f32>>, peak: u64, kernels: usize) -> BatchResult {
+        let fused_ops = self.folded.iter().filter(|&&f| f).count();
+        BatchResult {
+            outputs: batch.outputs.iter().copied().zip(data).collect(),
+            order: batch.outputs.clone(),
+            peak_bytes: peak,
+            unplanned_bytes: batch.nodes.iter().map(|n| n.len() as u64 * 4).sum(),
+            kernels,
+            fused_ops,
+        }
+    }
+
+    /// The bytes live at the busiest point of the plan (the CPU backend's figure).
+    fn simulated_peak(&self, batch: &Batch) -> u64 {
+        let mut live = 0u64;
+        let mut peak = 0u64;
+        let bytes = |i: usize| batch.nodes[i].len() as u64 * 4;
+        for i in 0..batch.nodes.len() {
+            if self.folded[i] {
+                continue;
+            }
+            live += bytes(i);
+            peak = peak.max(live);
+            for k in 0..i {
+                if self.last_use[k] == i && !self.folded[k] {
+                    live -= bytes(k);
+                }
+            }
+        }
+        peak
+    }
+}
+
+fn activation_of(op: UnaryOp) -> Option<Activation> {
+    match op {
+        UnaryOp::Relu => Some(Activation::Relu),
+        UnaryOp::Gelu => Some(Activation::Gelu),
+        UnaryOp::GeluTanh => Some(Activation::GeluTanh),
+        UnaryOp::Silu => Some(Activation::Silu),
+        _ => None,
+    }
+}
+
+fn is_elementwise(op: &Op) -> bool {
+    matches!(op, Op::Unary(..) | Op::Binary(..))
+}
+
+/// The expression computing node `i`; single-use elementwise inputs of the same length are
+/// inlined (and marked folded), anything else becomes a leaf.
+fn build_expr(
+    batch: &Batch,
+    i: usize,
+    root: bool,
+    single: &impl Fn(usize) -> bool,
+    leaves: &mut Vec<usize>,
+    folded: &mut [bool],
+) -> Expr {
+    let node = &batch.nodes[i];
+    // A value read twice by one expression (`add(s, s)`) is inlined twice: it is pure.
+    let inline = root || (is_elementwise(&node.op) && single(i));
+    let leaf = |j: usize, leaves: &mut Vec<usize>| {
+        let k = leaves.iter().position(|&l| l == j).unwrap_or_else(|| {
+            leaves.push(j);
+            leaves.len() - 1
+        });
+        Expr::Input(k)
+    };
+    if !inline {
+        return leaf(i, leaves);
+    }
+    // Inline only while the leaves fit one kernel.
+    let child = |v: Value, leaves: &mut Vec<usize>, folded: &mut [bool]| {
+        let same_len = batch.nodes[v.index].len() == node.len();
+        let fits = leaves.len() < MAX_INPUTS;
+        if same_len && fits && is_elementwise(&batch.nodes[v.index].op) && single(v.index) {
+            let e = build_expr(batch, v.index, false, single, leaves, folded);
+            if let Expr::Input(_) = e {
+                e
+            } else {
+                folded[v.index] = true;
+                e
+            }
+        } else {
+            let k = leaves
+                .iter()
+                .position(|&l| l == v.index)
+                .unwrap_or_else(|| {
+                    leaves.push(v.index);
+                    leaves.len() - 1
+                });
+            Expr::Input(k)
+        }
+    };
+    match &node.op {
+        Op::Unary(op, x) => Expr::Unary(*op, Box::new(child(*x, leaves, folded))),
+        Op::Binary(op, a, b) => {
+            let ea = child(*a, leaves, folded);
+            let eb = child(*b, leaves, folded);
+            Expr::Binary(*op, Box::new(ea), Box::new(eb))
+        }
+        _ => leaf(i, leaves),
+    }
+}
+
+/// Runs one unfused node through the tensor API.
+fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Result<Tensor> {
+    match &node.op {
+        Op::Input | Op::Tensor => node.tensor.clone().ok_or_else(missing),
+        Op::Unary(op, x) => get(*x)?.unary(*op),
+        Op::Binary(op, a, b) => get(*a)?.binary(*op, get(*b)?),
+        Op::Matmul(a, b, o) => {
+            let bias = o.bias.map(get).transpose()?;
+            let options = MatmulOptions {
+                transpose_a: o.transpose_a,
+                transpose_b: o.transpose_b,
+                bias,
+                activation: o.activation,
+                precision: o.precision,
+                tile: None,
+            };
+            get(*a)?.matmul_with(get(*b)?, options)
+        }
+        Op::Softmax { x, log: false } => get(*x)?.softmax(),
+        Op::Softmax { x, log: true } => get(*x)?.log_softmax(),
+        Op::Reduce { op, x, last: false } => get(*x)?.reduce(*op),
+        Op::Reduce { op, x, last: true } => get(*x)?.reduce_last(*op),
+        Op::Dot(a, b) => get(*a)?.dot(get(*b)?),
+        Op::Norm {
+            x,
+            weight,
+            bias,
+            eps,
+            rms,
+        } => {
+            let (w, b) = (weight.map(get).transpose()?, bias.map(get).transpose()?);
+            if *rms {
+                get(*x)?.rms_norm(w, b, *eps)
+            } else {
+                get(*x)?.layer_norm(w, b, *eps)
+            }
+        }
+        Op::Reshape(x) => get(*x)?.reshape(&node.shape),
+        Op::Transpose(x, a, b) => get(*x)?.transpose(*a, *b),
+    }
+}

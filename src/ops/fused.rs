@@ -1,0 +1,56 @@
+//! Fused elementwise expressions: a chain (or tree) of unary and binary ops over up to
+//! [`MAX_INPUTS`] inputs, evaluated in one pass over memory. The batch API builds them from
+//! recorded elementwise ops; the wgpu backend turns each into one generated WGSL kernel and the
+//! CPU backend evaluates it element by element.
+
+use crate::ops::{BinaryOp, UnaryOp};
+
+/// Inputs one fused kernel reads (the bind group layouts go up to four).
+pub(crate) const MAX_INPUTS: usize = 4;
+
+/// An elementwise expression. `Input(j)` reads input `j` at `i % len_j` (full, row or scalar).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Expr {
+    Input(usize),
+    Unary(UnaryOp, Box<Expr>),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+}
+
+impl Expr {
+    /// The value at element `i`, reading input `j` through `input(j, i)`.
+    pub(crate) fn eval(&self, i: usize, input: &impl Fn(usize, usize) -> f32) -> f32 {
+        match self {
+            Expr::Input(j) => input(*j, i),
+            Expr::Unary(op, x) => op.apply(x.eval(i, input)),
+            Expr::Binary(op, a, b) => op.apply(a.eval(i, input), b.eval(i, input)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evaluates_like_the_ops_one_by_one() {
+        // sigmoid(relu(x) * 2 + row)
+        let e = Expr::Unary(
+            UnaryOp::Sigmoid,
+            Box::new(Expr::Binary(
+                BinaryOp::Add,
+                Box::new(Expr::Unary(
+                    UnaryOp::Scale(2.0),
+                    Box::new(Expr::Unary(UnaryOp::Relu, Box::new(Expr::Input(0)))),
+                )),
+                Box::new(Expr::Input(1)),
+            )),
+        );
+        let x = [-1.0f32, 0.5, 3.0, -0.25];
+        let row = [0.1f32, -0.2];
+        let input = |j: usize, i: usize| if j == 0 { x[i] } else { row[i % 2] };
+        for i in 0..4 {
+            let want = UnaryOp::Sigmoid.apply(x[i].max(0.0) * 2.0 + row[i % 2]);
+            assert_eq!(e.eval(i, &input), want);
+        }
+    }
+}
