@@ -1,6 +1,6 @@
 // matmul: out[b] = A[b] (m x k) * B[b] (k x n), row-major, batched along workgroup z.
 //
-// A template: `matmul_source` in src/backend/wgpu/pipelines.rs rewrites the `const` lines
+// A template: `matmul_source` in src/backend/wgpu/matmul_template.rs rewrites the `const` lines
 // marked `tile:` for each tile configuration (and `T` to f16, after an `enable f16;`, for the
 // f16 variant) and replaces each `@generate` line with the unrolled statements it describes,
 // so the autotuner (src/backend/wgpu/tuner.rs) can time several shapes of the same kernel.

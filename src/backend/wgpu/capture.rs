@@ -4,7 +4,8 @@
 //! run again by writing new inputs and encoding the same dispatches.
 //!
 //! Reusing a buffer inside one pass is safe: WebGPU orders the dispatches of a pass and wgpu
-//! inserts the barriers. Buffers filled by `write_buffer` (inputs, token ids) are never reused
+//! inserts the barriers. The scope belongs to the thread encoding the batch: other threads
+//! using the device meanwhile allocate, free and record as usual, outside it. Buffers filled by `write_buffer` (inputs, token ids) are never reused
 //! inside a batch, since those writes land before the whole submit.
 
 use std::sync::Arc;
@@ -35,6 +36,8 @@ pub(crate) struct BatchScope {
     pub(super) capture: Option<Vec<Command>>,
     /// Bytes the batch took from the device pool: its memory footprint.
     pub(super) taken_bytes: u64,
+    /// The thread encoding the batch.
+    pub(super) owner: std::thread::ThreadId,
 }
 
 impl BatchScope {
@@ -97,6 +100,7 @@ impl WgpuBackend {
             keep: Vec::new(),
             capture: capture.then(Vec::new),
             taken_bytes: 0,
+            owner: std::thread::current().id(),
         });
         Ok(())
     }

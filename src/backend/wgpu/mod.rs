@@ -9,6 +9,7 @@ pub(crate) mod adapter;
 mod bind_groups;
 pub(crate) mod capture;
 mod kernels;
+mod matmul_template;
 pub(crate) mod pipelines;
 pub(crate) mod pool;
 mod recorder;
@@ -89,10 +90,18 @@ struct State {
 }
 
 impl State {
+    /// The batch scope, for the thread encoding the batch only: other threads' ops on the same
+    /// device meanwhile are neither captured nor given (or giving) the batch's buffers.
+    fn scope(&mut self) -> Option<&mut capture::BatchScope> {
+        self.batch
+            .as_mut()
+            .filter(|b| b.owner == std::thread::current().id())
+    }
+
     /// Returns a buffer to the pool once no unsubmitted work can use it; inside a batch, to
     /// the batch's free list, for later ops of the same batch.
     fn retire(&mut self, buffer: wgpu::Buffer) {
-        if let Some(b) = &mut self.batch {
+        if let Some(b) = self.scope() {
             b.free.push(buffer);
             return;
         }
@@ -103,7 +112,7 @@ impl State {
     /// Retires a buffer that was filled by `write_buffer`: never reused inside a batch (a
     /// replay reads it again), kept by the batch until it ends.
     fn retire_upload(&mut self, buffer: wgpu::Buffer) {
-        if let Some(b) = &mut self.batch {
+        if let Some(b) = self.scope() {
             b.keep.push(buffer);
             return;
         }
@@ -292,7 +301,7 @@ impl Shared {
 
     /// A tensor buffer of at least `bytes`, within the device's limits.
     fn alloc(&self, st: &mut State, bytes: u64) -> Result<wgpu::Buffer> {
-        if let Some(b) = &mut st.batch {
+        if let Some(b) = st.scope() {
             if let Some(buffer) = b.take(pool::size_class(bytes)) {
                 return Ok(buffer);
             }
@@ -316,7 +325,7 @@ impl Shared {
             self.submit(st);
         }
         let buffer = st.pool.take(&self.device, bytes);
-        if let Some(b) = &mut st.batch {
+        if let Some(b) = st.scope() {
             b.taken_bytes += buffer.size();
         }
         if let Err(e) = self.check() {

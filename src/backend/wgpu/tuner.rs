@@ -233,7 +233,8 @@ impl Shared {
         let [m, n, k] = job.shape.map(|v| v.clamp(1, cap));
         let scratch = {
             let mut st = self.state();
-            let mut take = |elems: u64| self.alloc(&mut st, elems * 4);
+            // Straight from the pool: a batch being encoded must neither count nor reuse them.
+            let mut take = |elems: u64| self.alloc_fresh(&mut st, elems * 4);
             [take(m * k)?, take(k * n)?, take(m * n)?]
         };
         let params = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -270,8 +271,9 @@ impl Shared {
         }
         {
             let mut st = self.state();
+            let pending = st.recorder.pending();
             for b in scratch {
-                st.retire(b);
+                st.pool.retire(b, pending);
             }
         }
         let Some(&(best, _)) = timings.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {

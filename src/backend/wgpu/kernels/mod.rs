@@ -146,7 +146,7 @@ impl Shared {
         let bind_group = st
             .bind_groups
             .get(&self.device, kernel.layout(), &layout, ranges);
-        if let Some(capture) = st.batch.as_mut().and_then(|b| b.capture.as_mut()) {
+        if let Some(capture) = st.scope().and_then(|b| b.capture.as_mut()) {
             capture.push(super::capture::Command::Dispatch {
                 kernel,
                 params: params.to_vec(),
@@ -167,7 +167,7 @@ impl Shared {
 
     /// Zeroes a buffer (recorded, and captured inside a batch).
     fn clear(&self, st: &mut State, buffer: &wgpu::Buffer) {
-        if let Some(capture) = st.batch.as_mut().and_then(|b| b.capture.as_mut()) {
+        if let Some(capture) = st.scope().and_then(|b| b.capture.as_mut()) {
             capture.push(super::capture::Command::Clear(buffer.clone()));
         }
         st.recorder

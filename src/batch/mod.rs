@@ -42,15 +42,17 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod plan;
+
 use crate::backend::wgpu::capture::{BatchEnd, Replay};
-use crate::backend::{BackendImpl, Storage};
+use crate::backend::BackendImpl;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::broadcast;
-use crate::ops::fused::{Expr, MAX_INPUTS};
 use crate::ops::matmul::dims;
-use crate::ops::{Activation, BinaryOp, MatmulOptions, Precision, ReduceOp, UnaryOp};
+use crate::ops::{Activation, BinaryOp, Precision, ReduceOp, UnaryOp};
 use crate::tensor::Tensor;
+use plan::Plan;
 
 /// A value recorded in a batch: a handle, valid only in the batch that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,10 +167,12 @@ pub struct Batch {
 pub struct BatchResult {
     outputs: HashMap<Value, Vec<f32>>,
     order: Vec<Value>,
-    /// Bytes the run took from the device's buffer pool (inputs, intermediates after reuse,
-    /// outputs); on the CPU backend, the planner's count of bytes live at the peak.
+    /// Bytes of the values the run computed (intermediates after reuse, and outputs): on
+    /// wgpu what it took from the device's buffer pool, on the CPU backend the planner's count
+    /// of bytes live at the peak. Uploads and tensors, which exist from record time, are not
+    /// counted.
     pub peak_bytes: u64,
-    /// Bytes the same ops would hold with no reuse (every value kept to the end).
+    /// The same count with no reuse (every computed value kept to the end).
     pub unplanned_bytes: u64,
     /// Kernels the run encoded (after fusion).
     pub kernels: usize,
@@ -538,7 +542,7 @@ impl Batch {
     }
 }
 
-fn missing() -> Error {
+pub(crate) fn missing() -> Error {
     Error::InvalidArgument {
         op: "batch",
         reason: "an output was not computed".into(),
@@ -608,366 +612,5 @@ impl Graph {
                 self.batch.run().await
             }
         }
-    }
-}
-
-/// How a batch executes: which nodes fold into which, and when each value dies.
-struct Plan {
-    /// For a node that runs: its fused expression and leaves, if it is a fusion root.
-    fused: HashMap<usize, (Expr, Vec<usize>)>,
-    /// Nodes folded into another kernel (not run themselves).
-    folded: Vec<bool>,
-    /// Matmul nodes that absorb a following node: (matmul, bias, activation) by absorber.
-    epilogue: HashMap<usize, (usize, Option<Value>, Option<Activation>)>,
-    /// The last node reading each node.
-    last_use: Vec<usize>,
-    kernels: usize,
-}
-
-impl Plan {
-    fn new(batch: &Batch) -> Result<Plan> {
-        let n = batch.nodes.len();
-        if batch.outputs.is_empty() {
-            return Err(Error::InvalidArgument {
-                op: "batch run",
-                reason: "no output marked (call `output`)".into(),
-            });
-        }
-        let is_output = |i: usize| batch.outputs.iter().any(|v| v.index == i);
-        let mut uses = vec![0usize; n];
-        let mut last_use: Vec<usize> = (0..n).collect();
-        for (i, node) in batch.nodes.iter().enumerate() {
-            // Readers are counted once each: `add(s, s)` can still inline `s`.
-            let mut inputs: Vec<usize> = node.op.inputs().iter().map(|v| v.index).collect();
-            inputs.sort_unstable();
-            inputs.dedup();
-            for v in inputs {
-                uses[v] += 1;
-                last_use[v] = i;
-            }
-        }
-        for v in &batch.outputs {
-            last_use[v.index] = usize::MAX;
-        }
-        let single = |i: usize| uses[i] == 1 && !is_output(i);
-        let mut folded = vec![false; n];
-        // Matmul epilogues: a bias row added to, then an activation of, a single-use matmul.
-        let mut epilogue: HashMap<usize, (usize, Option<Value>, Option<Activation>)> =
-            HashMap::new();
-        let mut mm_state: HashMap<usize, (usize, Option<Value>, Option<Activation>)> =
-            HashMap::new();
-        for (i, node) in batch.nodes.iter().enumerate() {
-            if let Op::Matmul(_, _, o) = &node.op {
-                mm_state.insert(i, (i, o.bias, o.activation));
-            }
-            let (src, bias, act) = match &node.op {
-                Op::Binary(BinaryOp::Add, a, b) => {
-                    let row = |v: &Value| {
-                        let s = &batch.nodes[v.index].shape;
-                        s.len() == 1 && Some(&s[0]) == node.shape.last()
-                    };
-                    if row(b) {
-                        (a.index, Some(*b), None)
-                    } else if row(a) {
-                        (b.index, Some(*a), None)
-                    } else {
-                        continue;
-                    }
-                }
-                Op::Unary(op, x) => match activation_of(*op) {
-                    Some(act) => (x.index, None, Some(act)),
-                    None => continue,
-                },
-                _ => continue,
-            };
-            let Some(&(mm, mbias, mact)) = mm_state.get(&src) else {
-                continue;
-            };
-            if !single(src) || mact.is_some() || (bias.is_some() && mbias.is_some()) {
-                continue;
-            }
-            let state = (mm, mbias.or(bias), act);
-            folded[src] = true;
-            epilogue.remove(&src);
-            epilogue.insert(i, state);
-            mm_state.insert(i, state);
-        }
-        // Elementwise fusion: absorb single-use elementwise inputs of the same length (not
-        // the ones a matmul epilogue took).
-        let fusable = |i: usize| single(i) && !epilogue.contains_key(&i);
-        let mut fused = HashMap::new();
-        for i in (0..n).rev() {
-            if folded[i] || epilogue.contains_key(&i) || !is_elementwise(&batch.nodes[i].op) {
-                continue;
-            }
-            let mut leaves = Vec::new();
-            let expr = build_expr(batch, i, true, &fusable, &mut leaves, &mut folded);
-            fused.insert(i, (expr, leaves));
-        }
-        // Values read by folded nodes are read by their kernel's node: extend lifetimes.
-        for (&root, (_, leaves)) in &fused {
-            for &l in leaves {
-                if last_use[l] != usize::MAX {
-                    last_use[l] = last_use[l].max(root);
-                }
-            }
-        }
-        for (&at, &(mm, bias, _)) in &epilogue {
-            let inputs = batch.nodes[mm].op.inputs();
-            for v in inputs.into_iter().chain(bias) {
-                if last_use[v.index] != usize::MAX {
-                    last_use[v.index] = last_use[v.index].max(at);
-                }
-            }
-        }
-        let kernels = (0..n)
-            .filter(|&i| {
-                !folded[i] && !matches!(batch.nodes[i].op, Op::Input | Op::Tensor | Op::Reshape(_))
-            })
-            .count();
-        Ok(Plan {
-            fused,
-            folded,
-            epilogue,
-            last_use,
-            kernels,
-        })
-    }
-
-    /// Encodes every kernel, freeing each value after its last reader.
-    fn execute(&self, batch: &Batch) -> Result<HashMap<usize, Tensor>> {
-        let mut live: HashMap<usize, Tensor> = HashMap::new();
-        for (i, node) in batch.nodes.iter().enumerate() {
-            if self.folded[i] {
-                continue;
-            }
-            let get = |v: Value| live.get(&v.index).ok_or_else(missing);
-            let at = |e: Error| match e {
-                Error::InvalidArgument { op, reason } => Error::InvalidArgument {
-                    op,
-                    reason: format!("{reason} (batch op {i}, {})", node.op.name()),
-                },
-                other => other,
-            };
-            let t = if let Some((expr, leaves)) = self.fused.get(&i) {
-                let ts = leaves
-                    .iter()
-                    .map(|&l| live.get(&l).ok_or_else(missing))
-                    .collect::<Result<Vec<_>>>()?;
-                let inputs: Vec<(&Storage, usize)> =
-                    ts.iter().map(|t| (t.storage(), t.len().max(1))).collect();
-                let storage = batch
-                    .device
-                    .backend()
-                    .fused(expr, &inputs, node.len())
-                    .map_err(at)?;
-                Tensor::new(batch.device.clone(), storage, node.shape.clone())
-            } else if let Some(&(mm, bias, act)) = self.epilogue.get(&i) {
-                let Op::Matmul(a, b, o) = &batch.nodes[mm].op else {
-                    return Err(missing());
-                };
-                let bias = bias.map(get).transpose()?;
-                let options = MatmulOptions {
-                    transpose_a: o.transpose_a,
-                    transpose_b: o.transpose_b,
-                    bias,
-                    activation: act,
-                    precision: o.precision,
-                    tile: None,
-                };
-                get(*a)?.matmul_with(get(*b)?, options).map_err(at)?
-            } else {
-                run_node(node, &get).map_err(at)?
-            };
-            live.insert(i, t);
-            // Free what this node read last (the planner's reuse).
-            let dead: Vec<usize> = live
-                .keys()
-                .copied()
-                .filter(|&k| self.last_use[k] == i && k != i)
-                .collect();
-            for k in dead {
-                if !matches!(batch.nodes[k].op, Op::Input | Op::Tensor) {
-                    live.remove(&k);
-                }
-            }
-        }
-        Ok(live)
-    }
-
-    async fn read(
-        &self,
-        batch: &Batch,
-        values: &HashMap<usize, Tensor>,
-        taken: Option<u64>,
-    ) -> Result<BatchResult> {
-        let outs = batch
-            .outputs
-            .iter()
-            .map(|v| values.get(&v.index).ok_or_else(missing))
-            .collect::<Result<Vec<_>>>()?;
-        let data = match batch.device.backend() {
-            BackendImpl::Wgpu(b) => {
-                let refs = outs
-                    .iter()
-                    .map(|t| Ok((t.storage().as_wgpu()?, t.len())))
-                    .collect::<Result<Vec<_>>>()?;
-                b.read_many(&refs).await?
-            }
-            BackendImpl::Cpu(_) => {
-                let mut all = Vec::with_capacity(outs.len());
-                for t in outs {
-                    all.push(t.read().await?);
-                }
-                all
-            }
-        };
-        let peak = taken.unwrap_or_else(|| self.simulated_peak(batch));
-        Ok(self.result(batch, data, peak, self.kernels))
-    }
-
-    fn result(&self, batch: &Batch, data: Vec<Vec<f32>>, peak: u64, kernels: usize) -> BatchResult {
-        let fused_ops = self.folded.iter().filter(|&&f| f).count();
-        BatchResult {
-            outputs: batch.outputs.iter().copied().zip(data).collect(),
-            order: batch.outputs.clone(),
-            peak_bytes: peak,
-            unplanned_bytes: batch.nodes.iter().map(|n| n.len() as u64 * 4).sum(),
-            kernels,
-            fused_ops,
-        }
-    }
-
-    /// The bytes live at the busiest point of the plan (the CPU backend's figure).
-    fn simulated_peak(&self, batch: &Batch) -> u64 {
-        let mut live = 0u64;
-        let mut peak = 0u64;
-        let bytes = |i: usize| batch.nodes[i].len() as u64 * 4;
-        for i in 0..batch.nodes.len() {
-            if self.folded[i] {
-                continue;
-            }
-            live += bytes(i);
-            peak = peak.max(live);
-            for k in 0..i {
-                if self.last_use[k] == i && !self.folded[k] {
-                    live -= bytes(k);
-                }
-            }
-        }
-        peak
-    }
-}
-
-fn activation_of(op: UnaryOp) -> Option<Activation> {
-    match op {
-        UnaryOp::Relu => Some(Activation::Relu),
-        UnaryOp::Gelu => Some(Activation::Gelu),
-        UnaryOp::GeluTanh => Some(Activation::GeluTanh),
-        UnaryOp::Silu => Some(Activation::Silu),
-        _ => None,
-    }
-}
-
-fn is_elementwise(op: &Op) -> bool {
-    matches!(op, Op::Unary(..) | Op::Binary(..))
-}
-
-/// The expression computing node `i`; single-use elementwise inputs of the same length are
-/// inlined (and marked folded), anything else becomes a leaf.
-fn build_expr(
-    batch: &Batch,
-    i: usize,
-    root: bool,
-    single: &impl Fn(usize) -> bool,
-    leaves: &mut Vec<usize>,
-    folded: &mut [bool],
-) -> Expr {
-    let node = &batch.nodes[i];
-    // A value read twice by one expression (`add(s, s)`) is inlined twice: it is pure.
-    let inline = root || (is_elementwise(&node.op) && single(i));
-    let leaf = |j: usize, leaves: &mut Vec<usize>| {
-        let k = leaves.iter().position(|&l| l == j).unwrap_or_else(|| {
-            leaves.push(j);
-            leaves.len() - 1
-        });
-        Expr::Input(k)
-    };
-    if !inline {
-        return leaf(i, leaves);
-    }
-    // Inline only while the leaves fit one kernel.
-    let child = |v: Value, leaves: &mut Vec<usize>, folded: &mut [bool]| {
-        let same_len = batch.nodes[v.index].len() == node.len();
-        let fits = leaves.len() < MAX_INPUTS;
-        if same_len && fits && is_elementwise(&batch.nodes[v.index].op) && single(v.index) {
-            let e = build_expr(batch, v.index, false, single, leaves, folded);
-            if let Expr::Input(_) = e {
-                e
-            } else {
-                folded[v.index] = true;
-                e
-            }
-        } else {
-            let k = leaves
-                .iter()
-                .position(|&l| l == v.index)
-                .unwrap_or_else(|| {
-                    leaves.push(v.index);
-                    leaves.len() - 1
-                });
-            Expr::Input(k)
-        }
-    };
-    match &node.op {
-        Op::Unary(op, x) => Expr::Unary(*op, Box::new(child(*x, leaves, folded))),
-        Op::Binary(op, a, b) => {
-            let ea = child(*a, leaves, folded);
-            let eb = child(*b, leaves, folded);
-            Expr::Binary(*op, Box::new(ea), Box::new(eb))
-        }
-        _ => leaf(i, leaves),
-    }
-}
-
-/// Runs one unfused node through the tensor API.
-fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Result<Tensor> {
-    match &node.op {
-        Op::Input | Op::Tensor => node.tensor.clone().ok_or_else(missing),
-        Op::Unary(op, x) => get(*x)?.unary(*op),
-        Op::Binary(op, a, b) => get(*a)?.binary(*op, get(*b)?),
-        Op::Matmul(a, b, o) => {
-            let bias = o.bias.map(get).transpose()?;
-            let options = MatmulOptions {
-                transpose_a: o.transpose_a,
-                transpose_b: o.transpose_b,
-                bias,
-                activation: o.activation,
-                precision: o.precision,
-                tile: None,
-            };
-            get(*a)?.matmul_with(get(*b)?, options)
-        }
-        Op::Softmax { x, log: false } => get(*x)?.softmax(),
-        Op::Softmax { x, log: true } => get(*x)?.log_softmax(),
-        Op::Reduce { op, x, last: false } => get(*x)?.reduce(*op),
-        Op::Reduce { op, x, last: true } => get(*x)?.reduce_last(*op),
-        Op::Dot(a, b) => get(*a)?.dot(get(*b)?),
-        Op::Norm {
-            x,
-            weight,
-            bias,
-            eps,
-            rms,
-        } => {
-            let (w, b) = (weight.map(get).transpose()?, bias.map(get).transpose()?);
-            if *rms {
-                get(*x)?.rms_norm(w, b, *eps)
-            } else {
-                get(*x)?.layer_norm(w, b, *eps)
-            }
-        }
-        Op::Reshape(x) => get(*x)?.reshape(&node.shape),
-        Op::Transpose(x, a, b) => get(*x)?.transpose(*a, *b),
     }
 }

@@ -1,0 +1,301 @@
+//! Checks of the kernel table against the shaders: naga validation of every source and
+//! specialisation, and every kernel's bindings, entry point and overrides.
+
+use super::*;
+use crate::ops::UnaryOp;
+
+fn every_kernel() -> Vec<Kernel> {
+    let mut k: Vec<Kernel> = UnaryOp::ALL
+        .iter()
+        .map(|op| Kernel::Unary(op.kind()))
+        .collect();
+    for op in BinaryOp::ALL {
+        k.extend([Kernel::Binary(op), Kernel::BinaryBroadcast(op)]);
+    }
+    for op in ReduceOp::ALL {
+        k.extend([
+            Kernel::ReducePartial { op, dot: false },
+            Kernel::ReducePartial { op, dot: true },
+            Kernel::ReduceFinish(op),
+        ]);
+    }
+    k.extend([
+        Kernel::SoftmaxStats,
+        Kernel::SoftmaxCombine,
+        Kernel::SoftmaxApply { log: false },
+        Kernel::SoftmaxApply { log: true },
+        Kernel::Copy,
+        Kernel::Embedding,
+        Kernel::Rope { interleaved: false },
+        Kernel::Rope { interleaved: true },
+        Kernel::Attention {
+            causal: false,
+            lens: false,
+        },
+        Kernel::Attention {
+            causal: true,
+            lens: true,
+        },
+    ]);
+    for activation in [
+        None,
+        Some(Activation::Relu),
+        Some(Activation::Gelu),
+        Some(Activation::GeluTanh),
+        Some(Activation::Silu),
+    ] {
+        for (transpose_a, transpose_b, bias) in [(false, false, false), (true, true, true)] {
+            k.push(Kernel::Norm {
+                rms: transpose_a,
+                weight: bias,
+                bias: !bias,
+            });
+            k.push(Kernel::Matmul {
+                tile: MatmulTile::DEFAULT,
+                arith: Arith::F32,
+                transpose_a,
+                transpose_b,
+                bias,
+                activation,
+            });
+        }
+    }
+    for tile in MatmulTile::CANDIDATES {
+        for arith in [Arith::F32, Arith::F16, Arith::F16Rounded] {
+            k.push(Kernel::Matmul {
+                tile,
+                arith,
+                transpose_a: false,
+                transpose_b: true,
+                bias: true,
+                activation: Some(Activation::Silu),
+            });
+        }
+    }
+    k.push(Kernel::TopK);
+    for inputs in 1..=crate::ops::fused::MAX_INPUTS {
+        k.push(super::super::kernels::fused::fused_kernel(
+            &sample_fused_source(inputs),
+            inputs,
+        ));
+    }
+    for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
+        for dequant in [false, true] {
+            k.push(Kernel::QMatmul { format, dequant });
+        }
+    }
+    for flag in [false, true] {
+        k.extend([Kernel::Conv2d { bias: flag }, Kernel::Pool2d { max: flag }]);
+        for subgroup in [false, true] {
+            k.push(Kernel::Gemv {
+                bias: flag,
+                activation: flag.then_some(Activation::Gelu),
+                subgroup,
+            });
+        }
+    }
+    k
+}
+
+/// Which variant a kernel is. The match has no wildcard: a new variant does not compile
+/// until it is numbered here, and `every_kernel_variant_is_checked` then fails until
+/// `every_kernel` lists it.
+fn variant(k: Kernel) -> usize {
+    match k {
+        Kernel::Unary(_) => 0,
+        Kernel::Binary(_) => 1,
+        Kernel::BinaryBroadcast(_) => 2,
+        Kernel::ReducePartial { .. } => 3,
+        Kernel::ReduceFinish(_) => 4,
+        Kernel::SoftmaxStats => 5,
+        Kernel::SoftmaxCombine => 6,
+        Kernel::SoftmaxApply { .. } => 7,
+        Kernel::Matmul { .. } => 8,
+        Kernel::Norm { .. } => 9,
+        Kernel::Copy => 10,
+        Kernel::Embedding => 11,
+        Kernel::Rope { .. } => 12,
+        Kernel::Attention { .. } => 13,
+        Kernel::TopK => 14,
+        Kernel::QMatmul { .. } => 15,
+        Kernel::Conv2d { .. } => 16,
+        Kernel::Pool2d { .. } => 17,
+        Kernel::Gemv { .. } => 18,
+        Kernel::Fused { .. } => 19,
+    }
+}
+const VARIANTS: usize = 20;
+
+#[test]
+fn every_kernel_variant_is_checked() {
+    let mut seen = [false; VARIANTS];
+    for k in every_kernel() {
+        seen[variant(k)] = true;
+    }
+    let missing: Vec<usize> = (0..VARIANTS).filter(|&i| !seen[i]).collect();
+    assert!(
+        missing.is_empty(),
+        "variants {missing:?} are missing from every_kernel()"
+    );
+}
+
+fn parse_source(name: &str, source: &str) -> naga::Module {
+    naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)))
+}
+
+/// A fused expression reading `inputs` inputs through every unary and binary op.
+fn sample_fused(inputs: usize) -> crate::ops::fused::Expr {
+    use crate::ops::fused::Expr;
+    let mut e = Expr::Input(0);
+    for (i, op) in UnaryOp::ALL.into_iter().enumerate() {
+        e = Expr::Unary(op, Box::new(e));
+        let op2 = BinaryOp::ALL[i % BinaryOp::ALL.len()];
+        e = Expr::Binary(op2, Box::new(e), Box::new(Expr::Input(i % inputs)));
+    }
+    e
+}
+
+fn sample_fused_source(inputs: usize) -> String {
+    super::super::kernels::fused::fused_source(&sample_fused(inputs), inputs).unwrap()
+}
+
+fn parse(kernel: Kernel) -> naga::Module {
+    let source = match kernel {
+        Kernel::Fused { inputs, .. } => sample_fused_source(inputs as usize),
+        _ => kernel.source().unwrap().into_owned(),
+    };
+    parse_source(kernel.shader().file(), &source)
+}
+
+/// Generated fused kernels validate for every input count.
+#[test]
+fn fused_sources_validate() {
+    for inputs in 1..=crate::ops::fused::MAX_INPUTS {
+        let source = sample_fused_source(inputs);
+        validate(
+            &format!("fused, {inputs} inputs"),
+            &source,
+            naga::valid::Capabilities::empty(),
+        );
+        // Parameters are exact bit patterns, and every op is applied.
+        assert!(
+            source.contains(&format!("{:#010x}u", 0.01f32.to_bits())),
+            "{source}"
+        );
+        assert_eq!(source.matches("unary_op(").count(), UnaryOp::ALL.len() + 1);
+    }
+}
+
+fn validate(name: &str, source: &str, caps: naga::valid::Capabilities) {
+    let module = parse_source(name, source);
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(source)));
+}
+
+#[test]
+fn every_shader_parses_and_validates() {
+    for shader in Shader::ALL {
+        // matmul.wgsl is a template: its specialisations are validated below.
+        let caps = match shader {
+            Shader::Matmul => continue,
+            Shader::GemvSubgroup => naga::valid::Capabilities::SUBGROUP,
+            _ => naga::valid::Capabilities::empty(),
+        };
+        validate(shader.file(), shader.source(), caps);
+    }
+}
+
+/// Every matmul specialisation is valid WGSL: f32 and rounded ones without any capability,
+/// the f16 ones with shader-f16 only.
+#[test]
+fn every_matmul_specialisation_validates() {
+    for tile in MatmulTile::CANDIDATES {
+        for arith in [Arith::F32, Arith::F16, Arith::F16Rounded] {
+            let source = matmul_source(tile, arith).unwrap();
+            let caps = if arith == Arith::F16 {
+                naga::valid::Capabilities::SHADER_FLOAT16
+            } else {
+                naga::valid::Capabilities::empty()
+            };
+            validate(&format!("matmul {tile} {arith:?}"), &source, caps);
+            assert_eq!(source.starts_with("enable f16;"), arith == Arith::F16);
+        }
+    }
+    // One named accumulator per row and vec4 column, and no loop-indexed arrays.
+    let source = matmul_source(MatmulTile::new(8, 8, 16), Arith::F16).unwrap();
+    assert!(source.contains("var acc_7_1 ") && !source.contains("acc_8_0"));
+    assert!(source.contains("var part_7_1 "));
+    assert!(!source
+        .lines()
+        .any(|l| l.trim_start().starts_with("// @generate")));
+    assert!(!source.contains("array<vec4<f32>, RM"));
+}
+
+#[test]
+fn every_kernel_names_a_real_entry_point_and_overrides() {
+    for kernel in every_kernel() {
+        let module = parse(kernel);
+        let ep = module
+            .entry_points
+            .iter()
+            .find(|e| e.name == kernel.entry_point());
+        let ep =
+            ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
+        let [x, y, z] = ep.workgroup_size;
+        assert_eq!(
+            x * y * z,
+            256,
+            "{kernel:?}: WebGPU guarantees 256 invocations, no more"
+        );
+        if !matches!(kernel, Kernel::Matmul { .. } | Kernel::Conv2d { .. }) {
+            assert_eq!(
+                ep.workgroup_size,
+                [256, 1, 1],
+                "{kernel:?}: kernels.rs assumes 1-D"
+            );
+        }
+        // The bind group layout must match the shader: uniform at 0, read-only inputs, then
+        // read-write outputs, and nothing else.
+        let layout = kernel.layout();
+        let (inputs, outputs) = (layout.inputs() as u32, layout.outputs() as u32);
+        for (_, var) in module.global_variables.iter() {
+            let Some(binding) = &var.binding else {
+                continue;
+            };
+            let expected = match binding.binding {
+                0 => "uniform",
+                b if b <= inputs => "read",
+                b if b <= inputs + outputs => "read_write",
+                _ => "nothing",
+            };
+            let actual = match var.space {
+                naga::AddressSpace::Uniform => "uniform",
+                naga::AddressSpace::Storage { access }
+                    if access.contains(naga::StorageAccess::STORE) =>
+                {
+                    "read_write"
+                }
+                naga::AddressSpace::Storage { .. } => "read",
+                _ => "other",
+            };
+            assert_eq!(
+                actual,
+                expected,
+                "{kernel:?}: binding {} of {}",
+                binding.binding,
+                kernel.shader().file()
+            );
+        }
+        for (name, _) in kernel.constants() {
+            assert!(
+                module
+                    .overrides
+                    .iter()
+                    .any(|(_, o)| o.name.as_deref() == Some(name)),
+                "{kernel:?}: shader has no override {name}"
+            );
+        }
+    }
+}
