@@ -185,6 +185,47 @@ pub fn run(args: &[String]) -> CliResult {
         "ops recorded into one pass, one submit",
     ));
 
+    // W5 through the batch API: the chain becomes one fused kernel; then the same batch
+    // compiled and replayed with new data each run. The target compares with W2 (upload, one
+    // op, read back).
+    let w2 = rows.iter().find(|r| r.id == "W2").and_then(|r| r.value);
+    let vs_w2 = |v: Option<f64>| match (v, w2) {
+        (Some(v), Some(w)) => format!("{:.2}x W2 (upload + one op + read)", v / w),
+        _ => String::new(),
+    };
+    let w5_batch =
+        |device: &Device| -> gpukit::Result<(gpukit::Batch, gpukit::Value, gpukit::Value)> {
+            let mut b = device.batch();
+            let x = b.upload(&a, &[m])?;
+            let y = b.relu(x)?;
+            let y = b.scale(y, 2.0)?;
+            let y = b.add(y, y)?;
+            let y = b.sigmoid(y)?;
+            b.output(y)?;
+            Ok((b, x, y))
+        };
+    let t = time(2, runs, || {
+        let (b, _, _) = w5_batch(&device)?;
+        pollster::block_on(b.run()).map(drop)
+    })?;
+    let mut row = round_trip("W5b", format!("W5 as one batch ({m})"), t, "");
+    row.note = format!("one fused kernel, one submit; {}", vs_w2(row.value));
+    rows.push(row);
+    let (b, x5, _) = w5_batch(&device).map_err(|e| e.to_string())?;
+    let mut graph = b.compile().map_err(|e| e.to_string())?;
+    let t = time(2, runs, || {
+        pollster::block_on(graph.run(&[(x5, &a[..])])).map(drop)
+    })?;
+    let mut row = round_trip(
+        "W5g",
+        format!("W5 as a compiled graph, new data each run ({m})"),
+        t,
+        "",
+    );
+    row.note = format!("replay: write input, dispatch, read; {}", vs_w2(row.value));
+    rows.push(row);
+    drop(graph);
+
     let (a6, b6) = (data(1024, 3), data(1024, 4));
     let w6_runs = if o.quick { 50 } else { 500 };
     let t = time(20, w6_runs, || {
@@ -465,6 +506,55 @@ pub fn run(args: &[String]) -> CliResult {
         runs: t.len(),
         note: "total time including the one read back, divided by 100".into(),
     });
+
+    // D3 recorded as a batch (fused into one kernel) and as a replayed graph.
+    let x3h = data(4096, 7);
+    let d3_batch = || -> gpukit::Result<(gpukit::Batch, gpukit::Value)> {
+        let mut b = device.batch();
+        let x = b.upload(&x3h, &[4096])?;
+        let c = b.upload(&[0.5], &[])?;
+        let mut t = x;
+        for i in 0..100 {
+            t = match i % 4 {
+                0 => b.relu(t)?,
+                1 => b.scale(t, 0.5)?,
+                2 => b.add(t, c)?,
+                _ => b.tanh(t)?,
+            };
+        }
+        b.output(t)?;
+        Ok((b, x))
+    };
+    let t = time(3, runs, || {
+        let (b, _) = d3_batch()?;
+        pollster::block_on(b.run()).map(drop)
+    })?;
+    rows.push(Row {
+        id: "D3b",
+        workload: "D3 as one batch (fused), one read".into(),
+        value: Some(median(t.clone()) * 1e6 / 100.0),
+        unit: "us/op",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: "recording, planning, one fused kernel and the read back, divided by 100".into(),
+    });
+    let (b, x3v) = d3_batch().map_err(|e| e.to_string())?;
+    let mut graph = b.compile().map_err(|e| e.to_string())?;
+    let t = time(3, runs, || {
+        pollster::block_on(graph.run(&[(x3v, &x3h[..])])).map(drop)
+    })?;
+    rows.push(Row {
+        id: "D3g",
+        workload: "D3 as a compiled graph, new data each run".into(),
+        value: Some(median(t.clone()) * 1e6 / 100.0),
+        unit: "us/op",
+        raw_wgpu: None,
+        slowdown_vs_raw: None,
+        runs: t.len(),
+        note: "input write, replay and the read back, divided by 100".into(),
+    });
+    drop(graph);
 
     if o.json {
         let out = serde_json::json!({
