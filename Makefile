@@ -21,9 +21,13 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
+# Tests start from an empty matmul-tuning cache, as on a fresh machine, so first-use tuning
+# runs inside them every time instead of depending on what an earlier run left in ~/.cache.
+TEST_CACHE := $(CURDIR)/target/test-tuning-cache
 test-native:
-	$(CARGO) test --all-targets
-	$(CARGO) test --doc
+	rm -rf $(TEST_CACHE)
+	GPUKIT_CACHE_DIR=$(TEST_CACHE) $(CARGO) test --all-targets
+	GPUKIT_CACHE_DIR=$(TEST_CACHE) $(CARGO) test --doc
 
 # The library must build for the browser, where the blocking twins do not exist.
 test-wasm:

@@ -306,7 +306,12 @@ impl Shared {
                 return Ok(buffer);
             }
         }
-        self.alloc_fresh(st, bytes)
+        let buffer = self.alloc_fresh(st, bytes)?;
+        // A batch's footprint: what its ops took from the pool (not the tuner's scratch).
+        if let Some(b) = st.scope() {
+            b.taken_bytes += buffer.size();
+        }
+        Ok(buffer)
     }
 
     /// A tensor buffer from the pool, never one a batch freed: for `write_buffer` uploads,
@@ -325,9 +330,6 @@ impl Shared {
             self.submit(st);
         }
         let buffer = st.pool.take(&self.device, bytes);
-        if let Some(b) = st.scope() {
-            b.taken_bytes += buffer.size();
-        }
         if let Err(e) = self.check() {
             st.retire(buffer);
             return Err(e);

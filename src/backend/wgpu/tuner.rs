@@ -4,9 +4,9 @@
 //! nothing.
 //!
 //! Size classes split m, n and k at 64, 512 and 2048. The timing runs the call's own sizes,
-//! capped at 2048 per side (512 on software adapters, whose runs are slow), on scratch
+//! capped at 4096 per side (512 on software adapters, whose runs are slow), on scratch
 //! buffers: a warm-up dispatch, then enough back-to-back dispatches in one submit to last a
-//! few milliseconds, best of two. Natively the first call waits for this (tens of
+//! few milliseconds, best of three. Natively the first call waits for this (tens of
 //! milliseconds on a discrete GPU, about a second on lavapipe); in the browser nothing may
 //! block, so the call uses the default tile and the tuning runs at the next `read` or
 //! `synchronize` (or [`crate::Device::autotune`]).
@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::ops::MatmulTile;
 
 /// The side length past which tuning runs on a capped size.
-const CAP: u64 = 2048;
+const CAP: u64 = 4096;
 const CAP_SOFTWARE: u64 = 512;
 /// How long one timed submit should last.
 const TARGET: Duration = Duration::from_millis(4);
@@ -301,7 +301,7 @@ impl Shared {
         Ok(record)
     }
 
-    /// Microseconds per dispatch of one tile, best of two timed submits.
+    /// Microseconds per dispatch of one tile, best of three timed submits.
     async fn time_tile(
         &self,
         tile: MatmulTile,
@@ -372,7 +372,7 @@ impl Shared {
         let reps = (TARGET.as_secs_f64() / once.as_secs_f64().max(1e-6)).clamp(1.0, MAX_REPS as f64)
             as u64;
         let mut best = f64::INFINITY;
-        for _ in 0..2 {
+        for _ in 0..3 {
             let t = run(reps).await?;
             best = best.min(t.as_secs_f64() * 1e6 / reps as f64);
         }
