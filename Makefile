@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm bench gpu-stage
+.PHONY: deps demo test lint test-native test-wasm bench bench-peer gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -36,3 +36,7 @@ test-wasm:
 ## The benchmark table on the device automatic selection picks.
 bench:
 	$(CARGO) run --release --bin gpukit -- bench
+
+## W1-W6 beside trueno 0.17.5 in the same process (builds the optional peer; minutes).
+bench-peer:
+	$(CARGO) run --release --features peer-trueno --bin gpukit -- bench --peer trueno

@@ -24,6 +24,9 @@ struct Row {
     raw_wgpu: Option<f64>,
     /// gpukit / raw for times, raw / gpukit for throughputs: above 1 means gpukit is slower.
     slowdown_vs_raw: Option<f64>,
+    /// The same workload on the peer (`--peer`), in `unit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<f64>,
     runs: usize,
     note: String,
 }
@@ -75,6 +78,7 @@ struct Options {
     json: bool,
     quick: bool,
     backend: Option<Backend>,
+    peer: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -82,12 +86,20 @@ fn parse(args: &[String]) -> Result<Options, String> {
         json: false,
         quick: false,
         backend: None,
+        peer: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => o.json = true,
             "--quick" => o.quick = true,
+            "--peer" => {
+                let name = it.next().ok_or("--peer needs a name (trueno)")?;
+                if name != "trueno" {
+                    return Err(format!("unknown peer {name:?} (known: trueno)"));
+                }
+                o.peer = Some(name.clone());
+            }
             "--backend" => {
                 let name = it.next().ok_or("--backend needs a name")?;
                 o.backend = Some(name.parse().map_err(|e: gpukit::Error| e.to_string())?);
@@ -129,6 +141,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "us",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         note: note.into(),
     };
 
@@ -205,14 +218,14 @@ pub fn run(args: &[String]) -> CliResult {
             Ok((b, x, y))
         };
     let t = time(2, runs, || {
-        let (b, _, _) = w5_batch(&device)?;
-        pollster::block_on(b.run()).map(drop)
+        let (w5b, _, _) = w5_batch(&device)?;
+        pollster::block_on(w5b.run()).map(drop)
     })?;
     let mut row = round_trip("W5b", format!("W5 as one batch ({m})"), t, "");
     row.note = format!("one fused kernel, one submit; {}", vs_w2(row.value));
     rows.push(row);
-    let (b, x5, _) = w5_batch(&device).map_err(|e| e.to_string())?;
-    let mut graph = b.compile().map_err(|e| e.to_string())?;
+    let (w5b, x5, _) = w5_batch(&device).map_err(|e| e.to_string())?;
+    let mut graph = w5b.compile().map_err(|e| e.to_string())?;
     let t = time(2, runs, || {
         pollster::block_on(graph.run(&[(x5, &a[..])])).map(drop)
     })?;
@@ -241,6 +254,38 @@ pub fn run(args: &[String]) -> CliResult {
     }
     rows.push(w6);
 
+    if o.peer.is_some() {
+        let inputs = crate::peer::Inputs {
+            a: &a,
+            b: &b,
+            ma: &ma,
+            mb: &mb,
+            mm,
+            a6: &a6,
+            b6: &b6,
+            runs,
+            w6_runs,
+        };
+        let (peer, w1) = crate::peer::trueno(&inputs)?;
+        // The peer must have computed the sum: compare with gpukit's.
+        let ours = device
+            .tensor(&a, &[m])
+            .and_then(|x| x.add(&device.tensor(&b, &[m])?))
+            .and_then(|y| y.read_blocking())
+            .map_err(|e| e.to_string())?;
+        if let Some(i) = (0..m).find(|&i| (ours[i] - w1[i]).abs() > 1e-5 * ours[i].abs().max(1.0)) {
+            return Err(format!(
+                "trueno's W1 result differs at {i}: {} vs {}",
+                w1[i], ours[i]
+            ));
+        }
+        for (id, us) in peer {
+            if let Some(r) = rows.iter_mut().find(|r| r.id == id) {
+                r.peer = Some(us);
+            }
+        }
+    }
+
     let n1 = (64 << 20) / div;
     let reps = 10;
     let (x1, y1) = (
@@ -265,6 +310,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "GB/s",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: format!("{reps} adds then synchronize; bytes read + written"),
     };
@@ -337,6 +383,7 @@ pub fn run(args: &[String]) -> CliResult {
                 unit: "TFLOP/s",
                 raw_wgpu: None,
                 slowdown_vs_raw: None,
+                peer: None,
                 runs: t.len(),
                 note,
             });
@@ -365,6 +412,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "us",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: format!("{:.0} GB/s of weights", (gn * gn * 4) as f64 / per / 1e9),
     });
@@ -394,6 +442,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "TFLOP/s",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: "implicit GEMM, device-resident".into(),
     });
@@ -429,6 +478,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "us",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: format!(
             "{:.0} GB/s of weights ({:.1} MB as GGUF)",
@@ -470,6 +520,7 @@ pub fn run(args: &[String]) -> CliResult {
             unit: "us",
             raw_wgpu: None,
             slowdown_vs_raw: None,
+            peer: None,
             runs: t.len(),
             note: format!(
                 "peak extra memory {:.1} MiB (inputs {:.1} MiB; a stored score matrix would be {:.0} MiB)",
@@ -503,6 +554,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "us/op",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: "total time including the one read back, divided by 100".into(),
     });
@@ -536,6 +588,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "us/op",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: "recording, planning, one fused kernel and the read back, divided by 100".into(),
     });
@@ -551,6 +604,7 @@ pub fn run(args: &[String]) -> CliResult {
         unit: "us/op",
         raw_wgpu: None,
         slowdown_vs_raw: None,
+        peer: None,
         runs: t.len(),
         note: "input write, replay and the read back, divided by 100".into(),
     });
@@ -578,32 +632,34 @@ pub fn run(args: &[String]) -> CliResult {
             v => format!("{v:.4}"),
         })
     };
+    let with_peer = o.peer.is_some();
     let body: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.id.into(),
                 r.workload.clone(),
                 fmt(r.value),
                 fmt(r.raw_wgpu),
                 r.slowdown_vs_raw.map_or("-".into(), |s| format!("{s:.2}x")),
-                r.unit.into(),
-                r.note.clone(),
-            ]
+            ];
+            if with_peer {
+                row.push(fmt(r.peer));
+                row.push(match (r.peer, r.value) {
+                    (Some(p), Some(v)) => format!("{:.2}x", p / v),
+                    _ => "-".into(),
+                });
+            }
+            row.extend([r.unit.into(), r.note.clone()]);
+            row
         })
         .collect();
-    table(
-        &[
-            "id",
-            "workload",
-            "gpukit",
-            "raw wgpu",
-            "gpukit/raw",
-            "unit",
-            "note",
-        ],
-        &body,
-    );
+    let mut head = vec!["id", "workload", "gpukit", "raw wgpu", "gpukit/raw"];
+    if with_peer {
+        head.extend(["trueno", "trueno/gpukit"]);
+    }
+    head.extend(["unit", "note"]);
+    table(&head, &body);
     let tuning = device.tuning();
     if !tuning.is_empty() {
         println!("\nmatmul autotuner, this adapter (us per matmul for each tile; * = chosen):");

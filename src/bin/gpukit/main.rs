@@ -12,6 +12,7 @@
 mod baseline;
 #[cfg(native)]
 mod bench;
+mod peer;
 #[cfg(native)]
 mod report;
 
