@@ -8,6 +8,7 @@
 //! # Ok::<(), gpukit::Error>(())
 //! ```
 
+use crate::batch::{Batch, BatchResult, Graph, Value};
 use crate::discover::BackendReport;
 use crate::error::Result;
 use crate::future::block_on;
@@ -85,4 +86,18 @@ impl Tensor {
 /// Blocking [`crate::discover`].
 pub fn discover_blocking() -> Vec<BackendReport> {
     block_on(crate::discover())
+}
+
+impl Batch {
+    /// Blocking [`Batch::run`].
+    pub fn run_blocking(&self) -> Result<BatchResult> {
+        block_on(self.run())
+    }
+}
+
+impl Graph {
+    /// Blocking [`Graph::run`].
+    pub fn run_blocking(&mut self, inputs: &[(Value, &[f32])]) -> Result<BatchResult> {
+        block_on(self.run(inputs))
+    }
 }

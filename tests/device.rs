@@ -262,3 +262,18 @@ fn autotuner_times_every_fitting_tile_and_remembers_the_fastest() {
         .is_none());
     assert!(Device::cpu().tuning().is_empty());
 }
+
+/// The batch's blocking twins give what the async calls give.
+#[test]
+fn batch_blocking_twins() {
+    let dev = gpu();
+    let mut b = dev.batch();
+    let x = b.upload(&[1.0, -2.0, 3.0], &[3]).unwrap();
+    let y = b.relu(x).unwrap();
+    let y = b.scale(y, 2.0).unwrap();
+    b.output(y).unwrap();
+    assert_eq!(b.run_blocking().unwrap().get(y).unwrap(), &[2.0, 0.0, 6.0]);
+    let mut g = b.compile().unwrap();
+    let r = g.run_blocking(&[(x, &[-1.0, 4.0, 0.5][..])]).unwrap();
+    assert_eq!(r.get(y).unwrap(), &[0.0, 8.0, 1.0]);
+}

@@ -219,16 +219,14 @@ pub fn run(args: &[String]) -> CliResult {
         };
     let t = time(2, runs, || {
         let (w5b, _, _) = w5_batch(&device)?;
-        pollster::block_on(w5b.run()).map(drop)
+        w5b.run_blocking().map(drop)
     })?;
     let mut row = round_trip("W5b", format!("W5 as one batch ({m})"), t, "");
     row.note = format!("one fused kernel, one submit; {}", vs_w2(row.value));
     rows.push(row);
     let (w5b, x5, _) = w5_batch(&device).map_err(|e| e.to_string())?;
     let mut graph = w5b.compile().map_err(|e| e.to_string())?;
-    let t = time(2, runs, || {
-        pollster::block_on(graph.run(&[(x5, &a[..])])).map(drop)
-    })?;
+    let t = time(2, runs, || graph.run_blocking(&[(x5, &a[..])]).map(drop))?;
     let mut row = round_trip(
         "W5g",
         format!("W5 as a compiled graph, new data each run ({m})"),
@@ -579,7 +577,7 @@ pub fn run(args: &[String]) -> CliResult {
     };
     let t = time(3, runs, || {
         let (b, _) = d3_batch()?;
-        pollster::block_on(b.run()).map(drop)
+        b.run_blocking().map(drop)
     })?;
     rows.push(Row {
         id: "D3b",
@@ -594,9 +592,7 @@ pub fn run(args: &[String]) -> CliResult {
     });
     let (b, x3v) = d3_batch().map_err(|e| e.to_string())?;
     let mut graph = b.compile().map_err(|e| e.to_string())?;
-    let t = time(3, runs, || {
-        pollster::block_on(graph.run(&[(x3v, &x3h[..])])).map(drop)
-    })?;
+    let t = time(3, runs, || graph.run_blocking(&[(x3v, &x3h[..])]).map(drop))?;
     rows.push(Row {
         id: "D3g",
         workload: "D3 as a compiled graph, new data each run".into(),
