@@ -88,6 +88,18 @@ impl Device {
         )
     }
 
+    /// A shape-only device (see `BackendImpl::Meta`), for recording batches.
+    pub(crate) fn meta() -> Device {
+        let mut info = CpuBackend::info("shape-only device of a batch".into());
+        info.adapter = "shapes only".into();
+        Device {
+            inner: Arc::new(Inner {
+                backend: BackendImpl::Meta,
+                info,
+            }),
+        }
+    }
+
     fn from_parts(backend: BackendImpl, info: DeviceInfo) -> Device {
         warn_if_slow(&info);
         Device {
@@ -203,7 +215,7 @@ impl Device {
     pub fn flush(&self) -> Result<()> {
         match &self.inner.backend {
             BackendImpl::Wgpu(b) => b.flush(),
-            BackendImpl::Cpu(_) => Ok(()),
+            BackendImpl::Cpu(_) | BackendImpl::Meta => Ok(()),
         }
     }
 
@@ -217,7 +229,7 @@ impl Device {
     pub fn tuning(&self) -> Vec<TuneRecord> {
         match &self.inner.backend {
             BackendImpl::Wgpu(b) => b.tuning(),
-            BackendImpl::Cpu(_) => Vec::new(),
+            BackendImpl::Cpu(_) | BackendImpl::Meta => Vec::new(),
         }
     }
 
@@ -237,7 +249,7 @@ impl Device {
                 let shape = [m, n, k].map(|v| v as u64);
                 b.tune_matmul(shape, precision).await.map(Some)
             }
-            BackendImpl::Cpu(_) => Ok(None),
+            BackendImpl::Cpu(_) | BackendImpl::Meta => Ok(None),
         }
     }
 
@@ -245,7 +257,7 @@ impl Device {
     pub fn memory_stats(&self) -> MemoryStats {
         match &self.inner.backend {
             BackendImpl::Wgpu(b) => b.memory_stats(),
-            BackendImpl::Cpu(_) => MemoryStats::default(),
+            BackendImpl::Cpu(_) | BackendImpl::Meta => MemoryStats::default(),
         }
     }
 

@@ -63,6 +63,7 @@ macro_rules! op_suite {
             dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
             matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
             topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16, batch_api,
+            batch_every_op,
         ]);)*
     };
 }

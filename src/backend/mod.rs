@@ -137,12 +137,16 @@ pub(crate) trait BackendOps {
 pub(crate) enum BackendImpl {
     Wgpu(self::wgpu::WgpuBackend),
     Cpu(cpu::CpuBackend),
+    /// Shapes only: every op validates and returns an empty storage. A batch runs each op on
+    /// meta tensors when it is recorded, so the op's own checks report mistakes at once.
+    Meta,
 }
 
 /// A tensor's data, on the backend that made it.
 pub(crate) enum Storage {
     Wgpu(self::wgpu::WgpuStorage),
     Cpu(cpu::CpuStorage),
+    Meta,
 }
 
 impl<'a> QuantParts<'a, Storage> {
@@ -195,6 +199,7 @@ macro_rules! dispatch {
                 $(let Storage::Cpu($s) = $e else { return Err(mismatch()) };)*
                 $body.map(Storage::Cpu)
             }
+            BackendImpl::Meta => Ok(Storage::Meta),
         }
     };
 }
@@ -255,6 +260,7 @@ impl BackendImpl {
         spec: MatmulSpec,
     ) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let bias = bias.map(Storage::as_wgpu).transpose()?;
                 be.matmul(a.as_wgpu()?, b.as_wgpu()?, bias, spec)
@@ -276,6 +282,7 @@ impl BackendImpl {
         spec: NormSpec,
     ) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let w = weight.map(Storage::as_wgpu).transpose()?;
                 let b = bias.map(Storage::as_wgpu).transpose()?;
@@ -333,6 +340,7 @@ impl BackendImpl {
         k: usize,
     ) -> Result<(Storage, Storage)> {
         match self {
+            BackendImpl::Meta => Ok((Storage::Meta, Storage::Meta)),
             BackendImpl::Wgpu(be) => {
                 let (v, i) = be.topk(x.as_wgpu()?, rows, cols, k)?;
                 Ok((Storage::Wgpu(v), Storage::Wgpu(i)))
@@ -351,6 +359,7 @@ impl BackendImpl {
         m: usize,
     ) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => be
                 .matmul_quant(x.as_wgpu()?, w.map(Storage::as_wgpu)?, m)
                 .map(Storage::Wgpu),
@@ -362,6 +371,7 @@ impl BackendImpl {
 
     pub(crate) fn dequantize(&self, w: QuantParts<'_, Storage>) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => be.dequantize(w.map(Storage::as_wgpu)?).map(Storage::Wgpu),
             BackendImpl::Cpu(be) => be.dequantize(w.map(Storage::as_cpu)?).map(Storage::Cpu),
         }
@@ -375,6 +385,7 @@ impl BackendImpl {
         spec: ConvSpec,
     ) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let bias = bias.map(Storage::as_wgpu).transpose()?;
                 be.conv2d(x.as_wgpu()?, w.as_wgpu()?, bias, spec)
@@ -395,6 +406,7 @@ impl BackendImpl {
         n: usize,
     ) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let inputs = inputs
                     .iter()
@@ -418,6 +430,7 @@ impl BackendImpl {
 
     pub(crate) fn copy(&self, parts: &[(&Storage, CopySpec)], n: usize) -> Result<Storage> {
         match self {
+            BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let parts = parts
                     .iter()
@@ -445,6 +458,7 @@ impl BackendImpl {
 
     pub(crate) async fn synchronize(&self) -> Result<()> {
         match self {
+            BackendImpl::Meta => Ok(()),
             BackendImpl::Wgpu(b) => b.synchronize().await,
             BackendImpl::Cpu(b) => b.synchronize().await,
         }

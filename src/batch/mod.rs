@@ -33,15 +33,17 @@
 //! bind group or pipeline creation (like a CUDA graph). On the CPU backend a graph re-runs its
 //! plan.
 //!
-//! Recordable ops: every unary and binary op, matmul (all options) and linear, softmax and
-//! log_softmax, reductions (all elements and the last axis), dot, layer_norm and rms_norm,
-//! reshape and transpose. The other ops (attention, conv2d, pooling, embedding, rope, top-k,
-//! concat/slice, quantized matmul) run on device tensors, where they also only enqueue work,
-//! and their results enter a batch through [`Batch::tensor`].
+//! Every op can be recorded. Elementwise ops, matmul/linear, softmax, reductions, dot, norms,
+//! reshape and transpose have their own nodes (they take part in fusion); conv2d, pooling,
+//! attention, embedding, rope, argmax, permute, slice, concat and the quantized matmul are
+//! recorded through [`Batch::apply`], which takes any tensor op: it runs the op on shape-only
+//! tensors when it is recorded (so the op's own checks report mistakes at the call) and on the
+//! real data when the batch runs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+mod apply;
 mod plan;
 
 use crate::backend::wgpu::capture::{BatchEnd, Replay};
@@ -103,6 +105,8 @@ enum Op {
         rms: bool,
     },
     Reshape(Value),
+    /// Any tensor op, run through the tensor API (see [`Batch::apply`]).
+    Apply(apply::Apply),
     Transpose(Value, usize, usize),
 }
 
@@ -115,6 +119,7 @@ impl Op {
             | Op::Reduce { x, .. }
             | Op::Reshape(x)
             | Op::Transpose(x, ..) => vec![*x],
+            Op::Apply(a) => a.inputs.clone(),
             Op::Binary(_, a, b) | Op::Dot(a, b) => vec![*a, *b],
             Op::Matmul(a, b, o) => [Some(*a), Some(*b), o.bias].into_iter().flatten().collect(),
             Op::Norm {
@@ -136,6 +141,7 @@ impl Op {
             Op::Norm { .. } => "norm",
             Op::Reshape(_) => "reshape",
             Op::Transpose(..) => "transpose",
+            Op::Apply(a) => a.name,
         }
     }
 }
@@ -157,6 +163,9 @@ impl Node {
 /// Recorded uploads and ops; see the module docs.
 pub struct Batch {
     device: Device,
+    /// A shape-only device: `apply` runs each op on it when recorded, so the op's own checks
+    /// report mistakes at the call.
+    meta: Device,
     id: u64,
     nodes: Vec<Node>,
     outputs: Vec<Value>,
@@ -208,6 +217,7 @@ impl Device {
     pub fn batch(&self) -> Batch {
         Batch {
             device: self.clone(),
+            meta: Device::meta(),
             id: NEXT_BATCH.fetch_add(1, Ordering::Relaxed),
             nodes: Vec::new(),
             outputs: Vec::new(),
@@ -494,7 +504,7 @@ impl Batch {
         let plan = Plan::new(self)?;
         let wgpu = match self.device.backend() {
             BackendImpl::Wgpu(b) => Some(b),
-            BackendImpl::Cpu(_) => None,
+            BackendImpl::Cpu(_) | BackendImpl::Meta => None,
         };
         if let Some(b) = wgpu {
             b.begin_batch(false)?;

@@ -213,7 +213,7 @@ impl Plan {
                     .collect::<Result<Vec<_>>>()?;
                 b.read_many(&refs).await?
             }
-            BackendImpl::Cpu(_) => {
+            BackendImpl::Cpu(_) | BackendImpl::Meta => {
                 let mut all = Vec::with_capacity(outs.len());
                 for t in outs {
                     all.push(t.read().await?);
@@ -380,5 +380,13 @@ fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Resu
         }
         Op::Reshape(x) => get(*x)?.reshape(&node.shape),
         Op::Transpose(x, a, b) => get(*x)?.transpose(*a, *b),
+        Op::Apply(a) => {
+            let inputs = a
+                .inputs
+                .iter()
+                .map(|v| get(*v))
+                .collect::<Result<Vec<_>>>()?;
+            (a.f)(&inputs)
+        }
     }
 }

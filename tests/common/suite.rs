@@ -1780,3 +1780,171 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], rtol: f32) {
         assert!(ok, "{what}: element {i}: {g} vs {w}");
     }
 }
+
+/// The ops recorded through `apply` (conv2d, pooling, attention, embedding, rope, permute,
+/// slice, concat, argmax, and any closure) give what the tensor API gives, in a run and in a
+/// replayed graph; their own checks fire when they are recorded.
+pub async fn batch_every_op(dev: &Device) {
+    use gpukit::{Conv2dOptions, Pool2dOptions, RopeLayout};
+    let mut rng = Rng::new(9300);
+    let x = rng.vec(2 * 3 * 9 * 9, -1.0, 1.0);
+    let w = rng.vec(4 * 3 * 3 * 3, -0.5, 0.5);
+    let (q, k, v) = (
+        rng.vec(2 * 6 * 8, -1.0, 1.0),
+        rng.vec(2 * 10 * 8, -1.0, 1.0),
+        rng.vec(2 * 10 * 8, -1.0, 1.0),
+    );
+    let table = rng.vec(11 * 8, -1.0, 1.0);
+    let ids = [3u32, 0, 10, 7, 7, 1];
+    let (cos, sin) = dev.rope_tables(6, 8, 10000.0, 0).unwrap();
+    let pool = Pool2dOptions {
+        kernel: [2, 2],
+        stride: [2, 2],
+        padding: [0, 0],
+    };
+
+    let mut b = dev.batch();
+    let bx = b.upload(&x, &[2, 3, 9, 9]).unwrap();
+    let bw = b.upload(&w, &[4, 3, 3, 3]).unwrap();
+    let conv = b.conv2d(bx, bw, None, Conv2dOptions::default()).unwrap();
+    let conv = b.relu(conv).unwrap();
+    let pooled = b.max_pool2d(conv, pool).unwrap();
+    let flat = b.reshape(pooled, &[2, 4 * 3 * 3]).unwrap();
+    let am = b.argmax_last(flat).unwrap();
+    let bq = b.upload(&q, &[1, 2, 6, 8]).unwrap();
+    let bk = b.upload(&k, &[1, 2, 10, 8]).unwrap();
+    let bv = b.upload(&v, &[1, 2, 10, 8]).unwrap();
+    let att = b.attention(bq, bk, bv, true, None, None).unwrap();
+    let bt = b.upload(&table, &[11, 8]).unwrap();
+    let emb = b.embedding(bt, &ids).unwrap();
+    let (bc, bs) = (b.tensor(&cos).unwrap(), b.tensor(&sin).unwrap());
+    let rot = b.rope(emb, bc, bs, RopeLayout::HalfSplit).unwrap();
+    let perm = b.permute(att, &[0, 2, 1, 3]).unwrap();
+    let sl = b.slice(perm, 1, 1..4).unwrap();
+    let cat = b.concat(&[rot, rot], 0).unwrap();
+    for out in [pooled, am, sl, cat] {
+        b.output(out).unwrap();
+    }
+    // Mistakes are the ops' own errors, at the call.
+    let e = b
+        .conv2d(bx, bq, None, Conv2dOptions::default())
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ShapeMismatch { op: "conv2d", .. }),
+        "{e}"
+    );
+    let e = b.embedding(bt, &[11]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                op: "embedding",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let outside = dev.tensor(&[1.0], &[1]).unwrap();
+    let e = b
+        .apply("sneaky", &[bx], move |_| Ok(outside.clone()))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { op: "sneaky", .. }),
+        "{e}"
+    );
+
+    // The same on tensors.
+    let tx = dev.tensor(&x, &[2, 3, 9, 9]).unwrap();
+    let tw = dev.tensor(&w, &[4, 3, 3, 3]).unwrap();
+    let tp = tx
+        .conv2d(&tw, None, Conv2dOptions::default())
+        .unwrap()
+        .relu()
+        .unwrap()
+        .max_pool2d(pool)
+        .unwrap();
+    let tam = tp.reshape(&[2, 36]).unwrap().argmax_last().unwrap();
+    let ta = dev
+        .tensor(&q, &[1, 2, 6, 8])
+        .unwrap()
+        .attention(
+            &dev.tensor(&k, &[1, 2, 10, 8]).unwrap(),
+            &dev.tensor(&v, &[1, 2, 10, 8]).unwrap(),
+            gpukit::AttentionOptions {
+                causal: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let tsl = ta.permute(&[0, 2, 1, 3]).unwrap().slice(1, 1..4).unwrap();
+    let tr = dev
+        .tensor(&table, &[11, 8])
+        .unwrap()
+        .embedding(&ids)
+        .unwrap()
+        .rope(&cos, &sin, RopeLayout::HalfSplit)
+        .unwrap();
+    let tcat = gpukit::Tensor::concat(&[&tr, &tr], 0).unwrap();
+    let wants = [
+        tp.read().await.unwrap(),
+        tam.read().await.unwrap(),
+        tsl.read().await.unwrap(),
+        tcat.read().await.unwrap(),
+    ];
+    let res = b.run().await.unwrap();
+    for (i, (out, want)) in [pooled, am, sl, cat].iter().zip(&wants).enumerate() {
+        assert_close(
+            &format!("batch apply output {i}"),
+            res.get(*out).unwrap(),
+            want,
+            1e-5,
+        );
+    }
+    let mut g = b.compile().unwrap();
+    let res = g.run(&[]).await.unwrap();
+    for (i, (out, want)) in [pooled, am, sl, cat].iter().zip(&wants).enumerate() {
+        assert_close(
+            &format!("graph apply output {i}"),
+            res.get(*out).unwrap(),
+            want,
+            1e-5,
+        );
+    }
+
+    // A quantized weight, shape-checked at the call.
+    let (n, kq) = (5, 64);
+    let wq = std::rc::Rc::new(
+        dev.quantized(
+            &oracle::quantize(&rng.vec(n * kq, -1.0, 1.0), gpukit::QuantFormat::Q8_0),
+            gpukit::QuantFormat::Q8_0,
+            n,
+            kq,
+        )
+        .unwrap(),
+    );
+    let xq = rng.vec(3 * kq, -1.0, 1.0);
+    let mut b = dev.batch();
+    let bxq = b.upload(&xq, &[3, kq]).unwrap();
+    let yq = b.matmul_quant(bxq, wq.clone()).unwrap();
+    assert_eq!(b.shape(yq).unwrap(), &[3, n]);
+    let wrong = b.upload(&[1.0; 30], &[3, 10]).unwrap();
+    assert!(matches!(
+        b.matmul_quant(wrong, wq.clone()).unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+    b.output(yq).unwrap();
+    let want = dev
+        .tensor(&xq, &[3, kq])
+        .unwrap()
+        .matmul_quant(&wq)
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    assert_close(
+        "batch matmul_quant",
+        b.run().await.unwrap().get(yq).unwrap(),
+        &want,
+        1e-6,
+    );
+}

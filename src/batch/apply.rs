@@ -1,0 +1,189 @@
+//! Any tensor op in a batch: [`Batch::apply`] and the ops recorded through it.
+
+use std::ops::Range;
+use std::rc::Rc;
+
+use super::{Batch, Op, Value};
+use crate::backend::Storage;
+use crate::error::{Error, Result};
+use crate::ops::{AttentionOptions, Conv2dOptions, Pool2dOptions, RopeLayout};
+use crate::quant::QuantTensor;
+use crate::tensor::Tensor;
+
+/// The function of an `apply` node.
+type ApplyFn = Rc<dyn Fn(&[&Tensor]) -> Result<Tensor>>;
+
+/// A recorded tensor op: its name, inputs and function.
+#[derive(Clone)]
+pub(crate) struct Apply {
+    pub(crate) name: &'static str,
+    pub(crate) inputs: Vec<Value>,
+    pub(crate) f: ApplyFn,
+}
+
+impl std::fmt::Debug for Apply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Apply({}, {:?})", self.name, self.inputs)
+    }
+}
+
+impl Batch {
+    /// Records any tensor op: `f` receives the tensors of `inputs` and returns one tensor
+    /// computed from them. It runs once now on shape-only tensors, so a mistake is the op's
+    /// own error at this call, and again on the data each time the batch runs.
+    ///
+    /// ```no_run
+    /// # fn main() -> gpukit::Result<()> {
+    /// let device = gpukit::Device::new_blocking()?;
+    /// let mut batch = device.batch();
+    /// let x = batch.upload(&[1.0; 12], &[3, 4])?;
+    /// let y = batch.apply("permute", &[x], |t| t[0].permute(&[1, 0]))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn apply(
+        &mut self,
+        name: &'static str,
+        inputs: &[Value],
+        f: impl Fn(&[&Tensor]) -> Result<Tensor> + 'static,
+    ) -> Result<Value> {
+        let metas = inputs
+            .iter()
+            .map(|&v| {
+                let shape = self.shape_of(v, name)?;
+                Ok(Tensor::new(self.meta.clone(), Storage::Meta, shape))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = metas.iter().collect();
+        let out = f(&refs)?;
+        if !out.device().same(&self.meta) {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: "the function must compute its result from its inputs (bring other \
+                         tensors in with `batch.tensor`)"
+                    .into(),
+            });
+        }
+        Ok(self.push_apply(name, inputs, out.shape().to_vec(), Rc::new(f)))
+    }
+
+    fn push_apply(
+        &mut self,
+        name: &'static str,
+        inputs: &[Value],
+        shape: Vec<usize>,
+        f: ApplyFn,
+    ) -> Value {
+        let op = Op::Apply(Apply {
+            name,
+            inputs: inputs.to_vec(),
+            f,
+        });
+        self.push(op, shape, None)
+    }
+
+    /// conv2d (see [`Tensor::conv2d`]).
+    pub fn conv2d(
+        &mut self,
+        x: Value,
+        weight: Value,
+        bias: Option<Value>,
+        opts: Conv2dOptions,
+    ) -> Result<Value> {
+        match bias {
+            Some(b) => self.apply("conv2d", &[x, weight, b], move |t| {
+                t[0].conv2d(t[1], Some(t[2]), opts)
+            }),
+            None => self.apply("conv2d", &[x, weight], move |t| {
+                t[0].conv2d(t[1], None, opts)
+            }),
+        }
+    }
+
+    /// max_pool2d (see [`Tensor::max_pool2d`]).
+    pub fn max_pool2d(&mut self, x: Value, opts: Pool2dOptions) -> Result<Value> {
+        self.apply("max_pool2d", &[x], move |t| t[0].max_pool2d(opts))
+    }
+
+    /// avg_pool2d (see [`Tensor::avg_pool2d`]).
+    pub fn avg_pool2d(&mut self, x: Value, opts: Pool2dOptions) -> Result<Value> {
+        self.apply("avg_pool2d", &[x], move |t| t[0].avg_pool2d(opts))
+    }
+
+    /// Fused attention (see [`Tensor::attention`]); `key_lengths` as in [`AttentionOptions`].
+    pub fn attention(
+        &mut self,
+        q: Value,
+        k: Value,
+        v: Value,
+        causal: bool,
+        key_lengths: Option<Vec<u32>>,
+        scale: Option<f32>,
+    ) -> Result<Value> {
+        self.apply("attention", &[q, k, v], move |t| {
+            let options = AttentionOptions {
+                causal,
+                key_lengths: key_lengths.as_deref(),
+                scale,
+            };
+            t[0].attention(t[1], t[2], options)
+        })
+    }
+
+    /// Rows of an embedding table (see [`Tensor::embedding`]).
+    pub fn embedding(&mut self, table: Value, ids: &[u32]) -> Result<Value> {
+        let ids = ids.to_vec();
+        self.apply("embedding", &[table], move |t| t[0].embedding(&ids))
+    }
+
+    /// RoPE (see [`Tensor::rope`]).
+    pub fn rope(&mut self, x: Value, cos: Value, sin: Value, layout: RopeLayout) -> Result<Value> {
+        self.apply("rope", &[x, cos, sin], move |t| {
+            t[0].rope(t[1], t[2], layout)
+        })
+    }
+
+    /// argmax along the last axis (see [`Tensor::argmax_last`]).
+    pub fn argmax_last(&mut self, x: Value) -> Result<Value> {
+        self.apply("argmax_last", &[x], |t| t[0].argmax_last())
+    }
+
+    /// Reorders the axes (see [`Tensor::permute`]).
+    pub fn permute(&mut self, x: Value, axes: &[usize]) -> Result<Value> {
+        let axes = axes.to_vec();
+        self.apply("permute", &[x], move |t| t[0].permute(&axes))
+    }
+
+    /// A range along one axis (see [`Tensor::slice`]).
+    pub fn slice(&mut self, x: Value, axis: usize, range: Range<usize>) -> Result<Value> {
+        self.apply("slice", &[x], move |t| t[0].slice(axis, range.clone()))
+    }
+
+    /// Joins along one axis (see [`Tensor::concat`]).
+    pub fn concat(&mut self, parts: &[Value], axis: usize) -> Result<Value> {
+        self.apply("concat", parts, move |t| Tensor::concat(t, axis))
+    }
+
+    /// `x x w^T` with a quantized weight on the batch's device (see
+    /// [`Tensor::matmul_quant`]).
+    pub fn matmul_quant(&mut self, x: Value, w: Rc<QuantTensor>) -> Result<Value> {
+        // The weight is real data, so the shape rule is checked here rather than on a
+        // shape-only tensor.
+        if !w.device.same(&self.device) {
+            return Err(Error::DeviceMismatch { op: "matmul_quant" });
+        }
+        let mut shape = self.shape_of(x, "matmul_quant")?;
+        match shape.last_mut() {
+            Some(k) if *k == w.cols => *k = w.rows,
+            _ => {
+                return Err(Error::shape(
+                    "matmul_quant",
+                    &shape,
+                    &w.shape(),
+                    "(the last axis must equal the weight's cols)",
+                ))
+            }
+        }
+        let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| t[0].matmul_quant(&w));
+        Ok(self.push_apply("matmul_quant", &[x], shape, f))
+    }
+}
