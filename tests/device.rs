@@ -277,3 +277,32 @@ fn batch_blocking_twins() {
     let r = g.run_blocking(&[(x, &[-1.0, 4.0, 0.5][..])]).unwrap();
     assert_eq!(r.get(y).unwrap(), &[0.0, 8.0, 1.0]);
 }
+
+/// Batches from several threads on one device take turns, and each gets its own results.
+#[test]
+fn batches_from_several_threads_share_a_device() {
+    let dev = gpu();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let dev = &dev;
+                s.spawn(move || {
+                    for round in 0..5 {
+                        let v = (t * 10 + round) as f32;
+                        let mut b = dev.batch();
+                        let x = b.upload(&[v, -v, 2.0 * v], &[3]).unwrap();
+                        let y = b.relu(x).unwrap();
+                        let y = b.scale(y, 0.5).unwrap();
+                        b.output(y).unwrap();
+                        let mut g = b.compile().unwrap();
+                        let r = g.run_blocking(&[(x, &[v, v, -v][..])]).unwrap();
+                        assert_eq!(r.get(y).unwrap(), &[0.5 * v, 0.5 * v, 0.0]);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}

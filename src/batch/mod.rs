@@ -506,13 +506,14 @@ impl Batch {
             BackendImpl::Wgpu(b) => Some(b),
             BackendImpl::Cpu(_) | BackendImpl::Meta => None,
         };
-        if let Some(b) = wgpu {
-            b.begin_batch(false)?;
-        }
-        let executed = plan.execute(self);
-        let end = wgpu.and_then(|b| b.end_batch());
-        let values = executed?;
-        plan.read(self, &values, end.map(|e| e.taken_bytes)).await
+        let (values, taken) = match wgpu {
+            Some(b) => {
+                let (executed, end) = b.in_batch(false, || plan.execute(self))?;
+                (executed?, Some(end.taken_bytes))
+            }
+            None => (plan.execute(self)?, None),
+        };
+        plan.read(self, &values, taken).await
     }
 
     /// Captures the batch as a [`Graph`] (the batch runs once while it is captured).
@@ -525,14 +526,8 @@ impl Batch {
                 captured: None,
             });
         };
-        b.begin_batch(true)?;
-        let executed = plan.execute(&self);
-        let end = b.end_batch();
+        let (executed, end): (_, BatchEnd) = b.in_batch(true, || plan.execute(&self))?;
         let values = executed?;
-        let end: BatchEnd = end.ok_or(Error::InvalidArgument {
-            op: "batch compile",
-            reason: "the batch scope ended early".into(),
-        })?;
         let taken = end.taken_bytes;
         let replay = b.compile_replay(end)?;
         let outputs = self

@@ -85,28 +85,39 @@ impl Drop for Replay {
 }
 
 impl WgpuBackend {
-    /// Starts a batch scope (`capture`: record every command for a replay).
-    pub(crate) fn begin_batch(&self, capture: bool) -> Result<()> {
+    /// Encodes a batch: `encode` runs inside a batch scope (`capture`: every command is
+    /// recorded for a replay). Batches of several threads on one device take turns; a batch
+    /// recorded from inside another on the same thread is an error.
+    pub(crate) fn in_batch<T>(
+        &self,
+        capture: bool,
+        encode: impl FnOnce() -> T,
+    ) -> Result<(T, BatchEnd)> {
         let s = self.begin()?;
-        let mut st = s.state();
-        if st.batch.is_some() {
+        if s.state().scope().is_some() {
             return Err(Error::InvalidArgument {
                 op: "batch",
-                reason: "another batch is running on this device".into(),
+                reason: "a batch cannot run inside another batch's op".into(),
             });
         }
-        st.batch = Some(BatchScope {
+        let _turn = super::lock(&s.batch_turn);
+        s.state().batch = Some(BatchScope {
             free: Vec::new(),
             keep: Vec::new(),
             capture: capture.then(Vec::new),
             taken_bytes: 0,
             owner: std::thread::current().id(),
         });
-        Ok(())
+        let out = encode();
+        let end = self.end_batch().ok_or(Error::InvalidArgument {
+            op: "batch",
+            reason: "the batch scope ended early".into(),
+        })?;
+        Ok((out, end))
     }
 
     /// Ends the batch scope. Without a capture its buffers go back to the pool now.
-    pub(crate) fn end_batch(&self) -> Option<BatchEnd> {
+    fn end_batch(&self) -> Option<BatchEnd> {
         let s = &self.shared;
         let mut st = s.state();
         let scope = st.batch.take()?;

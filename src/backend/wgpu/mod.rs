@@ -76,6 +76,8 @@ pub(crate) struct Core {
     /// subgroups of at least 4 invocations. (In the browser WGSL needs `enable subgroups;`,
     /// which naga 30 does not accept yet, so the portable kernels run there.)
     subgroup_kernels: bool,
+    /// Held while a batch is encoded: batches of several threads take turns.
+    batch_turn: Mutex<()>,
     /// Matmul size classes to tune at the next wait (browser only).
     pending_tunes: Mutex<Vec<tuner::Pending>>,
 }
@@ -222,6 +224,7 @@ impl WgpuBackend {
             software: info.software,
             shader_f16,
             subgroup_kernels,
+            batch_turn: Mutex::default(),
             pending_tunes: Mutex::default(),
         };
         let shared = Shared {
