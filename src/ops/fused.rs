@@ -17,6 +17,24 @@ pub(crate) enum Expr {
 }
 
 impl Expr {
+    /// An exact key of the expression (ops, parameters as bits, inputs), for caching the
+    /// kernel generated from it.
+    pub(crate) fn key(&self, out: &mut Vec<u32>) {
+        match self {
+            Expr::Input(j) => out.extend([0, *j as u32]),
+            Expr::Unary(op, x) => {
+                let [p0, p1] = op.params();
+                out.extend([1, op.kind() as u32, p0.to_bits(), p1.to_bits()]);
+                x.key(out);
+            }
+            Expr::Binary(op, a, b) => {
+                out.extend([2, *op as u32]);
+                a.key(out);
+                b.key(out);
+            }
+        }
+    }
+
     /// The value at element `i`, reading input `j` through `input(j, i)`.
     pub(crate) fn eval(&self, i: usize, input: &impl Fn(usize, usize) -> f32) -> f32 {
         match self {
@@ -30,6 +48,29 @@ impl Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_tell_apart_ops_parameters_and_inputs() {
+        let key = |e: &Expr| {
+            let mut k = Vec::new();
+            e.key(&mut k);
+            k
+        };
+        let scale = |s: f32, j: usize| Expr::Unary(UnaryOp::Scale(s), Box::new(Expr::Input(j)));
+        assert_eq!(key(&scale(2.0, 0)), key(&scale(2.0, 0)));
+        assert_ne!(key(&scale(2.0, 0)), key(&scale(2.5, 0)));
+        assert_ne!(key(&scale(2.0, 0)), key(&scale(2.0, 1)));
+        let add = |a, b| Expr::Binary(BinaryOp::Add, Box::new(a), Box::new(b));
+        let sub = |a, b| Expr::Binary(BinaryOp::Sub, Box::new(a), Box::new(b));
+        assert_ne!(
+            key(&add(Expr::Input(0), Expr::Input(1))),
+            key(&sub(Expr::Input(0), Expr::Input(1)))
+        );
+        assert_ne!(
+            key(&add(Expr::Input(0), Expr::Input(1))),
+            key(&add(Expr::Input(1), Expr::Input(0)))
+        );
+    }
 
     #[test]
     fn evaluates_like_the_ops_one_by_one() {

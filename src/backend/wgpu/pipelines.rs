@@ -364,18 +364,32 @@ pub(crate) struct PipelineCache {
     modules: HashMap<ModuleKey, wgpu::ShaderModule>,
     /// Sources of generated fused kernels, by id.
     fused: HashMap<u64, String>,
+    /// Generated fused kernels by expression key (see `Expr::key`).
+    fused_by_expr: HashMap<Vec<u32>, Kernel>,
     layouts: HashMap<Layout, (wgpu::BindGroupLayout, wgpu::PipelineLayout)>,
     pipelines: HashMap<Kernel, wgpu::ComputePipeline>,
 }
 
 impl PipelineCache {
-    /// The kernel of a generated fused source, registered for `get` to compile.
-    pub(crate) fn register_fused(&mut self, source: String, inputs: usize) -> Result<Kernel> {
+    /// The kernel of a generated fused source, registered for `get` to compile and remembered
+    /// under its expression's key.
+    pub(crate) fn register_fused(
+        &mut self,
+        key: Vec<u32>,
+        source: String,
+        inputs: usize,
+    ) -> Result<Kernel> {
         let kernel = super::kernels::fused::fused_kernel(&source, inputs);
         if let Kernel::Fused { id, .. } = kernel {
             self.fused.entry(id).or_insert(source);
         }
+        self.fused_by_expr.insert(key, kernel);
         Ok(kernel)
+    }
+
+    /// The kernel registered for an expression key, if any.
+    pub(crate) fn fused_kernel_of(&self, key: &[u32]) -> Option<Kernel> {
+        self.fused_by_expr.get(key).copied()
     }
 
     pub(crate) fn bind_group_layout(

@@ -147,8 +147,17 @@ impl WgpuBackend {
             return Ok(s.storage(out));
         }
         s.check_binding("a fused elementwise output", n)?;
-        let source = fused_source(expr, inputs.len())?;
-        let kernel = st.pipelines.register_fused(source, inputs.len())?;
+        // Running the same batch again finds its kernels by the expression's key, without
+        // generating WGSL.
+        let mut key = vec![inputs.len() as u32];
+        expr.key(&mut key);
+        let kernel = match st.pipelines.fused_kernel_of(&key) {
+            Some(k) => k,
+            None => {
+                let source = fused_source(expr, inputs.len())?;
+                st.pipelines.register_fused(key, source, inputs.len())?
+            }
+        };
         let mut lens = [1u32; MAX_INPUTS];
         let mut binds: Vec<Bind<'_>> = Vec::with_capacity(inputs.len() + 1);
         for (j, (storage, len)) in inputs.iter().enumerate() {
