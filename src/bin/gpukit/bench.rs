@@ -282,6 +282,9 @@ pub fn run(args: &[String]) -> CliResult {
                 r.peer = Some(us);
             }
         }
+        // The peer comparison is about the W workloads: the device-resident ones follow
+        // only without --peer.
+        return report(&o, &device, &rows);
     }
 
     let n1 = (64 << 20) / div;
@@ -606,6 +609,11 @@ pub fn run(args: &[String]) -> CliResult {
     });
     drop(graph);
 
+    report(&o, &device, &rows)
+}
+
+/// Prints the rows as a table (or JSON) with the device and the tuner's records.
+fn report(o: &Options, device: &Device, rows: &[Row]) -> CliResult {
     if o.json {
         let out = serde_json::json!({
             "device": device.info(),
