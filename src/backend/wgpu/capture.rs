@@ -338,12 +338,13 @@ impl Shared {
                     backend: self.backend,
                     detail: e.to_string(),
                 })?;
-            let all: Vec<f32> = bytemuck::pod_collect_to_vec::<u8, f32>(&view);
+            // One copy per output, straight from the mapping.
             let mut out = Vec::with_capacity(outputs.len());
             let mut start = 0;
             for (_, n) in outputs {
-                out.push(all[start..start + n].to_vec());
-                start += n;
+                let bytes = &view[start..start + n * 4];
+                out.push(bytemuck::pod_collect_to_vec::<u8, f32>(bytes));
+                start += n * 4;
             }
             out
         };

@@ -278,7 +278,9 @@ pub fn run(args: &[String]) -> CliResult {
             ));
         }
         for (id, us) in peer {
-            if let Some(r) = rows.iter_mut().find(|r| r.id == id) {
+            // trueno's W5 is its batch API: it also stands beside gpukit's batch (W5b).
+            let ids: &[&str] = if id == "W5" { &["W5", "W5b"] } else { &[id] };
+            for r in rows.iter_mut().filter(|r| ids.contains(&r.id)) {
                 r.peer = Some(us);
             }
         }
