@@ -90,8 +90,27 @@ impl Device {
 
     /// A shape-only device (see `BackendImpl::Meta`), for recording batches.
     pub(crate) fn meta() -> Device {
-        let mut info = CpuBackend::info("shape-only device of a batch".into());
-        info.adapter = "shapes only".into();
+        // Built from constants: every batch makes one, so nothing here may query the system
+        // (CpuBackend::info reads /proc, which cost W5 as a batch about 0.3 ms on the H100
+        // host).
+        let info = DeviceInfo {
+            backend: Backend::Cpu,
+            adapter: "shapes only".into(),
+            vendor: "gpukit".into(),
+            device_type: crate::info::DeviceType::Cpu,
+            software: true,
+            driver: String::new(),
+            limits: crate::info::DeviceLimits {
+                max_storage_binding: u64::MAX,
+                max_buffer: u64::MAX,
+                workgroup_storage: 0,
+                invocations_per_workgroup: 1,
+                workgroups_per_dimension: u32::MAX,
+            },
+            features: crate::info::DeviceFeatures::default(),
+            memory_bytes: None,
+            selection: "shape-only device of a batch".into(),
+        };
         Device {
             inner: Arc::new(Inner {
                 backend: BackendImpl::Meta,
