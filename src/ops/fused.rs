@@ -1,7 +1,7 @@
 //! Fused elementwise expressions: a chain (or tree) of unary and binary ops over up to
 //! [`MAX_INPUTS`] inputs, evaluated in one pass over memory. The batch API builds them from
 //! recorded elementwise ops; the wgpu backend turns each into one generated WGSL kernel and the
-//! CPU backend evaluates it element by element.
+//! CPU backend evaluates it block by block.
 
 use crate::ops::{BinaryOp, UnaryOp};
 
@@ -34,15 +34,6 @@ impl Expr {
             }
         }
     }
-
-    /// The value at element `i`, reading input `j` through `input(j, i)`.
-    pub(crate) fn eval(&self, i: usize, input: &impl Fn(usize, usize) -> f32) -> f32 {
-        match self {
-            Expr::Input(j) => input(*j, i),
-            Expr::Unary(op, x) => op.apply(x.eval(i, input)),
-            Expr::Binary(op, a, b) => op.apply(a.eval(i, input), b.eval(i, input)),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -70,28 +61,5 @@ mod tests {
             key(&add(Expr::Input(0), Expr::Input(1))),
             key(&add(Expr::Input(1), Expr::Input(0)))
         );
-    }
-
-    #[test]
-    fn evaluates_like_the_ops_one_by_one() {
-        // sigmoid(relu(x) * 2 + row)
-        let e = Expr::Unary(
-            UnaryOp::Sigmoid,
-            Box::new(Expr::Binary(
-                BinaryOp::Add,
-                Box::new(Expr::Unary(
-                    UnaryOp::Scale(2.0),
-                    Box::new(Expr::Unary(UnaryOp::Relu, Box::new(Expr::Input(0)))),
-                )),
-                Box::new(Expr::Input(1)),
-            )),
-        );
-        let x = [-1.0f32, 0.5, 3.0, -0.25];
-        let row = [0.1f32, -0.2];
-        let input = |j: usize, i: usize| if j == 0 { x[i] } else { row[i % 2] };
-        for i in 0..4 {
-            let want = UnaryOp::Sigmoid.apply(x[i].max(0.0) * 2.0 + row[i % 2]);
-            assert_eq!(e.eval(i, &input), want);
-        }
     }
 }

@@ -5,6 +5,7 @@
 //! gpukit devices  [--json]     every adapter found, usable or not
 //! gpukit info     [--json]     the device Device::new() picks, why, and the recommendation
 //! gpukit bench    [--json] [--quick] [--backend NAME]
+//! gpukit bench-cpu [--json] [--quick]  the CPU backend beside a Rust loop and the gemm crate
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
 
@@ -12,6 +13,8 @@
 mod baseline;
 #[cfg(native)]
 mod bench;
+#[cfg(native)]
+mod cpu_bench;
 mod peer;
 #[cfg(native)]
 mod report;
@@ -31,6 +34,7 @@ fn main() -> std::process::ExitCode {
         Some("devices") => report::devices(json),
         Some("info") => report::info(json),
         Some("bench") => bench::run(&args[1..]),
+        Some("bench-cpu") => cpu_bench::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -47,12 +51,15 @@ fn main() -> std::process::ExitCode {
 }
 
 #[cfg(native)]
-const USAGE: &str = "usage: gpukit <backends|devices|info|bench> [--json]
+const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
   bench [--quick] [--backend NAME]
-                    run the W and D workloads of PERFORMANCE.md on the chosen device";
+                    run the W and D workloads of PERFORMANCE.md on the chosen device
+  bench-cpu [--quick]
+                    the CPU backend's elementwise and matmul throughput beside a plain
+                    Rust loop and the gemm crate called directly";
 
 /// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
 #[cfg(native)]

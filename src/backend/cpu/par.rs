@@ -1,0 +1,65 @@
+//! How the CPU backend splits work: rayon's global pool natively, one thread in wasm (threads
+//! in the browser need cross-origin isolation and a nightly build with atomics; see the
+//! README), so every kernel is written against these two helpers only.
+
+/// Elements below which a task is not worth handing to another thread.
+pub(super) const GRAIN: usize = 1 << 15;
+
+/// Threads the CPU backend uses.
+pub(crate) fn threads() -> usize {
+    #[cfg(native)]
+    {
+        rayon::current_num_threads()
+    }
+    #[cfg(web)]
+    {
+        1
+    }
+}
+
+/// Calls `f(first_index, chunk)` for consecutive chunks of `out` of `chunk` elements (the last
+/// may be shorter), on several threads natively when there is more than one chunk.
+pub(super) fn chunks_mut<T: Send>(
+    out: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Send + Sync,
+) {
+    let chunk = chunk.max(1);
+    #[cfg(native)]
+    if out.len() > chunk && threads() > 1 {
+        use rayon::prelude::*;
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i * chunk, c));
+        return;
+    }
+    for (i, c) in out.chunks_mut(chunk).enumerate() {
+        f(i * chunk, c);
+    }
+}
+
+/// Like [`chunks_mut`] over rows of `width` elements: `f(first_row, rows)` gets whole rows,
+/// about [`GRAIN`] elements (at least one row) at a time.
+pub(super) fn rows_mut<T: Send>(
+    out: &mut [T],
+    width: usize,
+    f: impl Fn(usize, &mut [T]) + Send + Sync,
+) {
+    if width == 0 {
+        return;
+    }
+    let rows = (GRAIN / width).max(1);
+    chunks_mut(out, rows * width, |start, c| f(start / width, c));
+}
+
+/// Like [`rows_mut`] with a fixed number of rows per task (for rows that are costly each).
+pub(super) fn rows_each_mut<T: Send>(
+    out: &mut [T],
+    width: usize,
+    f: impl Fn(usize, &mut [T]) + Send + Sync,
+) {
+    if width == 0 {
+        return;
+    }
+    chunks_mut(out, width, |start, c| f(start / width, c));
+}
