@@ -20,14 +20,17 @@ const ROUNDER: f32 = 12_582_912.0;
 pub(crate) fn exp(x: f32) -> f32 {
     // Beyond these bounds the result is infinite or zero anyway; clamping keeps `n` small.
     let xc = x.clamp(-104.0, 89.0);
-    let n = (xc * LOG2_E + ROUNDER) - ROUNDER;
+    let shifted = xc * LOG2_E + ROUNDER;
+    let n = shifted - ROUNDER;
     let r = xc - n * LN2_HI - n * LN2_LO; // |r| <= ln2 / 2
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
     // 2^n in two halves, each a normal float even when 2^n itself is not.
-    let ni = n as i32;
+    // n as an integer, read from the mantissa of `shifted` (`n as i32` would be a saturating
+    // conversion, which LLVM does not vectorise).
+    let ni = shifted.to_bits() as i32 - ROUNDER.to_bits() as i32;
     let h = ni >> 1;
     let s1 = f32::from_bits(((h + 127) as u32) << 23);
     let s2 = f32::from_bits(((ni - h + 127) as u32) << 23);

@@ -25,25 +25,40 @@ struct Row {
     runs: usize,
 }
 
-/// Median seconds per call of `f` over `runs` calls after two untimed ones.
-fn seconds(runs: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
-    f()?;
-    f()?;
-    let mut t: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t0 = Instant::now();
-            f().map(|()| t0.elapsed().as_secs_f64())
-        })
-        .collect::<Result<_, _>>()?;
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+/// Median seconds per call of `f` and of `g`, timed alternately (`runs` calls each, after two
+/// untimed ones), so that load from elsewhere on the machine falls on both alike.
+fn seconds(
+    runs: usize,
+    mut f: impl FnMut() -> Result<(), String>,
+    mut g: impl FnMut() -> Result<(), String>,
+) -> Result<(f64, f64), String> {
+    for _ in 0..2 {
+        f()?;
+        g()?;
+    }
+    let (mut tf, mut tg) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        f()?;
+        tf.push(t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        g()?;
+        tg.push(t0.elapsed().as_secs_f64());
+    }
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    Ok((median(tf), median(tg)))
 }
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0 + 1e-3
         })
         .collect()
@@ -68,7 +83,10 @@ fn err(e: gpukit::Error) -> String {
 pub fn run(args: &[String]) -> Result<(), String> {
     let json = args.iter().any(|a| a == "--json");
     let quick = args.iter().any(|a| a == "--quick");
-    if let Some(bad) = args.iter().find(|a| !matches!(a.as_str(), "--json" | "--quick")) {
+    if let Some(bad) = args
+        .iter()
+        .find(|a| !matches!(a.as_str(), "--json" | "--quick"))
+    {
         return Err(format!("unknown bench-cpu option {bad:?}"));
     }
     let device = Device::cpu();
@@ -79,13 +97,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for (id, n) in [("E1", 1 << 16), ("E2", 1 << 20)] {
         let n = if quick { n / 4 } else { n };
         let (a, b) = (data(n, 1), data(n, 2));
-        let (x, y) = (device.tensor(&a, &[n]).map_err(err)?, device.tensor(&b, &[n]).map_err(err)?);
-        let ours = seconds(runs, || x.add(&y).map(drop).map_err(err))?;
-        let plain = seconds(runs, || {
-            let v: Vec<f32> = a.iter().zip(&b).map(|(p, q)| p + q).collect();
-            std::hint::black_box(v);
-            Ok(())
-        })?;
+        let (x, y) = (
+            device.tensor(&a, &[n]).map_err(err)?,
+            device.tensor(&b, &[n]).map_err(err)?,
+        );
+        let (ours, plain) = seconds(
+            runs,
+            || x.add(&y).map(drop).map_err(err),
+            || {
+                let v: Vec<f32> = a.iter().zip(&b).map(|(p, q)| p + q).collect();
+                std::hint::black_box(v);
+                Ok(())
+            },
+        )?;
         let gflops = |s: f64| n as f64 / s / 1e9;
         rows.push(Row {
             id,
@@ -106,12 +130,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(i) = (0..n).find(|&i| (check[i] - gelu_scalar(a[i])).abs() > 1e-5) {
         return Err(format!("gelu differs from the reference at {i}"));
     }
-    let ours = seconds(runs, || x.gelu().map(drop).map_err(err))?;
-    let plain = seconds(runs, || {
-        let v: Vec<f32> = a.iter().map(|&v| gelu_scalar(v)).collect();
-        std::hint::black_box(v);
-        Ok(())
-    })?;
+    let (ours, plain) = seconds(
+        runs,
+        || x.gelu().map(drop).map_err(err),
+        || {
+            let v: Vec<f32> = a.iter().map(|&v| gelu_scalar(v)).collect();
+            std::hint::black_box(v);
+            Ok(())
+        },
+    )?;
     rows.push(Row {
         id: "E3",
         workload: format!("gelu (erf), {n} elements"),
@@ -126,38 +153,43 @@ pub fn run(args: &[String]) -> Result<(), String> {
     for (id, s) in [("M1", 256usize), ("M2", 1024)] {
         let s = if quick { s / 2 } else { s };
         let (a, b) = (data(s * s, 4), data(s * s, 5));
-        let (x, y): (Tensor, Tensor) =
-            (device.tensor(&a, &[s, s]).map_err(err)?, device.tensor(&b, &[s, s]).map_err(err)?);
-        let ours = seconds(runs, || x.matmul(&y).map(drop).map_err(err))?;
-        let direct = seconds(runs, || {
-            let mut c = vec![0.0f32; s * s];
-            // SAFETY: a, b and c are s x s row-major matrices and c is exclusively borrowed.
-            unsafe {
-                gemm::gemm(
-                    s,
-                    s,
-                    s,
-                    c.as_mut_ptr(),
-                    1,
-                    s as isize,
-                    false,
-                    a.as_ptr(),
-                    1,
-                    s as isize,
-                    b.as_ptr(),
-                    1,
-                    s as isize,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::Rayon(threads),
-                );
-            }
-            std::hint::black_box(c);
-            Ok(())
-        })?;
+        let (x, y): (Tensor, Tensor) = (
+            device.tensor(&a, &[s, s]).map_err(err)?,
+            device.tensor(&b, &[s, s]).map_err(err)?,
+        );
+        let (ours, direct) = seconds(
+            runs,
+            || x.matmul(&y).map(drop).map_err(err),
+            || {
+                let mut c = vec![0.0f32; s * s];
+                // SAFETY: a, b and c are s x s row-major matrices and c is exclusively borrowed.
+                unsafe {
+                    gemm::gemm(
+                        s,
+                        s,
+                        s,
+                        c.as_mut_ptr(),
+                        1,
+                        s as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        s as isize,
+                        b.as_ptr(),
+                        1,
+                        s as isize,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::Rayon(threads),
+                    );
+                }
+                std::hint::black_box(c);
+                Ok(())
+            },
+        )?;
         let gflops = |t: f64| 2.0 * (s as f64).powi(3) / t / 1e9;
         rows.push(Row {
             id,
@@ -173,7 +205,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     if json {
         let out = serde_json::json!({ "device": device.info(), "quick": quick, "rows": rows });
-        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
     print_info(device.info());
@@ -193,7 +228,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         })
         .collect();
     table(
-        &["id", "workload", "gpukit cpu", "reference", "reference is", "gpukit/ref", "unit"],
+        &[
+            "id",
+            "workload",
+            "gpukit cpu",
+            "reference",
+            "reference is",
+            "gpukit/ref",
+            "unit",
+        ],
         &body,
     );
     Ok(())
