@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm bench bench-peer gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node bench bench-peer bench-cpu bench-node gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -13,8 +13,9 @@ deps:
 demo: deps
 	$(CARGO) run --release --example demo
 
-## Formatting, lints (native and wasm32), every native test, doc tests, and the demo's checks.
-test: deps lint test-native test-wasm
+## Formatting, lints (native and wasm32), every native test, doc tests, the op suite in Node
+## (wasm32, SIMD128, CPU backend), and the demo's checks.
+test: deps lint test-native test-wasm test-node
 	$(CARGO) run --example demo
 
 lint:
@@ -31,11 +32,30 @@ test-native:
 
 # The library must build for the browser, where the blocking twins do not exist.
 test-wasm:
-	$(CARGO) clippy --lib --target wasm32-unknown-unknown -- -D warnings
+	$(CARGO) clippy --lib --tests --target wasm32-unknown-unknown -- -D warnings
+
+# The op suite compiled to wasm32 with SIMD128 and run in Node by wasm-bindgen-test-runner
+# (.cargo/config.toml sets both): the CPU backend as Node and WebGPU-less browsers run it.
+test-node:
+	$(CARGO) test --target wasm32-unknown-unknown --test node
 
 ## The benchmark table on the device automatic selection picks.
 bench:
 	$(CARGO) run --release --bin gpukit -- bench
+
+## The CPU backend beside a plain Rust loop and the gemm crate, in one run.
+bench-cpu:
+	$(CARGO) run --release --bin gpukit -- bench-cpu
+
+## The CPU backend in Node: the same workloads built for wasm32 with and without SIMD128.
+WASM_OUT := target/wasm32-unknown-unknown/release/gpukit.wasm
+bench-node: deps
+	$(CARGO) build --release --lib --target wasm32-unknown-unknown
+	wasm-bindgen --target nodejs --out-dir target/node/simd $(WASM_OUT)
+	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=-simd128" \
+		$(CARGO) build --release --lib --target wasm32-unknown-unknown --target-dir target/wasm-scalar
+	wasm-bindgen --target nodejs --out-dir target/node/scalar target/wasm-scalar/$(WASM_OUT:target/%=%)
+	node scripts/bench-node.mjs $(ARGS)
 
 ## W1-W6 beside trueno 0.17.5 in the same process (builds the optional peer; minutes).
 bench-peer:

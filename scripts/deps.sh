@@ -23,3 +23,17 @@ for c in clippy rustfmt; do
   grep -q "^$c" <<<"$installed" || rustup component add "$c"
 done
 rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+
+# Node runs the wasm op suite and the Node benchmark.
+if ! command -v node >/dev/null; then
+  echo "deps: installing Node.js"
+  apt_install nodejs
+fi
+
+# wasm-bindgen's CLI (the test runner and the JS glue generator), exactly the version of the
+# wasm-bindgen crate in Cargo.lock, or the two refuse to work together.
+WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print }' "$(dirname "$0")/../Cargo.lock")
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
+  echo "deps: installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (a few minutes)"
+  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi

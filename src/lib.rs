@@ -33,6 +33,7 @@
 
 mod backend;
 pub mod batch;
+pub mod bench_cpu;
 #[cfg(native)]
 pub mod blocking;
 mod device;
@@ -44,6 +45,8 @@ pub mod ops;
 mod quant;
 mod slice;
 mod tensor;
+#[cfg(web)]
+mod web;
 
 pub use backend::wgpu::pool::MemoryStats;
 pub use backend::wgpu::tuner::TuneRecord;

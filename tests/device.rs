@@ -1,4 +1,5 @@
 //! Device selection, discovery, info, memory pooling and device limits.
+#![cfg(not(target_arch = "wasm32"))]
 
 use gpukit::{Backend, Device, DeviceType, Error};
 

@@ -1,5 +1,6 @@
 //! GPUKIT_BACKEND overrides automatic selection. One test in its own binary, since it changes
 //! the process environment.
+#![cfg(not(target_arch = "wasm32"))]
 
 use gpukit::{Backend, Device, Error};
 

@@ -1,6 +1,7 @@
 //! The op suite on every backend compiled in: each function of `common::suite` becomes one test
 //! per backend. The GPU backend must exist: `make test` installs Mesa's lavapipe so that a Vulkan
 //! adapter always does, and a missing adapter fails these tests rather than skipping them.
+#![cfg(not(target_arch = "wasm32"))]
 
 mod common;
 

@@ -4,6 +4,8 @@
 //! AVX2/FMA clones are chosen at run time on x86-64 (`multiversion`), NEON is the aarch64
 //! baseline, and wasm32 gets 128-bit SIMD when built with `+simd128`.
 
+use std::mem::MaybeUninit;
+
 use multiversion::multiversion;
 
 use super::par;
@@ -19,11 +21,11 @@ const BLOCK: usize = 1024;
 
 /// `out[i] = op(x[i])`.
 #[multiversion(targets("x86_64+avx2+fma"))]
-pub(super) fn unary(op: UnaryOp, x: &[f32], out: &mut [f32]) {
+fn unary(op: UnaryOp, x: &[f32], out: &mut [MaybeUninit<f32>]) {
     macro_rules! map {
         ($v:ident => $e:expr) => {
             for (o, &$v) in out.iter_mut().zip(x) {
-                *o = $e;
+                o.write($e);
             }
         };
     }
@@ -62,7 +64,7 @@ enum Side<'a> {
 
 /// `out[i] = op(a[i], b[i])` with either side possibly one repeated value.
 #[multiversion(targets("x86_64+avx2+fma"))]
-fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [f32]) {
+fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [MaybeUninit<f32>]) {
     macro_rules! by_op {
         ($go:ident) => {
             match op {
@@ -79,7 +81,7 @@ fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [f32]) {
             macro_rules! go {
                 ($f:expr) => {
                     for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                        *o = $f(x, y);
+                        o.write($f(x, y));
                     }
                 };
             }
@@ -89,7 +91,7 @@ fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [f32]) {
             macro_rules! go {
                 ($f:expr) => {
                     for (o, &x) in out.iter_mut().zip(a) {
-                        *o = $f(x, y);
+                        o.write($f(x, y));
                     }
                 };
             }
@@ -99,13 +101,13 @@ fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [f32]) {
             macro_rules! go {
                 ($f:expr) => {
                     for (o, &y) in out.iter_mut().zip(b) {
-                        *o = $f(x, y);
+                        o.write($f(x, y));
                     }
                 };
             }
             by_op!(go)
         }
-        (Side::Splat(x), Side::Splat(y)) => out.fill(op.apply(x, y)),
+        (Side::Splat(x), Side::Splat(y)) => out.fill(MaybeUninit::new(op.apply(x, y))),
     }
 }
 
@@ -124,13 +126,22 @@ impl Buffers {
     }
 }
 
+/// Views initialised floats as slots to overwrite (the kernels write every slot they get).
+fn slots(v: &mut [f32]) -> &mut [MaybeUninit<f32>] {
+    // SAFETY: MaybeUninit<f32> has f32's layout, and everything written through the view is
+    // an initialised f32, so the floats stay initialised.
+    unsafe { &mut *(v as *mut [f32] as *mut [MaybeUninit<f32>]) }
+}
+
 /// Copies elements `i0..i0 + out.len()` of an operand that repeats every `len` elements.
-fn gather(src: &[f32], len: usize, i0: usize, out: &mut [f32]) {
+fn gather(src: &[f32], len: usize, i0: usize, out: &mut [MaybeUninit<f32>]) {
     let mut from = i0 % len;
     let mut done = 0;
     while done < out.len() {
         let run = (len - from).min(out.len() - done);
-        out[done..done + run].copy_from_slice(&src[from..from + run]);
+        for (o, &v) in out[done..done + run].iter_mut().zip(&src[from..from + run]) {
+            o.write(v);
+        }
         done += run;
         from = 0;
     }
@@ -155,16 +166,16 @@ fn side<'a>(
         }
     }
     let mut b = bufs.take(n);
-    eval(e, inputs, i0, &mut b, bufs);
+    eval(e, inputs, i0, slots(&mut b), bufs);
     Side::Run(held.insert(b))
 }
 
-/// Writes elements `i0..i0 + out.len()` of `e` into `out`.
+/// Writes elements `i0..i0 + out.len()` of `e` into every slot of `out`.
 fn eval(
     e: &Expr,
     inputs: &[Operand<'_, CpuStorage>],
     i0: usize,
-    out: &mut [f32],
+    out: &mut [MaybeUninit<f32>],
     bufs: &mut Buffers,
 ) {
     let n = out.len();
@@ -177,7 +188,7 @@ fn eval(
             let mut held = None;
             match side(x, inputs, i0, n, bufs, &mut held) {
                 Side::Run(v) => unary(*op, v, out),
-                Side::Splat(v) => out.fill(op.apply(v)),
+                Side::Splat(v) => out.fill(MaybeUninit::new(op.apply(v))),
             }
             if let Some(b) = held {
                 bufs.give(b);
@@ -195,15 +206,18 @@ fn eval(
     }
 }
 
-/// Evaluates `e` for elements `0..n`.
+/// Evaluates `e` for elements `0..n`. The output is not zeroed first: `eval` writes every
+/// element (zeroing cost as much as an add, in wasm more).
 pub(super) fn evaluate(e: &Expr, inputs: &[Operand<'_, CpuStorage>], n: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; n];
-    par::chunks_mut(&mut out, par::GRAIN, |start, chunk| {
+    let mut out: Vec<f32> = Vec::with_capacity(n);
+    par::chunks_mut(&mut out.spare_capacity_mut()[..n], par::GRAIN, |start, chunk| {
         let mut bufs = Buffers(Vec::new());
         for (b, block) in chunk.chunks_mut(BLOCK).enumerate() {
             eval(e, inputs, start + b * BLOCK, block, &mut bufs);
         }
     });
+    // SAFETY: the chunks cover `0..n`, and `eval` writes every slot of the block it gets.
+    unsafe { out.set_len(n) };
     out
 }
 
@@ -214,7 +228,7 @@ pub(super) fn unary_in_place(op: UnaryOp, v: &mut [f32]) {
         for block in chunk.chunks_mut(BLOCK) {
             let t = &mut tmp[..block.len()];
             t.copy_from_slice(block);
-            unary(op, t, block);
+            unary(op, t, slots(block));
         }
     });
 }

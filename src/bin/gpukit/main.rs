@@ -15,6 +15,7 @@ mod baseline;
 mod bench;
 #[cfg(native)]
 mod cpu_bench;
+#[cfg(native)]
 mod peer;
 #[cfg(native)]
 mod report;
