@@ -88,6 +88,16 @@ impl Device {
         )
     }
 
+    /// The CPU backend without the once-per-process "no GPU in use" warning (for measuring).
+    pub(crate) fn cpu_quiet() -> Device {
+        Device {
+            inner: Arc::new(Inner {
+                backend: BackendImpl::Cpu(CpuBackend),
+                info: CpuBackend::info("internal: measuring the CPU backend".into()),
+            }),
+        }
+    }
+
     /// A shape-only device (see `BackendImpl::Meta`), for recording batches.
     pub(crate) fn meta() -> Device {
         // Built from constants: every batch makes one, so nothing here may query the system
@@ -110,6 +120,7 @@ impl Device {
             features: crate::info::DeviceFeatures::default(),
             memory_bytes: None,
             selection: "shape-only device of a batch".into(),
+            policy: None,
         };
         Device {
             inner: Arc::new(Inner {
@@ -135,12 +146,48 @@ impl Device {
             )
         };
         match Device::best_wgpu(why).await {
+            Ok(device) if device.info().software => Ok(device.with_measured_policy().await),
             Ok(device) => Ok(device),
             Err(reason) => {
                 log::warn!("gpukit: no usable GPU ({reason}); falling back to the CPU backend");
                 let info = CpuBackend::info(format!("fallback: {reason}"));
                 Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), info))
             }
+        }
+    }
+
+    /// On a software adapter: the CPU backend when the measured policy found it faster at
+    /// every size, else the adapter; either way with the policy in `info().policy`. A failed
+    /// measurement keeps the adapter (and says so).
+    async fn with_measured_policy(self) -> Device {
+        let policy = match crate::policy::for_adapter(&self).await {
+            Ok(p) => p,
+            Err(e) => {
+                log::warn!(
+                    "gpukit: could not measure {} against the CPU: {e}",
+                    self.info().adapter
+                );
+                return self;
+            }
+        };
+        let summary = policy.summary();
+        log::info!("gpukit: {summary}");
+        if policy.prefers_cpu() {
+            let mut info = CpuBackend::info(format!(
+                "automatic: only a software adapter ({}), slower than the CPU backend at every \
+                 size; {summary}",
+                self.info().adapter
+            ));
+            info.policy = Some(policy);
+            return Device::from_parts(BackendImpl::Cpu(CpuBackend), info);
+        }
+        let mut info = self.inner.info.clone();
+        info.selection = format!("{}; {summary}", info.selection);
+        info.policy = Some(policy);
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => Device::from_parts(inner.backend, info),
+            // Measuring left no tensors behind, so this does not happen; keep the device.
+            Err(shared) => Device { inner: shared },
         }
     }
 

@@ -38,7 +38,9 @@ pub async fn discover() -> Vec<BackendReport> {
     reports
 }
 
-/// The backend that automatic selection would choose (`Device::new` without `GPUKIT_BACKEND`).
+/// The best usable backend by adapter ranking: what `Device::new` chooses without
+/// `GPUKIT_BACKEND`, except that a software adapter measured slower than the CPU backend at
+/// every size gives way to the CPU (see [`DispatchPolicy`](crate::DispatchPolicy)).
 pub fn recommended(reports: &[BackendReport]) -> Backend {
     reports
         .iter()

@@ -160,6 +160,10 @@ pub struct DeviceInfo {
     pub memory_bytes: Option<u64>,
     /// Why this device was chosen (automatic ranking, `GPUKIT_BACKEND`, explicit, fallback).
     pub selection: String,
+    /// When automatic selection found only a software adapter: what it measured on the adapter
+    /// and the CPU backend, and the sizes from which the adapter is faster (see
+    /// [`DispatchPolicy`](crate::DispatchPolicy)). `None` otherwise.
+    pub policy: Option<crate::policy::DispatchPolicy>,
 }
 
 /// Names a PCI vendor id.

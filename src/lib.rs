@@ -36,12 +36,14 @@ pub mod batch;
 pub mod bench_cpu;
 #[cfg(native)]
 pub mod blocking;
+mod cache;
 mod device;
 mod discover;
 mod error;
 mod future;
 mod info;
 pub mod ops;
+mod policy;
 mod quant;
 mod slice;
 mod tensor;
@@ -59,6 +61,7 @@ pub use ops::{
     Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, MatmulTile,
     Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
+pub use policy::{Costs, DispatchPolicy, OpClass};
 pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};
 

@@ -70,12 +70,76 @@ fn automatic_selection_prefers_a_usable_adapter_over_the_cpu() {
     }
     let reports = gpukit::blocking::discover_blocking();
     let d = Device::new_blocking().unwrap();
-    assert_eq!(d.info().backend, gpukit::recommended(&reports));
+    let best = reports
+        .iter()
+        .flat_map(|r| &r.devices)
+        .filter(|f| f.unusable.is_none() && f.info.backend == gpukit::recommended(&reports))
+        .map(|f| &f.info)
+        .next()
+        .expect("make test installs lavapipe, so an adapter is recommended");
     assert!(
         d.info().selection.starts_with("automatic"),
         "{}",
         d.info().selection
     );
+    match &d.info().policy {
+        // A hardware adapter is simply used.
+        None => {
+            assert!(!best.software, "a software adapter needs a measured policy");
+            assert_eq!(d.info().backend, best.backend);
+        }
+        // A software adapter is measured against the CPU, and the faster one runs.
+        Some(p) => {
+            assert!(best.software, "only software adapters are measured");
+            let want = if p.prefers_cpu() {
+                Backend::Cpu
+            } else {
+                best.backend
+            };
+            assert_eq!(d.info().backend, want, "{}", d.info().selection);
+            assert!(d.info().selection.contains("measured policy"));
+        }
+    }
+}
+
+#[test]
+fn a_software_adapter_is_measured_once_and_remembered() {
+    let reports = gpukit::blocking::discover_blocking();
+    let software_only = reports
+        .iter()
+        .flat_map(|r| &r.devices)
+        .filter(|f| f.unusable.is_none() && f.info.backend.is_wgpu())
+        .all(|f| f.info.software);
+    let first = Device::new_blocking().unwrap();
+    if !software_only {
+        assert!(first.info().policy.is_none());
+        return;
+    }
+    let p = first
+        .info()
+        .policy
+        .clone()
+        .expect("measured on a software adapter");
+    for c in [&p.adapter_costs, &p.cpu_costs] {
+        let all = [
+            c.round_trip_us,
+            c.op_us,
+            c.upload_gbps,
+            c.read_gbps,
+            c.add_gelems,
+            c.matmul_gflops,
+        ];
+        assert!(all.iter().all(|v| v.is_finite() && *v > 0.0), "{c:?}");
+    }
+    // Timings never repeat exactly: equal numbers mean the second device reused the first
+    // measurement (in memory here; on disk in the cache file for later processes).
+    let second = Device::new_blocking().unwrap();
+    assert_eq!(second.info().policy.as_ref(), Some(&p));
+    if let Some(dir) = std::env::var_os("GPUKIT_CACHE_DIR") {
+        let file = std::path::Path::new(&dir).join("dispatch-policy.json");
+        let text = std::fs::read_to_string(&file).expect("the policy is saved");
+        assert!(text.contains(&p.adapter), "{text}");
+    }
 }
 
 #[test]

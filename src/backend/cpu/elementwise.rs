@@ -210,12 +210,16 @@ fn eval(
 /// element (zeroing cost as much as an add, in wasm more).
 pub(super) fn evaluate(e: &Expr, inputs: &[Operand<'_, CpuStorage>], n: usize) -> Vec<f32> {
     let mut out: Vec<f32> = Vec::with_capacity(n);
-    par::chunks_mut(&mut out.spare_capacity_mut()[..n], par::GRAIN, |start, chunk| {
-        let mut bufs = Buffers(Vec::new());
-        for (b, block) in chunk.chunks_mut(BLOCK).enumerate() {
-            eval(e, inputs, start + b * BLOCK, block, &mut bufs);
-        }
-    });
+    par::chunks_mut(
+        &mut out.spare_capacity_mut()[..n],
+        par::GRAIN,
+        |start, chunk| {
+            let mut bufs = Buffers(Vec::new());
+            for (b, block) in chunk.chunks_mut(BLOCK).enumerate() {
+                eval(e, inputs, start + b * BLOCK, block, &mut bufs);
+            }
+        },
+    );
     // SAFETY: the chunks cover `0..n`, and `eval` writes every slot of the block it gets.
     unsafe { out.set_len(n) };
     out

@@ -58,6 +58,7 @@ impl CpuBackend {
             features: DeviceFeatures::default(),
             memory_bytes: system_memory(),
             selection,
+            policy: None,
         }
     }
 }

@@ -384,23 +384,12 @@ impl Shared {
 mod disk {
     use super::Records;
 
-    #[cfg(native)]
-    fn path() -> Option<std::path::PathBuf> {
-        use std::path::PathBuf;
-        let dir = if let Some(d) = std::env::var_os("GPUKIT_CACHE_DIR") {
-            PathBuf::from(d)
-        } else if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-            PathBuf::from(d).join("gpukit")
-        } else {
-            PathBuf::from(std::env::var_os("HOME")?).join(".cache/gpukit")
-        };
-        Some(dir.join("matmul-tuning.json"))
-    }
+    const FILE: &str = "matmul-tuning.json";
 
     /// The records saved by earlier processes; nothing when there is no readable file.
     pub(super) fn load() -> Records {
         #[cfg(native)]
-        if let Some(p) = path() {
+        if let Some(p) = crate::cache::path(FILE) {
             return load_from(&p);
         }
         Records::new()
@@ -408,39 +397,21 @@ mod disk {
 
     #[cfg(native)]
     pub(super) fn load_from(p: &std::path::Path) -> Records {
-        let Ok(text) = std::fs::read_to_string(p) else {
-            return Records::new();
-        };
-        serde_json::from_str(&text).unwrap_or_else(|e| {
-            log::warn!("gpukit: ignoring {} ({e})", p.display());
-            Records::new()
-        })
+        crate::cache::load_from(p)
     }
 
     /// Writes the records (best effort: a read-only home only costs a re-tune).
     pub(super) fn save(records: &Records) {
         #[cfg(native)]
-        if let Some(p) = path() {
-            if let Err(e) = save_to(&p, records) {
-                log::warn!(
-                    "gpukit: could not save matmul tuning to {}: {e}",
-                    p.display()
-                );
-            }
-        }
+        crate::cache::save(FILE, records);
         #[cfg(web)]
         let _ = records;
     }
 
-    /// Replaces the file by a rename, so concurrent processes never read half a file.
     #[cfg(native)]
+    #[cfg(test)]
     pub(super) fn save_to(p: &std::path::Path, records: &Records) -> std::io::Result<()> {
-        if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = p.with_extension(format!("json.{}", std::process::id()));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(records)?)?;
-        std::fs::rename(&tmp, p)
+        crate::cache::save_to(p, records)
     }
 }
 

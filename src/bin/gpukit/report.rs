@@ -133,7 +133,12 @@ pub fn info(json: bool) -> CliResult {
     }
     print_info(info);
     println!("recommended backend:  {recommended}");
-    if info.backend == Backend::Cpu && recommended != Backend::Cpu {
+    if info.policy.as_ref().is_some_and(|p| p.prefers_cpu()) {
+        println!(
+            "note: the {recommended} adapter is a software one and measured slower than the CPU \
+             backend; GPUKIT_BACKEND={recommended} uses it anyway"
+        );
+    } else if info.backend == Backend::Cpu && recommended != Backend::Cpu {
         println!(
             "note: a GPU backend ({recommended}) is available; unset GPUKIT_BACKEND to use it"
         );
@@ -183,5 +188,26 @@ pub fn print_info(info: &DeviceInfo) {
     ];
     for (k, v) in rows {
         println!("{:<23} {v}", format!("{k}:"));
+    }
+    if let Some(p) = &info.policy {
+        let side = |c: &gpukit::Costs| {
+            format!(
+                "round trip {:.0} us, +{:.1} us/op, upload {:.2} GB/s, read {:.2} GB/s, add {:.3} Gelem/s, matmul {:.2} GFLOP/s",
+                c.round_trip_us, c.op_us, c.upload_gbps, c.read_gbps, c.add_gelems, c.matmul_gflops
+            )
+        };
+        let from = |v: Option<usize>, unit: &str| {
+            v.map_or("never (the CPU wins)".into(), |s| {
+                format!("from {s} {unit}")
+            })
+        };
+        println!("{:<23} {}", "policy, adapter:", side(&p.adapter_costs));
+        println!("{:<23} {}", "policy, cpu:", side(&p.cpu_costs));
+        println!(
+            "{:<23} elementwise {}; matmul {}",
+            "adapter faster:",
+            from(p.elementwise_gpu_from, "elements"),
+            from(p.matmul_gpu_from, "square")
+        );
     }
 }
