@@ -16,25 +16,31 @@ async function measure(flavour) {
   return JSON.parse(await pkg.benchCpu(quick));
 }
 
-// One after the other: the two modules never run at once.
-const simd = await measure("simd");
-const scalar = await measure("scalar");
+// The two builds take turns, never at once, for several rounds; each row is the median
+// over rounds, so load from elsewhere on the machine falls on both alike.
+const rounds = quick ? 1 : 3;
+const runs = { simd: [], scalar: [] };
+for (let r = 0; r < rounds; r++) {
+  runs.simd.push(await measure("simd"));
+  runs.scalar.push(await measure("scalar"));
+}
+const [simd, scalar] = [runs.simd[0], runs.scalar[0]];
 if (!simd.simd128 || scalar.simd128) {
   throw new Error("the simd and scalar builds are mixed up (check the build flags)");
 }
+const median = (v) => v.slice().sort((a, b) => a - b)[v.length >> 1];
+const value = (flavour, i) => median(runs[flavour].map((m) => m.rows[i].gpukit));
 
-const rows = simd.rows.map((r, i) => {
-  const s = scalar.rows[i];
-  return {
-    id: r.id,
-    workload: r.workload,
-    simd128: r.gpukit,
-    scalar: s.gpukit,
-    speedup: r.gpukit / s.gpukit,
-    unit: r.unit,
-    runs: r.runs,
-  };
-});
+const rows = simd.rows.map((r, i) => ({
+  id: r.id,
+  workload: r.workload,
+  simd128: value("simd", i),
+  scalar: value("scalar", i),
+  speedup: value("simd", i) / value("scalar", i),
+  unit: r.unit,
+  runs: r.runs,
+  rounds,
+}));
 
 if (json) {
   console.log(JSON.stringify({ node: process.version, device: simd.device, quick, rows }, null, 2));
