@@ -183,12 +183,42 @@ impl Device {
         }
         let mut info = self.inner.info.clone();
         info.selection = format!("{}; {summary}", info.selection);
-        info.policy = Some(policy);
-        match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Device::from_parts(inner.backend, info),
-            // Measuring left no tensors behind, so this does not happen; keep the device.
-            Err(shared) => Device { inner: shared },
+        info.policy = Some(policy.clone());
+        let hybrid = crate::backend::hybrid::Hybrid::new(self, policy);
+        Device::from_parts(BackendImpl::Hybrid(Box::new(hybrid)), info)
+    }
+
+    /// A device that runs each op on `adapter` or on the CPU backend, by `policy`: ops of a
+    /// class at or above the policy's crossover size on the adapter, the rest on the CPU, with
+    /// inputs moved to where the op runs (in the browser, an op whose input is already on the
+    /// adapter stays there, since a read back cannot block). Automatic selection builds one when
+    /// the best adapter is a software one that the measurement found faster for large work;
+    /// this constructor lets you set the crossovers yourself ([`DispatchPolicy::fixed`]).
+    ///
+    /// [`DispatchPolicy::fixed`]: crate::DispatchPolicy::fixed
+    pub fn hybrid(adapter: &Device, policy: crate::DispatchPolicy) -> Result<Device> {
+        if !matches!(adapter.backend(), BackendImpl::Wgpu(_)) {
+            return Err(Error::InvalidArgument {
+                op: "Device::hybrid",
+                reason: format!(
+                    "the adapter must be a wgpu device, not {} ({})",
+                    adapter.info().adapter,
+                    adapter.info().backend
+                ),
+            });
         }
+        let mut info = adapter.info().clone();
+        info.selection = format!(
+            "explicit: hybrid of {} and the CPU; {}",
+            info.adapter,
+            policy.summary()
+        );
+        info.policy = Some(policy.clone());
+        let hybrid = crate::backend::hybrid::Hybrid::new(adapter.clone(), policy);
+        Ok(Device::from_parts(
+            BackendImpl::Hybrid(Box::new(hybrid)),
+            info,
+        ))
     }
 
     /// Opens the best usable wgpu adapter (GL only when no other API has one), or says why none
@@ -279,9 +309,9 @@ impl Device {
 
     /// Submits all enqueued work without waiting for it.
     pub fn flush(&self) -> Result<()> {
-        match &self.inner.backend {
-            BackendImpl::Wgpu(b) => b.flush(),
-            BackendImpl::Cpu(_) | BackendImpl::Meta => Ok(()),
+        match self.inner.backend.wgpu() {
+            Some(b) => b.flush(),
+            None => Ok(()),
         }
     }
 
@@ -293,9 +323,9 @@ impl Device {
     /// What the matmul autotuner measured on this device's adapter: one record per size class
     /// tuned so far, in this process or (natively) an earlier one. Empty on the CPU backend.
     pub fn tuning(&self) -> Vec<TuneRecord> {
-        match &self.inner.backend {
-            BackendImpl::Wgpu(b) => b.tuning(),
-            BackendImpl::Cpu(_) | BackendImpl::Meta => Vec::new(),
+        match self.inner.backend.wgpu() {
+            Some(b) => b.tuning(),
+            None => Vec::new(),
         }
     }
 
@@ -310,34 +340,34 @@ impl Device {
         n: usize,
         precision: Precision,
     ) -> Result<Option<TuneRecord>> {
-        match &self.inner.backend {
-            BackendImpl::Wgpu(b) => {
+        match self.inner.backend.wgpu() {
+            Some(b) => {
                 let shape = [m, n, k].map(|v| v as u64);
                 b.tune_matmul(shape, precision).await.map(Some)
             }
-            BackendImpl::Cpu(_) | BackendImpl::Meta => Ok(None),
+            None => Ok(None),
         }
     }
 
     /// Buffer pool statistics (all zero on the CPU backend).
     pub fn memory_stats(&self) -> MemoryStats {
-        match &self.inner.backend {
-            BackendImpl::Wgpu(b) => b.memory_stats(),
-            BackendImpl::Cpu(_) | BackendImpl::Meta => MemoryStats::default(),
+        match self.inner.backend.wgpu() {
+            Some(b) => b.memory_stats(),
+            None => MemoryStats::default(),
         }
     }
 
     /// Starts `peak_live_bytes` of [`Device::memory_stats`] again from the bytes live now, to
     /// measure the peak of the work that follows.
     pub fn reset_peak_memory(&self) {
-        if let BackendImpl::Wgpu(b) = &self.inner.backend {
+        if let Some(b) = self.inner.backend.wgpu() {
             b.reset_peak_memory();
         }
     }
 
     /// Frees the buffers the pool keeps for reuse (live tensors keep theirs).
     pub fn release_cached_memory(&self) {
-        if let BackendImpl::Wgpu(b) = &self.inner.backend {
+        if let Some(b) = self.inner.backend.wgpu() {
             b.release_cached_memory();
         }
     }

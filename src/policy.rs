@@ -12,8 +12,9 @@
 //! The measurements are kept per adapter and CPU: natively in `dispatch-policy.json` in the
 //! cache directory (see `GPUKIT_CACHE_DIR`), in the browser in memory for the page. When the
 //! CPU wins at every size of every class, `Device::new` runs on the CPU backend and says why in
-//! `info().selection`; otherwise it keeps the adapter. Either way `info().policy` holds the
-//! measurements and crossovers. An explicit choice (`with_backend`, `GPUKIT_BACKEND`,
+//! `info().selection`; otherwise it runs a hybrid of both. Either way `info().policy` holds the
+//! measurements and crossovers, and each op runs on the side its class and size call for
+//! (see `Device::hybrid`). An explicit choice (`with_backend`, `GPUKIT_BACKEND`,
 //! `Device::gpu`) never consults the policy.
 
 use std::collections::HashMap;
@@ -128,6 +129,35 @@ impl DispatchPolicy {
         }
     }
 
+    /// A policy with crossovers you choose instead of measured ones (for [`Device::hybrid`]):
+    /// ops of a class from `elementwise_from` elements / `matmul_from` square side up run on
+    /// the adapter (`None`: never). The costs are left at zero.
+    ///
+    /// [`Device::hybrid`]: crate::Device::hybrid
+    pub fn fixed(
+        adapter: impl Into<String>,
+        elementwise_from: Option<usize>,
+        matmul_from: Option<usize>,
+    ) -> DispatchPolicy {
+        let zero = Costs {
+            round_trip_us: 0.0,
+            op_us: 0.0,
+            upload_gbps: 0.0,
+            read_gbps: 0.0,
+            add_gelems: 0.0,
+            matmul_gflops: 0.0,
+        };
+        let cpu = elementwise_from.is_none() && matmul_from.is_none();
+        DispatchPolicy {
+            adapter: adapter.into(),
+            adapter_costs: zero,
+            cpu_costs: zero,
+            elementwise_gpu_from: elementwise_from,
+            matmul_gpu_from: matmul_from,
+            choice: if cpu { "cpu" } else { "adapter" }.into(),
+        }
+    }
+
     /// Whether the CPU backend was faster at every size considered.
     pub fn prefers_cpu(&self) -> bool {
         self.choice == "cpu"
@@ -151,6 +181,7 @@ impl DispatchPolicy {
 /// Policies measured so far, by adapter-and-CPU key (loaded from disk natively).
 type Store = HashMap<String, DispatchPolicy>;
 
+#[cfg(native)]
 const FILE: &str = "dispatch-policy.json";
 
 fn store() -> &'static Mutex<Store> {

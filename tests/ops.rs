@@ -38,6 +38,16 @@ fn wgpu_device() -> &'static Device {
     })
 }
 
+/// The software-adapter hybrid: the wgpu device and the CPU with small crossovers, so the
+/// suite's sizes run on both sides and inputs move between them.
+fn hybrid_device() -> &'static Device {
+    static DEVICE: OnceLock<Device> = OnceLock::new();
+    DEVICE.get_or_init(|| {
+        let policy = gpukit::DispatchPolicy::fixed("op suite", Some(4096), Some(64));
+        Device::hybrid(wgpu_device(), policy).expect("a hybrid of the suite's adapter")
+    })
+}
+
 fn cpu_device() -> &'static Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE.get_or_init(Device::cpu)
@@ -72,4 +82,5 @@ macro_rules! op_suite {
 op_suite! {
     wgpu => wgpu_device(),
     cpu => cpu_device(),
+    hybrid => hybrid_device(),
 }

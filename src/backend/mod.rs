@@ -4,6 +4,7 @@
 //! parameters make sense); it checks only what depends on the device (limits, memory, loss).
 
 pub(crate) mod cpu;
+pub(crate) mod hybrid;
 pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
@@ -137,6 +138,8 @@ pub(crate) trait BackendOps {
 pub(crate) enum BackendImpl {
     Wgpu(self::wgpu::WgpuBackend),
     Cpu(cpu::CpuBackend),
+    /// A software adapter and the CPU, each op where the measured policy predicts it faster.
+    Hybrid(Box<hybrid::Hybrid>),
     /// Shapes only: every op validates and returns an empty storage. A batch runs each op on
     /// meta tensors when it is recorded, so the op's own checks report mistakes at once.
     Meta,
@@ -149,7 +152,46 @@ pub(crate) enum Storage {
     Meta,
 }
 
+/// The sizes of quantized parts without their storages, to rebuild the parts around moved
+/// copies (a hybrid device may move every storage an op reads).
+#[derive(Clone, Copy)]
+struct QuantShape {
+    format: crate::quant::QuantFormat,
+    rows: usize,
+    cols: usize,
+    has_mins: bool,
+}
+
+impl QuantShape {
+    /// The parts from `[scales, words, mins?]`, as `QuantParts::storages` lists them.
+    fn parts<'b>(self, s: &[&'b Storage]) -> QuantParts<'b, Storage> {
+        QuantParts {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            scales: s[0],
+            words: s[1],
+            mins: self.has_mins.then(|| s[2]),
+        }
+    }
+}
+
 impl<'a> QuantParts<'a, Storage> {
+    fn storages(&self) -> Vec<&'a Storage> {
+        let mut v = vec![self.scales, self.words];
+        v.extend(self.mins);
+        v
+    }
+
+    fn shape(&self) -> QuantShape {
+        QuantShape {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            has_mins: self.mins.is_some(),
+        }
+    }
+
     /// The same parts as one backend's storages.
     fn map<S>(self, f: impl Fn(&'a Storage) -> Result<&'a S>) -> Result<QuantParts<'a, S>> {
         Ok(QuantParts {
@@ -200,16 +242,42 @@ macro_rules! dispatch {
                 $body.map(Storage::Cpu)
             }
             BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Hybrid(_) => Err(mismatch()),
         }
     };
 }
 
+/// The early return of a hybrid device: `hybrid!(self, class, size, [inputs], |be, s| call)`.
+macro_rules! hybrid {
+    ($self:expr, $class:expr, $size:expr, $inputs:expr, $f:expr) => {
+        if let BackendImpl::Hybrid(h) = $self {
+            return h.run($class, $size, $inputs, $f);
+        }
+    };
+}
+
+use crate::policy::OpClass::{Elementwise, Matmul};
+
 impl BackendImpl {
+    /// The wgpu backend doing the GPU work, if any (a hybrid device's adapter included).
+    pub(crate) fn wgpu(&self) -> Option<&self::wgpu::WgpuBackend> {
+        match self {
+            BackendImpl::Wgpu(b) => Some(b),
+            BackendImpl::Hybrid(h) => h.gpu.backend().wgpu(),
+            BackendImpl::Cpu(_) | BackendImpl::Meta => None,
+        }
+    }
+
     pub(crate) fn upload(&self, data: &[f32]) -> Result<Storage> {
+        // A hybrid device keeps new data on the host until an op routed to the adapter needs it.
+        if let BackendImpl::Hybrid(h) = self {
+            return h.cpu.upload(data);
+        }
         dispatch!(self, b, [], b.upload(data))
     }
 
     pub(crate) fn unary(&self, op: UnaryOp, x: &Storage, n: usize) -> Result<Storage> {
+        hybrid!(self, Elementwise, n, &[x], |be, s| be.unary(op, s[0], n));
         dispatch!(self, b, [x = x], b.unary(op, x, n))
     }
 
@@ -220,6 +288,12 @@ impl BackendImpl {
         b: Operand<'_, Storage>,
         n: usize,
     ) -> Result<Storage> {
+        hybrid!(self, Elementwise, n, &[a.0, b.0], |be, s| be.binary(
+            op,
+            (s[0], a.1),
+            (s[1], b.1),
+            n
+        ));
         dispatch!(
             self,
             be,
@@ -235,10 +309,13 @@ impl BackendImpl {
         rows: usize,
         cols: usize,
     ) -> Result<Storage> {
+        hybrid!(self, Elementwise, rows * cols, &[x], |be, s| be
+            .reduce(op, s[0], rows, cols));
         dispatch!(self, b, [x = x], b.reduce(op, x, rows, cols))
     }
 
     pub(crate) fn dot(&self, a: &Storage, b: &Storage, n: usize) -> Result<Storage> {
+        hybrid!(self, Elementwise, n, &[a, b], |be, s| be.dot(s[0], s[1], n));
         dispatch!(self, be, [a = a, b = b], be.dot(a, b, n))
     }
 
@@ -249,6 +326,8 @@ impl BackendImpl {
         cols: usize,
         log: bool,
     ) -> Result<Storage> {
+        hybrid!(self, Elementwise, rows * cols, &[x], |be, s| be
+            .softmax(s[0], rows, cols, log));
         dispatch!(self, b, [x = x], b.softmax(x, rows, cols, log))
     }
 
@@ -259,8 +338,14 @@ impl BackendImpl {
         bias: Option<&Storage>,
         spec: MatmulSpec,
     ) -> Result<Storage> {
+        let d = spec.dims;
+        let flops = 2.0 * (d.batch * d.m) as f64 * (d.n * d.k) as f64;
+        let mut ins = vec![a, b];
+        ins.extend(bias);
+        hybrid!(self, Matmul, hybrid::square_side(flops), &ins, |be, s| be
+            .matmul(s[0], s[1], s.get(2).copied(), spec));
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let bias = bias.map(Storage::as_wgpu).transpose()?;
                 be.matmul(a.as_wgpu()?, b.as_wgpu()?, bias, spec)
@@ -281,8 +366,19 @@ impl BackendImpl {
         bias: Option<&Storage>,
         spec: NormSpec,
     ) -> Result<Storage> {
+        let mut ins = vec![x];
+        let wi = weight.map(|w| {
+            ins.push(w);
+            ins.len() - 1
+        });
+        let bi = bias.map(|b| {
+            ins.push(b);
+            ins.len() - 1
+        });
+        hybrid!(self, Elementwise, spec.rows * spec.cols, &ins, |be, s| be
+            .norm(s[0], wi.map(|i| s[i]), bi.map(|i| s[i]), spec));
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let w = weight.map(Storage::as_wgpu).transpose()?;
                 let b = bias.map(Storage::as_wgpu).transpose()?;
@@ -297,6 +393,8 @@ impl BackendImpl {
     }
 
     pub(crate) fn embedding(&self, table: &Storage, ids: &[u32], dim: usize) -> Result<Storage> {
+        hybrid!(self, Elementwise, ids.len() * dim, &[table], |be, s| be
+            .embedding(s[0], ids, dim));
         dispatch!(self, be, [t = table], be.embedding(t, ids, dim))
     }
 
@@ -308,6 +406,8 @@ impl BackendImpl {
         n_seq_dim: [usize; 3],
         layout: RopeLayout,
     ) -> Result<Storage> {
+        hybrid!(self, Elementwise, n_seq_dim[0], &[x, cos, sin], |be, s| be
+            .rope(s[0], s[1], s[2], n_seq_dim, layout));
         dispatch!(
             self,
             be,
@@ -324,6 +424,15 @@ impl BackendImpl {
         lens: Option<&[u32]>,
         spec: AttentionSpec,
     ) -> Result<Storage> {
+        let a = &spec;
+        let flops = 2.0 * (a.batch * a.hq * a.sq) as f64 * (a.sk * (a.d + a.dv)) as f64;
+        hybrid!(
+            self,
+            Matmul,
+            hybrid::square_side(flops),
+            &[q, k, v],
+            |be, s| be.attention(s[0], s[1], s[2], lens, spec)
+        );
         dispatch!(
             self,
             be,
@@ -339,8 +448,10 @@ impl BackendImpl {
         cols: usize,
         k: usize,
     ) -> Result<(Storage, Storage)> {
+        hybrid!(self, Elementwise, rows * cols, &[x], |be, s| be
+            .topk(s[0], rows, cols, k));
         match self {
-            BackendImpl::Meta => Ok((Storage::Meta, Storage::Meta)),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok((Storage::Meta, Storage::Meta)),
             BackendImpl::Wgpu(be) => {
                 let (v, i) = be.topk(x.as_wgpu()?, rows, cols, k)?;
                 Ok((Storage::Wgpu(v), Storage::Wgpu(i)))
@@ -358,8 +469,14 @@ impl BackendImpl {
         w: QuantParts<'_, Storage>,
         m: usize,
     ) -> Result<Storage> {
+        let flops = 2.0 * m as f64 * (w.rows * w.cols) as f64;
+        let shape = w.shape();
+        let mut ins = vec![x];
+        ins.extend(w.storages());
+        hybrid!(self, Matmul, hybrid::square_side(flops), &ins, |be, s| be
+            .matmul_quant(s[0], shape.parts(&s[1..]), m));
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => be
                 .matmul_quant(x.as_wgpu()?, w.map(Storage::as_wgpu)?, m)
                 .map(Storage::Wgpu),
@@ -370,8 +487,12 @@ impl BackendImpl {
     }
 
     pub(crate) fn dequantize(&self, w: QuantParts<'_, Storage>) -> Result<Storage> {
+        let n = w.rows * w.cols;
+        let shape = w.shape();
+        hybrid!(self, Elementwise, n, &w.storages(), |be, s| be
+            .dequantize(shape.parts(s)));
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => be.dequantize(w.map(Storage::as_wgpu)?).map(Storage::Wgpu),
             BackendImpl::Cpu(be) => be.dequantize(w.map(Storage::as_cpu)?).map(Storage::Cpu),
         }
@@ -384,8 +505,14 @@ impl BackendImpl {
         bias: Option<&Storage>,
         spec: ConvSpec,
     ) -> Result<Storage> {
+        let depth = (spec.c / spec.opts.groups.max(1)) * spec.kh * spec.kw;
+        let flops = 2.0 * (spec.n * spec.o * spec.oh * spec.ow) as f64 * depth as f64;
+        let mut ins = vec![x, w];
+        ins.extend(bias);
+        hybrid!(self, Matmul, hybrid::square_side(flops), &ins, |be, s| be
+            .conv2d(s[0], s[1], s.get(2).copied(), spec));
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let bias = bias.map(Storage::as_wgpu).transpose()?;
                 be.conv2d(x.as_wgpu()?, w.as_wgpu()?, bias, spec)
@@ -405,8 +532,14 @@ impl BackendImpl {
         inputs: &[(&Storage, usize)],
         n: usize,
     ) -> Result<Storage> {
+        let ins: Vec<&Storage> = inputs.iter().map(|(s, _)| *s).collect();
+        hybrid!(self, Elementwise, n, &ins, |be, s| {
+            let moved: Vec<(&Storage, usize)> =
+                s.iter().zip(inputs).map(|(s, (_, l))| (*s, *l)).collect();
+            be.fused(expr, &moved, n)
+        });
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let inputs = inputs
                     .iter()
@@ -425,12 +558,28 @@ impl BackendImpl {
     }
 
     pub(crate) fn pool2d(&self, x: &Storage, spec: PoolSpec) -> Result<Storage> {
+        hybrid!(
+            self,
+            Elementwise,
+            spec.planes * spec.h * spec.w,
+            &[x],
+            |be, s| be.pool2d(s[0], spec)
+        );
         dispatch!(self, be, [x = x], be.pool2d(x, spec))
     }
 
     pub(crate) fn copy(&self, parts: &[(&Storage, CopySpec)], n: usize) -> Result<Storage> {
+        let ins: Vec<&Storage> = parts.iter().map(|(s, _)| *s).collect();
+        hybrid!(self, Elementwise, n, &ins, |be, s| {
+            let moved: Vec<(&Storage, CopySpec)> = s
+                .iter()
+                .zip(parts)
+                .map(|(s, (_, c))| (*s, c.clone()))
+                .collect();
+            be.copy(&moved, n)
+        });
         match self {
-            BackendImpl::Meta => Ok(Storage::Meta),
+            BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => {
                 let parts = parts
                     .iter()
@@ -452,6 +601,7 @@ impl BackendImpl {
         match (self, x) {
             (BackendImpl::Wgpu(b), Storage::Wgpu(x)) => b.read(x, n).await,
             (BackendImpl::Cpu(b), Storage::Cpu(x)) => b.read(x, n).await,
+            (BackendImpl::Hybrid(h), x) => h.read(x, n).await,
             _ => Err(mismatch()),
         }
     }
@@ -461,6 +611,7 @@ impl BackendImpl {
             BackendImpl::Meta => Ok(()),
             BackendImpl::Wgpu(b) => b.synchronize().await,
             BackendImpl::Cpu(b) => b.synchronize().await,
+            BackendImpl::Hybrid(h) => h.synchronize().await,
         }
     }
 }

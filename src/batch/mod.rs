@@ -504,7 +504,8 @@ impl Batch {
         let plan = Plan::new(self)?;
         let wgpu = match self.device.backend() {
             BackendImpl::Wgpu(b) => Some(b),
-            BackendImpl::Cpu(_) | BackendImpl::Meta => None,
+            // A hybrid device routes op by op, so its batches run op by op too.
+            BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => None,
         };
         let (values, taken) = match wgpu {
             Some(b) => {

@@ -213,7 +213,8 @@ impl Plan {
                     .collect::<Result<Vec<_>>>()?;
                 b.read_many(&refs).await?
             }
-            BackendImpl::Cpu(_) | BackendImpl::Meta => {
+            // A hybrid device's outputs may sit on either side: read each where it is.
+            BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => {
                 let mut all = Vec::with_capacity(outs.len());
                 for t in outs {
                     all.push(t.read().await?);

@@ -32,6 +32,12 @@ use crate::quant::QuantParts;
 /// Host memory holding a tensor.
 pub(crate) struct CpuStorage(Vec<f32>);
 
+impl CpuStorage {
+    pub(crate) fn data(&self) -> &[f32] {
+        &self.0
+    }
+}
+
 /// The CPU backend.
 pub(crate) struct CpuBackend;
 

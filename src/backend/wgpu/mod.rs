@@ -129,6 +129,12 @@ pub(crate) struct WgpuStorage {
 }
 
 impl WgpuStorage {
+    /// Floats the buffer holds (at least the tensor's; pool size classes round up).
+    #[cfg(native)]
+    pub(crate) fn len(&self) -> usize {
+        self.buffer.as_ref().map_or(0, |b| (b.size() / 4) as usize)
+    }
+
     fn buffer(&self) -> Result<&wgpu::Buffer> {
         // Only `drop` takes the buffer, so a live storage always has one.
         self.buffer.as_ref().ok_or(Error::DeviceLost {

@@ -384,6 +384,7 @@ impl Shared {
 mod disk {
     use super::Records;
 
+    #[cfg(native)]
     const FILE: &str = "matmul-tuning.json";
 
     /// The records saved by earlier processes; nothing when there is no readable file.
