@@ -195,9 +195,17 @@ fn store() -> &'static Mutex<Store> {
     })
 }
 
+/// Names the adapter, the CPU and the build: an unoptimised (debug) build's CPU kernels are
+/// 10-50x slower than a release build's while the driver is the same, so each build measures
+/// for itself.
 fn key(adapter: &DeviceInfo, cpu: &DeviceInfo) -> String {
+    let build = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
     format!(
-        "{} | {} {} | gpukit {}",
+        "{} | {} {} | gpukit {} {build}",
         crate::backend::wgpu::tuner::adapter_key(adapter),
         cpu.adapter,
         cpu.driver,
