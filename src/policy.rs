@@ -223,11 +223,13 @@ pub(crate) async fn for_adapter(adapter: &Device) -> Result<DispatchPolicy> {
     let gpu_costs = measure(adapter).await?;
     let cpu_costs = measure(&cpu).await?;
     let policy = DispatchPolicy::from_costs(adapter.info().adapter.clone(), gpu_costs, cpu_costs);
+    // Devices opened at once may each have measured; the first result stored wins, so every
+    // device of the process follows one policy.
     let mut s = lock(store());
-    s.insert(k, policy.clone());
+    let kept = s.entry(k).or_insert(policy).clone();
     #[cfg(native)]
     crate::cache::save(FILE, &*s);
-    Ok(policy)
+    Ok(kept)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
