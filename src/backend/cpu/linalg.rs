@@ -163,15 +163,7 @@ pub(super) fn matmul(
     // Many small products: one per thread task. Otherwise gemm threads each product.
     let small = d.m * d.n * d.k < 1 << 18;
     if d.batch > 1 && small {
-        let failed = std::sync::Mutex::new(None);
-        par::chunks_mut(&mut out, mn, |start, c| {
-            if let Err(e) = entry(start / mn, c, 1) {
-                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-            }
-        });
-        if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(e);
-        }
+        par::try_chunks_mut(&mut out, mn, |start, c| entry(start / mn, c, 1))?;
     } else {
         for (e, c) in out.chunks_exact_mut(mn).enumerate() {
             entry(e, c, par::threads())?;
@@ -279,8 +271,7 @@ pub(super) fn matmul_quant(x: &[f32], w: QuantParts<'_, CpuStorage>, m: usize) -
     let (n, k) = (w.rows, w.cols);
     // Computed transposed, out^T[n, m] = w x^T, so each task owns whole rows of the result.
     let mut out_t = vec![0.0f32; n * m];
-    let failed = std::sync::Mutex::new(None);
-    par::chunks_mut(&mut out_t, (QUANT_ROWS * m).max(1), |start, dst| {
+    par::try_chunks_mut(&mut out_t, (QUANT_ROWS * m).max(1), |start, dst| {
         let r0 = start / m.max(1);
         let rows = dst.len() / m.max(1);
         let mut deq = vec![0.0f32; rows * k];
@@ -295,13 +286,8 @@ pub(super) fn matmul_quant(x: &[f32], w: QuantParts<'_, CpuStorage>, m: usize) -
             rs: 1,
             cs: k,
         };
-        if let Err(e) = sgemm(rows, m, k, wv, xv, dst, m, false, 1) {
-            *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-        }
-    });
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
+        sgemm(rows, m, k, wv, xv, dst, m, false, 1)
+    })?;
     let mut out = vec![0.0f32; m * n];
     for (j, col) in out_t.chunks_exact(m.max(1)).enumerate() {
         for (i, &v) in col.iter().enumerate() {

@@ -39,6 +39,28 @@ pub(super) fn chunks_mut<T: Send>(
     }
 }
 
+/// [`chunks_mut`] with a fallible `f`: the first error any chunk returns (the other chunks
+/// still run).
+pub(super) fn try_chunks_mut<T: Send, E: Send>(
+    out: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) -> Result<(), E> + Send + Sync,
+) -> Result<(), E> {
+    let failed = std::sync::Mutex::new(None);
+    chunks_mut(out, chunk, |start, c| {
+        if let Err(e) = f(start, c) {
+            failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+    });
+    match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// Like [`chunks_mut`] over rows of `width` elements: `f(first_row, rows)` gets whole rows,
 /// about [`GRAIN`] elements (at least one row) at a time.
 pub(super) fn rows_mut<T: Send>(
