@@ -88,6 +88,20 @@ impl Device {
         )
     }
 
+    /// The CPU backend chosen because no GPU is usable; `reason` says why, in `info().selection`
+    /// and in the one warning of the process.
+    pub(crate) fn cpu_fallback(reason: &str) -> Device {
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            log::warn!("gpukit: {reason}; falling back to the CPU backend");
+        }
+        Device {
+            inner: Arc::new(Inner {
+                backend: BackendImpl::Cpu(CpuBackend),
+                info: CpuBackend::info(format!("fallback: {reason}")),
+            }),
+        }
+    }
+
     /// The CPU backend without the once-per-process "no GPU in use" warning (for measuring).
     pub(crate) fn cpu_quiet() -> Device {
         Device {
@@ -148,11 +162,7 @@ impl Device {
         match Device::best_wgpu(why).await {
             Ok(device) if device.info().software => Ok(device.with_measured_policy().await),
             Ok(device) => Ok(device),
-            Err(reason) => {
-                log::warn!("gpukit: no usable GPU ({reason}); falling back to the CPU backend");
-                let info = CpuBackend::info(format!("fallback: {reason}"));
-                Ok(Device::from_parts(BackendImpl::Cpu(CpuBackend), info))
-            }
+            Err(reason) => Ok(Device::cpu_fallback(&format!("no usable GPU ({reason})"))),
         }
     }
 

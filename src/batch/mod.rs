@@ -63,6 +63,14 @@ pub struct Value {
     index: usize,
 }
 
+impl Value {
+    /// Its place in the batch's record (the number the JS API hands out).
+    #[cfg_attr(native, allow(dead_code))]
+    pub(crate) fn index(self) -> usize {
+        self.index
+    }
+}
+
 /// How a recorded matmul reads its operands and what it fuses after the product.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchMatmul {
@@ -161,6 +169,7 @@ impl Node {
 }
 
 /// Recorded uploads and ops; see the module docs.
+#[derive(Clone)]
 pub struct Batch {
     device: Device,
     /// A shape-only device: `apply` runs each op on it when recorded, so the op's own checks
@@ -190,6 +199,18 @@ pub struct BatchResult {
 }
 
 impl BatchResult {
+    /// The output recorded `index`-th in its batch (see [`Batch::value`]).
+    #[cfg_attr(native, allow(dead_code))]
+    pub(crate) fn output_at(&self, index: usize) -> Result<&[f32]> {
+        match self.order.iter().find(|v| v.index == index) {
+            Some(&v) => self.get(v),
+            None => Err(Error::InvalidArgument {
+                op: "batch result",
+                reason: format!("value {index} was not marked as an output"),
+            }),
+        }
+    }
+
     /// The data of an output.
     pub fn get(&self, v: Value) -> Result<&[f32]> {
         self.outputs
@@ -226,6 +247,25 @@ impl Device {
 }
 
 impl Batch {
+    /// The value recorded `index`-th in this batch (the JS API hands values out as numbers).
+    #[cfg_attr(native, allow(dead_code))]
+    pub(crate) fn value(&self, index: usize) -> Result<Value> {
+        if index < self.nodes.len() {
+            Ok(Value {
+                batch: self.id,
+                index,
+            })
+        } else {
+            Err(Error::InvalidArgument {
+                op: "batch",
+                reason: format!(
+                    "value {index} is not one of this batch's {} values",
+                    self.nodes.len()
+                ),
+            })
+        }
+    }
+
     fn node(&self, v: Value, op: &'static str) -> Result<&Node> {
         if v.batch != self.id {
             return Err(Error::InvalidArgument {

@@ -1,17 +1,121 @@
-//! The JavaScript API, through wasm-bindgen (wasm32 only).
+//! The JavaScript API, through wasm-bindgen (wasm32 only): a thin layer over the Rust API.
+//!
+//! - [`gpu::JsGpu`] (`Gpu` in JS): `await Gpu.create({ backend })`, `info`, `tensor(data, shape)`.
+//! - [`tensor::JsTensor`] (`Tensor`): every op as a method, `await read()`, `dispose()`.
+//! - [`batch::JsBatch`] (`Batch`): the batch API, values as plain numbers.
+//!
+//! Every failure is a JS `Error` carrying the Rust message; nothing here panics, so no call
+//! ends in a wasm trap. Arguments JS can get wrong (shapes, option objects, tensors that were
+//! disposed) are checked here before they reach the library.
 
+mod batch;
+mod gpu;
+mod options;
+mod tensor;
+
+use js_sys::{Array, ArrayBuffer, Reflect};
 use wasm_bindgen::prelude::*;
 
 use crate::Device;
 
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = warn)]
+    fn console_warn(message: &str);
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(message: &str);
+}
+
+/// Forwards the library's warnings (the CPU fallback, a software adapter) to the console.
+struct ConsoleLogger;
+
+impl log::Log for ConsoleLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let message = record.args().to_string();
+        if record.level() == log::Level::Error {
+            console_error(&message);
+        } else {
+            console_warn(&message);
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: ConsoleLogger = ConsoleLogger;
+
+/// Installs the console logger (unless the page set its own) and a panic hook that prints the
+/// message before the trap, should a bug ever reach one.
+fn init_once() {
+    use std::sync::Once;
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        if log::set_logger(&LOGGER).is_ok() {
+            log::set_max_level(log::LevelFilter::Warn);
+        }
+        std::panic::set_hook(Box::new(|info| {
+            console_error(&format!("gpukit: internal error (please report): {info}"));
+        }));
+    });
+}
+
 fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
+}
+
+/// A list of non-negative integers (a shape, axes, ids) from a JS array or typed array.
+fn usizes(value: &JsValue, what: &str) -> Result<Vec<usize>, JsError> {
+    if !(Array::is_array(value) || ArrayBuffer::is_view(value)) {
+        return Err(JsError::new(&format!(
+            "{what} must be an array of non-negative integers, got {}",
+            describe(value)
+        )));
+    }
+    Array::from(value)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_f64() {
+            Some(x) if x >= 0.0 && x.fract() == 0.0 && x <= u32::MAX as f64 => Ok(x as usize),
+            _ => Err(JsError::new(&format!(
+                "{what}[{i}] must be a non-negative integer, got {}",
+                describe(&v)
+            ))),
+        })
+        .collect()
+}
+
+/// A short description of a JS value for error messages.
+fn describe(value: &JsValue) -> String {
+    if let Some(s) = value.as_string() {
+        return format!("{s:?}");
+    }
+    match value.as_f64() {
+        Some(x) => x.to_string(),
+        None => value.js_typeof().as_string().unwrap_or_default(),
+    }
+}
+
+/// `value[key]`, or `undefined` when `value` is not an object.
+fn property(value: &JsValue, key: &str) -> JsValue {
+    if value.is_object() {
+        Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+    } else {
+        JsValue::UNDEFINED
+    }
 }
 
 /// Runs the CPU backend's benchmark workloads (`gpukit::bench_cpu`) and returns them as JSON:
 /// `{ device, simd128, rows: [{ id, workload, gpukit, reference, unit, ... }] }`.
 #[wasm_bindgen(js_name = benchCpu)]
 pub async fn bench_cpu(quick: bool) -> Result<String, JsError> {
+    init_once();
     let rows = crate::bench_cpu::run(quick, None).await.map_err(js_error)?;
     let out = serde_json::json!({
         "device": Device::cpu().info(),
@@ -20,4 +124,10 @@ pub async fn bench_cpu(quick: bool) -> Result<String, JsError> {
         "rows": rows,
     });
     serde_json::to_string(&out).map_err(js_error)
+}
+
+/// The gpukit version of this build.
+#[wasm_bindgen]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
 }

@@ -1,0 +1,152 @@
+//! `Gpu` in JS: opens a device and makes tensors on it.
+
+use js_sys::{Array, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::batch::JsBatch;
+use super::options::{self, GpuOptions, JsInfo};
+use super::tensor::{tensors, JsQuantTensor, JsTensor};
+use super::{init_once, js_error, usizes};
+use crate::{Backend, Device, Tensor};
+
+/// A compute device: WebGPU, or the CPU SIMD128 backend where WebGPU is missing.
+#[wasm_bindgen(js_name = Gpu)]
+pub struct JsGpu {
+    device: Device,
+}
+
+/// Whether this JS environment has a WebGPU adapter to offer; asking wgpu for a WebGPU
+/// instance where there is none (Node) panics, so this comes first.
+async fn webgpu_supported() -> bool {
+    wgpu::util::is_browser_webgpu_supported().await
+}
+
+#[wasm_bindgen(js_class = Gpu)]
+impl JsGpu {
+    /// Opens a device. `backend: "auto"` (the default) picks WebGPU when the browser has an
+    /// adapter and otherwise the CPU backend, with one console warning; `"webgpu"` fails with
+    /// an error instead of falling back; `"cpu"` is the CPU backend.
+    pub async fn create(
+        #[wasm_bindgen(unchecked_optional_param_type = "GpuOptions")] options: JsValue,
+    ) -> Result<JsGpu, JsError> {
+        init_once();
+        let o: GpuOptions = options::parse(&options, "Gpu.create options")?;
+        let device = match o.backend()? {
+            Some(Backend::Cpu) => Device::cpu(),
+            Some(backend) => {
+                if !webgpu_supported().await {
+                    return Err(JsError::new(
+                        "WebGPU is not available here (no navigator.gpu, as in Node or an older \
+                         browser, or the browser blocks it): use backend \"auto\" to fall back \
+                         to the CPU backend, or \"cpu\"",
+                    ));
+                }
+                Device::with_backend(backend).await.map_err(js_error)?
+            }
+            None if webgpu_supported().await => Device::new().await.map_err(js_error)?,
+            None => Device::cpu_fallback("WebGPU is not available here (no navigator.gpu)"),
+        };
+        Ok(JsGpu { device })
+    }
+
+    /// What runs: backend, adapter, whether it is software (SwiftShader) or the CPU, features,
+    /// limits and why it was chosen.
+    #[wasm_bindgen(getter, unchecked_return_type = "GpuInfo")]
+    pub fn info(&self) -> Result<JsValue, JsError> {
+        let text = serde_json::to_string(&JsInfo::from(self.device.info())).map_err(js_error)?;
+        js_sys::JSON::parse(&text).map_err(|_| JsError::new("info could not be converted"))
+    }
+
+    /// A tensor holding a copy of `data` (row-major) with this shape.
+    pub fn tensor(
+        &self,
+        data: &[f32],
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+    ) -> Result<JsTensor, JsError> {
+        let shape = usizes(&shape, "shape")?;
+        JsTensor::wrap(self.device.tensor(data, &shape))
+    }
+
+    /// A tensor of shape [] holding `value`.
+    pub fn scalar(&self, value: f32) -> Result<JsTensor, JsError> {
+        JsTensor::wrap(self.device.scalar(value))
+    }
+
+    /// Joins tensors along `axis` (all other axes equal).
+    pub fn concat(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Tensor[]")] parts: JsValue,
+        axis: usize,
+    ) -> Result<JsTensor, JsError> {
+        let parts = tensors(&parts, "concat parts")?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        JsTensor::wrap(Tensor::concat(&refs, axis))
+    }
+
+    /// RoPE tables `[cos, sin]` for positions offset..offset+seq, each [seq, dim / 2],
+    /// computed in f64.
+    #[wasm_bindgen(js_name = ropeTables, unchecked_return_type = "[Tensor, Tensor]")]
+    pub fn rope_tables(
+        &self,
+        seq: usize,
+        dim: usize,
+        base: Option<f64>,
+        offset: Option<usize>,
+    ) -> Result<Array, JsError> {
+        let (c, s) = self
+            .device
+            .rope_tables(seq, dim, base.unwrap_or(10000.0), offset.unwrap_or(0))
+            .map_err(js_error)?;
+        Ok(Array::of2(
+            &JsTensor::new(c).into(),
+            &JsTensor::new(s).into(),
+        ))
+    }
+
+    /// A [rows, cols] weight from GGUF block bytes ("q8_0", "q4_0" or "q4_1").
+    pub fn quantized(
+        &self,
+        bytes: &[u8],
+        #[wasm_bindgen(unchecked_param_type = "QuantFormatName")] format: String,
+        rows: usize,
+        cols: usize,
+    ) -> Result<JsQuantTensor, JsError> {
+        let format = options::quant_format(&format)?;
+        self.device
+            .quantized(bytes, format, rows, cols)
+            .map(|inner| JsQuantTensor { inner })
+            .map_err(js_error)
+    }
+
+    /// A batch: record uploads and ops, then `run()` them in one GPU round trip.
+    pub fn batch(&self) -> JsBatch {
+        JsBatch::new(self.device.batch())
+    }
+
+    /// Waits until every enqueued op has finished.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn synchronize(&self) -> Promise {
+        let device = self.device.clone();
+        future_to_promise(async move {
+            device.synchronize().await.map_err(js_error)?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Device memory held by tensors and the buffer pool, in bytes.
+    #[wasm_bindgen(js_name = memoryStats, unchecked_return_type = "{ liveBytes: number; pooledBytes: number; peakLiveBytes: number }")]
+    pub fn memory_stats(&self) -> Result<JsValue, JsError> {
+        let m = self.device.memory_stats();
+        let o = js_sys::Object::new();
+        for (k, v) in [
+            ("liveBytes", m.live_bytes),
+            ("pooledBytes", m.pooled_bytes),
+            ("peakLiveBytes", m.peak_live_bytes),
+        ] {
+            js_sys::Reflect::set(&o, &k.into(), &JsValue::from(v as f64))
+                .map_err(|_| JsError::new("memoryStats could not be built"))?;
+        }
+        Ok(o.into())
+    }
+}
