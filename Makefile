@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node bench bench-peer bench-cpu bench-node gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser bench bench-peer bench-cpu bench-node gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -15,7 +15,7 @@ demo: deps
 
 ## Formatting, lints (native and wasm32), every native test, doc tests, the op suite in Node
 ## (wasm32, SIMD128, CPU backend), and the demo's checks.
-test: deps lint test-native test-wasm test-node
+test: deps lint test-native test-wasm test-node test-browser
 	$(CARGO) run --example demo
 
 lint:
@@ -38,6 +38,13 @@ test-wasm:
 # (.cargo/config.toml sets both): the CPU backend as Node and WebGPU-less browsers run it.
 test-node:
 	$(CARGO) test --target wasm32-unknown-unknown --test node
+
+# The op suite in headless Chromium on its WebGPU adapter (SwiftShader), plus the same suite
+# on a WebGPU+CPU hybrid and automatic selection there; webdriver.json adds the WebGPU flag.
+# SwiftShader is slow: the runner's default per-run timeout is too short for the tuner.
+test-browser:
+	WASM_BINDGEN_TEST_TIMEOUT=1200 CHROMEDRIVER=$${CHROMEDRIVER:-/usr/bin/chromedriver} \
+		$(CARGO) test --target wasm32-unknown-unknown --test browser
 
 ## The benchmark table on the device automatic selection picks.
 bench:

@@ -30,6 +30,12 @@ if ! command -v node >/dev/null; then
   apt_install nodejs
 fi
 
+# Headless Chromium and its WebDriver for the browser tests (WebGPU on SwiftShader).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  echo "deps: installing chromium and chromium-driver"
+  apt_install chromium chromium-driver
+fi
+
 # wasm-bindgen's CLI (the test runner and the JS glue generator), exactly the version of the
 # wasm-bindgen crate in Cargo.lock, or the two refuse to work together.
 WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print }' "$(dirname "$0")/../Cargo.lock")

@@ -9,11 +9,14 @@
 // KV cache); HAS_LENS hides keys at or beyond the batch entry's length. A query with no visible
 // key gets zeros. Requires d, dv <= 256.
 
+// Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
+// compiler rejects a bitcast of constant bits that would give one.
+var<private> neg_inf_bits: u32 = 0xff800000u;
+
 override CAUSAL: bool = false;
 override HAS_LENS: bool = false;
 
 const WG: u32 = 256u;
-const NEG_INF_BITS: u32 = 0xff800000u;
 
 struct Params {
     hq: u32,
@@ -97,7 +100,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // makes it so (and is the barrier that publishes q_row).
     let visible = workgroupUniformLoad(&visible_shared);
 
-    let neg_inf = bitcast<f32>(NEG_INF_BITS);
+    let neg_inf = bitcast<f32>(neg_inf_bits);
     var m = neg_inf;
     var l = 0.0;
     var acc = 0.0;

@@ -26,6 +26,10 @@
 // (0 none, 1 relu, 2 gelu, 3 gelu_tanh, 4 silu; `Activation` in src/ops/matmul.rs) before the
 // store, so a linear layer is one dispatch.
 
+// Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
+// compiler rejects a bitcast of constant bits that would give one.
+var<private> inf_bits: u32 = 0x7f800000u;
+
 alias T = f32;
 const RM: u32 = 4u; // tile: rows per invocation (4 or 8)
 const RN: u32 = 4u; // tile: columns per invocation (4 or 8)
@@ -92,7 +96,7 @@ fn stage(v: f32) -> T {
         }
         let r = bitcast<f32>((bits + 0xfffu + ((bits >> 13u) & 1u)) & 0xffffe000u);
         if (abs(r) > 65504.0) {
-            return T(sign(r) * bitcast<f32>(0x7f800000u));
+            return T(sign(r) * bitcast<f32>(inf_bits));
         }
         return T(r);
     }

@@ -2,6 +2,11 @@
 // the bits, never through max()) and skips padding; the average divides by the full window,
 // padding counted as zeros (PyTorch's default count_include_pad).
 
+// Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
+// compiler rejects a bitcast of constant bits that would give one.
+var<private> nan_bits: u32 = 0x7fc00000u;
+var<private> neg_inf_bits: u32 = 0xff800000u;
+
 override MAX: bool = true;
 
 const WG: u32 = 256u;
@@ -39,7 +44,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let plane = i / pix;
     let oy = (i % pix) / params.ow;
     let ox = i % params.ow;
-    var m = bitcast<f32>(0xff800000u);
+    var m = bitcast<f32>(neg_inf_bits);
     var nan = false;
     var s = 0.0;
     for (var ky = 0u; ky < params.kh; ky = ky + 1u) {
@@ -55,7 +60,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     if (MAX) {
-        out[i] = select(m, bitcast<f32>(0x7fc00000u), nan);
+        out[i] = select(m, bitcast<f32>(nan_bits), nan);
     } else {
         out[i] = s / f32(params.kh * params.kw);
     }

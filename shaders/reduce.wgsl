@@ -6,6 +6,11 @@
 // OP: 0 sum, 1 mean, 2 max, 3 min (`ReduceOp` in src/ops/reduce.rs). DOT reads a[i] * b[i].
 // max and min propagate NaN explicitly (WGSL's max/min leave NaN to the driver).
 
+// Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
+// compiler rejects a bitcast of constant bits that would give one.
+var<private> inf_bits: u32 = 0x7f800000u;
+var<private> neg_inf_bits: u32 = 0xff800000u;
+
 override OP: u32 = 0u;
 override DOT: bool = false;
 
@@ -36,8 +41,8 @@ fn is_nan(v: f32) -> bool {
 fn identity() -> f32 {
     var r: f32;
     switch OP {
-        case 2u: { r = bitcast<f32>(0xff800000u); } // -inf
-        case 3u: { r = bitcast<f32>(0x7f800000u); } // +inf
+        case 2u: { r = bitcast<f32>(neg_inf_bits); } // -inf
+        case 3u: { r = bitcast<f32>(inf_bits); } // +inf
         default: { r = 0.0; }
     }
     return r;

@@ -7,6 +7,12 @@
 // `apply`: one invocation per element writes exp(x - m) / s, or x - m - log(s) when LOG.
 // Pairs are stored as two consecutive f32. NaN propagates through m; -inf entries add 0.
 
+// Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
+// compiler rejects a bitcast of constant bits that would give one.
+var<private> neg_inf_bits: u32 = 0xff800000u;
+var<private> inf_bits: u32 = 0x7f800000u;
+var<private> nan_bits: u32 = 0x7fc00000u;
+
 override LOG: bool = false;
 
 const WG: u32 = 256u;
@@ -35,14 +41,13 @@ fn is_nan(v: f32) -> bool {
 }
 
 fn nan_max(x: f32, y: f32) -> f32 {
-    return select(max(x, y), x + y, is_nan(x) || is_nan(y));
+    return select(max(x, y), bitcast<f32>(nan_bits), is_nan(x) || is_nan(y));
 }
 
-const NEG_INF_BITS: u32 = 0xff800000u;
 
 // A pair's contribution rescaled to the maximum m; an empty pair (s = 0) or a -inf maximum adds 0.
 fn rescale(p: vec2<f32>, m: f32) -> f32 {
-    let empty = p.y == 0.0 || bitcast<u32>(p.x) == NEG_INF_BITS;
+    let empty = p.y == 0.0 || bitcast<u32>(p.x) == neg_inf_bits;
     return select(p.y * exp(p.x - m), 0.0, empty);
 }
 
@@ -80,7 +85,7 @@ fn stats(
     let start = (g % params.chunks) * params.chunk_len;
     let end = min(start + params.chunk_len, params.cols);
     let base = row * params.cols;
-    var acc = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
+    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
     for (var i = start + lid; i < end; i = i + WG) {
         acc = merge(acc, vec2<f32>(a[base + i], 1.0));
     }
@@ -101,7 +106,7 @@ fn combine(
     if (row >= params.rows) {
         return;
     }
-    var acc = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
+    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
     for (var i = lid; i < params.chunks; i = i + WG) {
         let k = 2u * (row * params.chunks + i);
         acc = merge(acc, vec2<f32>(a[k], a[k + 1u]));
@@ -123,7 +128,12 @@ fn apply(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     let m = b[2u * row];
     let s = b[2u * row + 1u];
     let x = a[i];
-    if (LOG) {
+    // A row with a NaN, a +inf maximum (inf - inf) or only -inf (0 / 0) is all NaN. Said
+    // explicitly: WGSL leaves arithmetic on NaN and inf to the driver, and SwiftShader's exp
+    // and log do not propagate them.
+    if (is_nan(m) || is_nan(s) || s == 0.0 || bitcast<u32>(m) == inf_bits) {
+        out[i] = bitcast<f32>(nan_bits);
+    } else if (LOG) {
         out[i] = x - m - log(s);
     } else {
         out[i] = exp(x - m) / s;

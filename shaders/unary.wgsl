@@ -20,6 +20,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 
 // @library-begin: fused kernels (src/backend/wgpu/kernels/fused.rs) include this part.
+// Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
+// compiler rejects a bitcast of constant bits that would give one.
+var<private> inf_bits: u32 = 0x7f800000u;
+var<private> nan_bits: u32 = 0x7fc00000u;
 const SQRT_2_OVER_PI: f32 = 0.7978845608;
 const FRAC_1_SQRT_2: f32 = 0.7071067812;
 
@@ -31,6 +35,17 @@ fn is_nan4(v: vec4<f32>) -> vec4<bool> {
 // tanh(x) is +-1 in f32 beyond |x| = 10; some drivers compute it as inf/inf there.
 fn safe_tanh(v: vec4<f32>) -> vec4<f32> {
     return select(tanh(v), sign(v), abs(v) > vec4<f32>(10.0));
+}
+
+// log with IEEE results at the edges, which WGSL leaves to the driver (SwiftShader returns
+// finite values for log(0) and for negative inputs): log(+-0) = -inf, log(x < 0) = NaN,
+// log(inf) = inf.
+fn log4(v: vec4<f32>) -> vec4<f32> {
+    let bits = bitcast<vec4<u32>>(v);
+    let inf = vec4<f32>(bitcast<f32>(inf_bits));
+    var r = select(log(v), -inf, (bits & vec4<u32>(0x7fffffffu)) == vec4<u32>(0u));
+    r = select(r, vec4<f32>(bitcast<f32>(nan_bits)), bits > vec4<u32>(0x80000000u));
+    return select(r, inf, bits == vec4<u32>(inf_bits));
 }
 
 // erf by Abramowitz and Stegun 7.1.26 (absolute error < 1.5e-7); the CPU backend uses the same.
@@ -62,7 +77,7 @@ fn unary_op(op: u32, v: vec4<f32>, p0: f32, p1: f32) -> vec4<f32> {
         }
         case 9u: { r = v * p0; }                                              // scale
         case 10u: { r = exp(v); }                                                    // exp
-        case 11u: { r = log(v); }                                                    // log
+        case 11u: { r = log4(v); }                                                   // log
         case 12u: { r = sqrt(v); }                                                   // sqrt
         case 13u: { r = -v; }                                                        // neg
         default: { r = abs(v); }                                                     // abs (14)

@@ -3,13 +3,14 @@
 //! a browser without WebGPU takes; the headless-Chromium run of the WebGPU backend is separate.
 #![cfg(target_arch = "wasm32")]
 
+#[macro_use]
 mod common;
 
 use gpukit::Device;
 use wasm_bindgen_test::wasm_bindgen_test;
 
 macro_rules! node_suite {
-    ($($test:ident),* $(,)?) => {
+    ([$($test:ident),* $(,)?]) => {
         $(
             #[wasm_bindgen_test]
             async fn $test() {
@@ -19,32 +20,7 @@ macro_rules! node_suite {
     };
 }
 
-node_suite![
-    unary_random,
-    unary_edges,
-    binary_random,
-    binary_edges,
-    reduce_random,
-    reduce_edges,
-    dot_random,
-    softmax_random,
-    softmax_edges,
-    chained_ops,
-    errors,
-    matmul_random,
-    matmul_edges,
-    matmul_options,
-    norms,
-    layout,
-    embedding_and_rope,
-    attention,
-    topk_and_argmax,
-    quantized,
-    conv_and_pool,
-    matmul_tiles_and_f16,
-    batch_api,
-    batch_every_op,
-];
+with_suite_tests!(node_suite!());
 
 /// The build under test really is the SIMD128 one.
 #[wasm_bindgen_test]

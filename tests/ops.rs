@@ -3,6 +3,7 @@
 //! adapter always does, and a missing adapter fails these tests rather than skipping them.
 #![cfg(not(target_arch = "wasm32"))]
 
+#[macro_use]
 mod common;
 
 use std::sync::OnceLock;
@@ -69,13 +70,7 @@ macro_rules! suite_for {
 
 macro_rules! op_suite {
     ($($backend:ident => $device:expr),* $(,)?) => {
-        $(suite_for!($backend, $device, [
-            unary_random, unary_edges, binary_random, binary_edges, reduce_random, reduce_edges,
-            dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
-            matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
-            topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16, batch_api,
-            batch_every_op,
-        ]);)*
+        $(with_suite_tests!(suite_for!($backend, $device,));)*
     };
 }
 

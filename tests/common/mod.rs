@@ -5,6 +5,20 @@
 pub mod oracle;
 pub mod suite;
 
+/// Calls `$callback!($args.. [every test of the op suite])`: the one list of the suite's
+/// tests, which each harness (native backends, Node, the browser) turns into tests its way.
+macro_rules! with_suite_tests {
+    ($callback:ident!($($args:tt)*)) => {
+        $callback!($($args)* [
+            unary_random, unary_edges, binary_random, binary_edges, reduce_random, reduce_edges,
+            dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
+            matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
+            topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16, batch_api,
+            batch_every_op,
+        ]);
+    };
+}
+
 use oracle::Tol;
 
 /// The sizes every op is tried at: empty, one, small odd, around the workgroup size, around a
