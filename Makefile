@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser bench bench-peer bench-cpu bench-node gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm bench bench-peer bench-cpu bench-node gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -15,7 +15,7 @@ demo: deps
 
 ## Formatting, lints (native and wasm32), every native test, doc tests, the op suite in Node
 ## (wasm32, SIMD128, CPU backend), and the demo's checks.
-test: deps lint test-native test-wasm test-node test-browser
+test: deps lint test-native test-wasm test-node test-browser test-npm
 	$(CARGO) run --example demo
 
 lint:
@@ -46,6 +46,15 @@ test-browser:
 	WASM_BINDGEN_TEST_TIMEOUT=1200 CHROMEDRIVER=$${CHROMEDRIVER:-/usr/bin/chromedriver} \
 		$(CARGO) test --target wasm32-unknown-unknown --test browser
 
+## The npm package in pkg/ (wasm-pack: an ES-module build for browsers and a CommonJS one for
+## Node, both wasm32 with SIMD128), checked against the 300 KB gzipped size budget.
+pkg: deps
+	bash scripts/build-pkg.sh
+
+# `npm pack`, install into an empty folder, run the JS API checks in Node, type-check with tsc.
+test-npm: pkg
+	bash scripts/test-npm.sh
+
 ## The benchmark table on the device automatic selection picks.
 bench:
 	$(CARGO) run --release --bin gpukit -- bench
@@ -57,10 +66,10 @@ bench-cpu:
 ## The CPU backend in Node: the same workloads built for wasm32 with and without SIMD128.
 WASM_OUT := target/wasm32-unknown-unknown/release/gpukit.wasm
 bench-node: deps
-	$(CARGO) build --release --lib --target wasm32-unknown-unknown
+	$(CARGO) build --release --lib --target wasm32-unknown-unknown --features js-bench
 	wasm-bindgen --target nodejs --out-dir target/node/simd $(WASM_OUT)
 	CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=-simd128" \
-		$(CARGO) build --release --lib --target wasm32-unknown-unknown --target-dir target/wasm-scalar
+		$(CARGO) build --release --lib --target wasm32-unknown-unknown --features js-bench --target-dir target/wasm-scalar
 	wasm-bindgen --target nodejs --out-dir target/node/scalar target/wasm-scalar/$(WASM_OUT:target/%=%)
 	node scripts/bench-node.mjs $(ARGS)
 

@@ -43,3 +43,17 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGE
   echo "deps: installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (a few minutes)"
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
+
+# wasm-pack builds the npm package.
+if ! command -v wasm-pack >/dev/null; then
+  echo "deps: installing wasm-pack (a few minutes)"
+  cargo install wasm-pack
+fi
+
+# The JS tools of the build and tests (binaryen's wasm-opt, tsc, playwright-core, tfjs for the
+# benchmark page), at the versions in package-lock.json; reinstalled when the lock changes.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -f "$root/node_modules/.package-lock.json" ] || [ "$root/package-lock.json" -nt "$root/node_modules/.package-lock.json" ]; then
+  echo "deps: npm ci"
+  (cd "$root" && npm ci --no-audit --no-fund)
+fi

@@ -16,8 +16,6 @@ mod tensor;
 use js_sys::{Array, ArrayBuffer, Reflect};
 use wasm_bindgen::prelude::*;
 
-use crate::Device;
-
 #[wasm_bindgen]
 extern "C" {
     #[wasm_bindgen(js_namespace = console, js_name = warn)]
@@ -113,12 +111,13 @@ fn property(value: &JsValue, key: &str) -> JsValue {
 
 /// Runs the CPU backend's benchmark workloads (`gpukit::bench_cpu`) and returns them as JSON:
 /// `{ device, simd128, rows: [{ id, workload, gpukit, reference, unit, ... }] }`.
+#[cfg(feature = "js-bench")]
 #[wasm_bindgen(js_name = benchCpu)]
 pub async fn bench_cpu(quick: bool) -> Result<String, JsError> {
     init_once();
     let rows = crate::bench_cpu::run(quick, None).await.map_err(js_error)?;
     let out = serde_json::json!({
-        "device": Device::cpu().info(),
+        "device": crate::Device::cpu().info(),
         "simd128": cfg!(target_feature = "simd128"),
         "quick": quick,
         "rows": rows,

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the npm package into pkg/: wasm-pack makes two builds of the wasm32 (SIMD128) crate,
+# `web` (ES module, for browsers with or without a bundler) and `nodejs` (CommonJS), and this
+# script puts them beside pkg-template/'s package.json and README. `npm pack pkg` then makes the
+# tarball. The wasm is built with the `wasm-release` profile (fat LTO; dependencies optimised
+# for size, gpukit and gemm for speed: see Cargo.toml) and then shrunk by wasm-opt -Os, run
+# here rather than by wasm-pack so that its flags are ours. wasm-opt comes from npm's binaryen
+# (node_modules/.bin): Debian's older binaryen breaks the module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/node_modules/.bin:$PATH"
+
+version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
+out=pkg
+rm -rf "$out" target/pkg-build
+for target in web nodejs; do
+  dir=target/pkg-build/$target
+  wasm-pack --quiet build --profile wasm-release --no-opt --target "$target" --out-dir "$dir" \
+    --out-name gpukit --no-pack .
+  wasm-opt -Os --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    -o "$dir/gpukit_bg.wasm" "$dir/gpukit_bg.wasm"
+done
+
+mkdir -p "$out/web" "$out/node"
+for f in gpukit.js gpukit.d.ts gpukit_bg.wasm gpukit_bg.wasm.d.ts; do
+  cp "target/pkg-build/web/$f" "$out/web/$f"
+  cp "target/pkg-build/nodejs/$f" "$out/node/$f"
+done
+# Each build says which module system it uses, whatever the importing project's default.
+echo '{ "type": "module" }' > "$out/web/package.json"
+echo '{ "type": "commonjs" }' > "$out/node/package.json"
+sed "s/\"version\": \"0.0.0\"/\"version\": \"$version\"/" pkg-template/package.json > "$out/package.json"
+cp pkg-template/README.md "$out/README.md"
+
+raw=$(wc -c < "$out/web/gpukit_bg.wasm")
+gz=$(gzip -9 -c "$out/web/gpukit_bg.wasm" | wc -c)
+echo "build-pkg: gpukit $version in $out/: gpukit_bg.wasm $raw bytes, $gz bytes gzipped (gzip -9)"
+# The size budget of the issue: 300 KB gzipped.
+if [ "$gz" -gt 300000 ]; then
+  echo "build-pkg: the gzipped wasm is over the 300 KB budget" >&2
+  exit 1
+fi

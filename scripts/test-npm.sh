@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The npm package as a user gets it: `npm pack` of pkg/ (scripts/build-pkg.sh), installed into an
+# empty folder, then (1) the JS API checks run through `import` and `require` in Node, and
+# (2) tsc type-checks a TypeScript usage file against the installed declarations.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+[ -f pkg/package.json ] || { echo "test-npm: no pkg/: run scripts/build-pkg.sh first" >&2; exit 1; }
+
+mkdir -p target/npm
+tarball=$(cd target/npm && npm pack --silent "$root/pkg" | tail -n 1)
+echo "test-npm: packed target/npm/$tarball ($(du -k "target/npm/$tarball" | cut -f1) KiB)"
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cp tests/npm/api.mjs tests/npm/smoke.mjs tests/npm/smoke.cjs tests/npm/usage.ts tests/npm/usage-web.ts \
+  tests/npm/tsconfig.json "$dir/"
+cd "$dir"
+npm init -y >/dev/null
+npm install --no-audit --no-fund --silent "$root/target/npm/$tarball"
+node smoke.mjs
+node smoke.cjs
+"$root/node_modules/.bin/tsc" -p tsconfig.json
+echo "test-npm: the tarball installs, runs in Node (import and require) and type-checks"

@@ -1,0 +1,5 @@
+// `import { Gpu } from "gpukit"` in an ES module, as a Node user writes it.
+import * as gpukit from "gpukit";
+import { run } from "./api.mjs";
+
+await run(gpukit, "import");
