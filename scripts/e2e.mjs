@@ -55,6 +55,37 @@ try {
     await page.screenshot({ path: `${shots}/playground.png`, fullPage: true });
     await page.close();
   }
+  // Draw-a-digit: strokes drawn with mouse events, each classified on WebGPU.
+  {
+    const { page, errors } = await open("/digits.html?backend=webgpu");
+    const backend = await page.evaluate(() => document.body.dataset.backend);
+    check(backend === "webgpu", `digits: backend is WebGPU (${backend})`);
+    const box = await page.locator("#pad").boundingBox();
+    const stroke = async (points) => {
+      await page.mouse.move(box.x + points[0][0], box.y + points[0][1]);
+      await page.mouse.down();
+      for (const [x, y] of points.slice(1)) await page.mouse.move(box.x + x, box.y + y, { steps: 4 });
+      await page.mouse.up();
+    };
+    const ellipse = (cx, cy, rx, ry) => Array.from({ length: 41 }, (_, i) => [cx + rx * Math.sin(i * Math.PI / 20), cy - ry * Math.cos(i * Math.PI / 20)]);
+    const digits = {
+      0: [ellipse(140, 140, 65, 100)],
+      1: [[[150, 35], [145, 140], [140, 245]]],
+      // Written as the data's writers wrote 7s: with a bar across the stem.
+      7: [[[70, 45], [140, 45], [215, 45], [170, 140], [125, 245]], [[110, 140], [215, 140]]],
+    };
+    for (const [digit, strokes] of Object.entries(digits)) {
+      await page.click("#clear");
+      const before = await page.evaluate(() => Number(document.body.dataset.classified || 0));
+      for (const s of strokes) await stroke(s);
+      await page.waitForFunction((n) => Number(document.body.dataset.classified || 0) >= n, before + strokes.length, { timeout: 60_000 });
+      const got = await page.evaluate(() => document.body.dataset.prediction);
+      check(got === digit, `digits: a drawn ${digit} is classified as ${got}`);
+      await page.screenshot({ path: `${shots}/digits-${digit}.png`, fullPage: true });
+    }
+    check(errors.length === 0, `digits: no page errors ${JSON.stringify(errors)}`);
+    await page.close();
+  }
 } finally {
   await browser.close();
   server.close();
