@@ -55,6 +55,25 @@ try {
     await page.screenshot({ path: `${shots}/playground.png`, fullPage: true });
     await page.close();
   }
+  // The benchmark page (quick sizes): every gpukit and raw-WebGPU result verified, a chart.
+  {
+    const { page, errors } = await open("/bench.html?quick=1&backend=webgpu", 600_000);
+    const backend = await page.evaluate(() => document.body.dataset.backend);
+    check(backend === "webgpu", `bench: backend is WebGPU (${backend})`);
+    const rows = await page.evaluate(() => window.gpukitBench || []);
+    check(rows.length === 9, `bench: ${rows.length} workloads ran`);
+    for (const r of rows) {
+      const fmt = (x) => (x ? (x.ok ? `${x.ms.toFixed(2)} ms` : `failed: ${x.error || x.err}`) : "n/a");
+      console.log(`     ${r.id}: gpukit ${fmt(r.gpukit)}, raw ${fmt(r.raw)}, tfjs ${fmt(r.tfjs)}`);
+      check(r.gpukit?.ok, `bench: ${r.id} gpukit result verified`);
+      if (r.id !== "W3") check(r.raw?.ok, `bench: ${r.id} raw WebGPU result verified`);
+    }
+    const bars = await page.locator("#chart svg rect").count();
+    check(bars >= 9, `bench: the chart has ${bars} bars`);
+    check(errors.length === 0, `bench: no page errors ${JSON.stringify(errors)}`);
+    await page.screenshot({ path: `${shots}/bench.png`, fullPage: true });
+    await page.close();
+  }
   // Draw-a-digit: strokes drawn with mouse events, each classified on WebGPU.
   {
     const { page, errors } = await open("/digits.html?backend=webgpu");
