@@ -4,18 +4,21 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm bench bench-peer bench-cpu bench-node gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node gpu-stage
 
 deps:
 	@bash scripts/deps.sh
 
-## Discover backends, run a few ops on the best device, check them against the CPU backend.
-demo: deps
+## Build the npm package and the www demos, run the native example (discover backends, run ops
+## on the best device, check them against the CPU backend), then serve www/ on
+## http://127.0.0.1:8080/ until stopped.
+demo: deps www
 	$(CARGO) run --release --example demo
+	node scripts/serve.mjs 8080
 
 ## Formatting, lints (native and wasm32), every native test, doc tests, the op suite in Node
 ## (wasm32, SIMD128, CPU backend), and the demo's checks.
-test: deps lint test-native test-wasm test-node test-browser test-npm
+test: deps lint www test-native test-wasm test-node test-browser test-npm test-e2e
 	$(CARGO) run --example demo
 
 lint:
@@ -54,6 +57,16 @@ pkg: deps
 # `npm pack`, install into an empty folder, run the JS API checks in Node, type-check with tsc.
 test-npm: pkg
 	bash scripts/test-npm.sh
+
+## What www/ loads, beside its pages (git-ignored): the package's web build, tfjs from
+## node_modules, and the digit model trained from the fetched scikit-learn digits.
+www: pkg
+	bash scripts/build-www.sh
+
+# Each www page in headless Chromium (WebGPU on SwiftShader) through playwright-core:
+# verified results, the chart, digits drawn with the mouse; screenshots in target/e2e/.
+test-e2e: www
+	node scripts/e2e.mjs
 
 ## The benchmark table on the device automatic selection picks.
 bench:
