@@ -44,6 +44,12 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGE
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
+# pip fetches the scikit-learn wheel that holds the digit demo's training data.
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  echo "deps: installing python3-pip"
+  apt_install python3 python3-pip
+fi
+
 # wasm-pack builds the npm package.
 if ! command -v wasm-pack >/dev/null; then
   echo "deps: installing wasm-pack (a few minutes)"
