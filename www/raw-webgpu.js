@@ -61,6 +61,18 @@ export class RawWebGpu {
     this.unary = make(UNARY);
     this.add = make(ADD);
     this.matmul = make(MATMUL);
+    this.uniforms = new Map();
+  }
+
+  /** A uniform buffer holding `values`, made once per distinct content (not per dispatch). */
+  uniform(values) {
+    const key = `${values.constructor.name}:${values.join(",")}`;
+    let b = this.uniforms.get(key);
+    if (!b) {
+      b = this.buffer(values, GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+      this.uniforms.set(key, b);
+    }
+    return b;
   }
 
   buffer(data, usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST) {
@@ -85,14 +97,14 @@ export class RawWebGpu {
   }
 
   unaryOp(enc, x, y, n, op, scale = 1) {
-    const p = this.buffer(new Float32Array([op, n, scale, 0]), GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    const p = this.uniform(new Float32Array([op, n, scale, 0]));
     this.encode(enc, this.unary, [x, y, p], this.groups(n));
   }
 
   addOp(enc, a, b, c, n) { this.encode(enc, this.add, [a, b, c], this.groups(n)); }
 
   matmulOp(enc, a, b, c, m, k, n) {
-    const d = this.buffer(new Uint32Array([m, k, n, 0]), GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST);
+    const d = this.uniform(new Uint32Array([m, k, n, 0]));
     this.encode(enc, this.matmul, [a, b, c, d], [Math.ceil(n / 16), Math.ceil(m / 16)]);
   }
 

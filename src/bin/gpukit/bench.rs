@@ -61,17 +61,9 @@ fn time(
     Ok(out)
 }
 
-/// Random data in [-1, 1), never zeros.
+/// Random data in [-2, 2), never zeros (the same generator as the CPU benchmark).
 fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 + 1e-3
-        })
-        .collect()
+    gpukit::bench_cpu::data(n, seed)
 }
 
 struct Options {
