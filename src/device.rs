@@ -135,6 +135,7 @@ impl Device {
             memory_bytes: None,
             selection: "shape-only device of a batch".into(),
             policy: None,
+            cuda: None,
         };
         Device {
             inner: Arc::new(Inner {

@@ -164,6 +164,60 @@ pub struct DeviceInfo {
     /// and the CPU backend, and the sizes from which the adapter is faster (see
     /// [`DispatchPolicy`](crate::DispatchPolicy)). `None` otherwise.
     pub policy: Option<crate::policy::DispatchPolicy>,
+    /// The full CUDA device query, on the CUDA backend; `None` elsewhere.
+    pub cuda: Option<CudaProperties>,
+}
+
+/// What the CUDA driver reports about one device (`gpukit devices` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CudaProperties {
+    /// The device's index among the CUDA devices of this machine.
+    pub ordinal: usize,
+    /// Compute capability (major, minor): 9.0 is Hopper.
+    pub compute_capability: (u32, u32),
+    /// The driver's CUDA version, e.g. (13, 0).
+    pub driver_version: (u32, u32),
+    /// Device memory in bytes.
+    pub total_memory: u64,
+    /// Free device memory in bytes when the device was queried.
+    pub free_memory: u64,
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// Shared memory per block in bytes (the default; `shared_memory_per_block_optin` with opt-in).
+    pub shared_memory_per_block: u32,
+    /// Shared memory a kernel may opt in to per block, in bytes.
+    pub shared_memory_per_block_optin: u32,
+    /// 32-bit registers per block.
+    pub registers_per_block: u32,
+    /// Threads per warp.
+    pub warp_size: u32,
+    /// Threads per block.
+    pub max_threads_per_block: u32,
+    /// Largest grid, in blocks per dimension (x, y, z).
+    pub max_grid: [u32; 3],
+    /// Peak SM clock in kHz.
+    pub clock_khz: u32,
+    /// Peak memory clock in kHz.
+    pub memory_clock_khz: u32,
+    /// Memory bus width in bits.
+    pub memory_bus_bits: u32,
+    /// L2 cache in bytes.
+    pub l2_bytes: u32,
+    /// Whether ECC is on.
+    pub ecc: bool,
+    /// Whether the device shares one address space with the host.
+    pub unified_addressing: bool,
+    /// Whether kernels may run concurrently.
+    pub concurrent_kernels: bool,
+    /// PCI bus, device and domain ids.
+    pub pci: (u32, u32, u32),
+}
+
+impl CudaProperties {
+    /// Theoretical memory bandwidth in bytes per second (double data rate).
+    pub fn peak_bandwidth(&self) -> f64 {
+        2.0 * self.memory_clock_khz as f64 * 1e3 * self.memory_bus_bits as f64 / 8.0
+    }
 }
 
 /// Names a PCI vendor id.

@@ -56,7 +56,7 @@ pub use batch::{Batch, BatchMatmul, BatchResult, Graph, Value};
 pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
-pub use info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::{
     Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, MatmulTile,
     Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,

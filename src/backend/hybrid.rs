@@ -126,6 +126,10 @@ impl Hybrid {
             Storage::Wgpu(w) => self.wgpu()?.read(w, n).await,
             Storage::Cpu(c) => CpuBackend.read(c, n).await,
             Storage::Meta => Ok(Vec::new()),
+            #[cfg(cuda)]
+            Storage::Cuda(_) => Err(Error::DeviceMismatch {
+                op: "hybrid read back",
+            }),
         }
     }
 

@@ -4,6 +4,8 @@
 //! parameters make sense); it checks only what depends on the device (limits, memory, loss).
 
 pub(crate) mod cpu;
+#[cfg(cuda)]
+pub(crate) mod cuda;
 pub(crate) mod hybrid;
 pub(crate) mod wgpu;
 
@@ -137,6 +139,9 @@ pub(crate) trait BackendOps {
 /// The backend a device runs on.
 pub(crate) enum BackendImpl {
     Wgpu(self::wgpu::WgpuBackend),
+    /// NVIDIA GPUs through the CUDA driver, NVRTC and cuBLAS.
+    #[cfg(cuda)]
+    Cuda(Box<cuda::CudaBackend>),
     Cpu(cpu::CpuBackend),
     /// A software adapter and the CPU, each op where the measured policy predicts it faster.
     Hybrid(Box<hybrid::Hybrid>),
@@ -148,6 +153,8 @@ pub(crate) enum BackendImpl {
 /// A tensor's data, on the backend that made it.
 pub(crate) enum Storage {
     Wgpu(self::wgpu::WgpuStorage),
+    #[cfg(cuda)]
+    Cuda(cuda::CudaStorage),
     Cpu(cpu::CpuStorage),
     Meta,
 }
@@ -219,6 +226,14 @@ impl Storage {
             _ => Err(mismatch()),
         }
     }
+
+    #[cfg(cuda)]
+    pub(crate) fn as_cuda(&self) -> Result<&cuda::CudaStorage> {
+        match self {
+            Storage::Cuda(s) => Ok(s),
+            _ => Err(mismatch()),
+        }
+    }
 }
 
 /// A tensor of one backend handed to another: impossible through the public API, since
@@ -240,6 +255,11 @@ macro_rules! dispatch {
             BackendImpl::Cpu($b) => {
                 $(let Storage::Cpu($s) = $e else { return Err(mismatch()) };)*
                 $body.map(Storage::Cpu)
+            }
+            #[cfg(cuda)]
+            BackendImpl::Cuda($b) => {
+                $(let Storage::Cuda($s) = $e else { return Err(mismatch()) };)*
+                $body.map(Storage::Cuda)
             }
             BackendImpl::Meta => Ok(Storage::Meta),
             BackendImpl::Hybrid(_) => Err(mismatch()),
@@ -265,6 +285,17 @@ impl BackendImpl {
             BackendImpl::Wgpu(b) => Some(b),
             BackendImpl::Hybrid(h) => h.gpu.backend().wgpu(),
             BackendImpl::Cpu(_) | BackendImpl::Meta => None,
+            #[cfg(cuda)]
+            BackendImpl::Cuda(_) => None,
+        }
+    }
+
+    /// The CUDA backend, if this device runs on it.
+    #[cfg(cuda)]
+    pub(crate) fn cuda(&self) -> Option<&cuda::CudaBackend> {
+        match self {
+            BackendImpl::Cuda(b) => Some(b),
+            _ => None,
         }
     }
 
@@ -356,6 +387,12 @@ impl BackendImpl {
                 be.matmul(a.as_cpu()?, b.as_cpu()?, bias, spec)
                     .map(Storage::Cpu)
             }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => {
+                let bias = bias.map(Storage::as_cuda).transpose()?;
+                be.matmul(a.as_cuda()?, b.as_cuda()?, bias, spec)
+                    .map(Storage::Cuda)
+            }
         }
     }
 
@@ -388,6 +425,12 @@ impl BackendImpl {
                 let w = weight.map(Storage::as_cpu).transpose()?;
                 let b = bias.map(Storage::as_cpu).transpose()?;
                 be.norm(x.as_cpu()?, w, b, spec).map(Storage::Cpu)
+            }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => {
+                let w = weight.map(Storage::as_cuda).transpose()?;
+                let b = bias.map(Storage::as_cuda).transpose()?;
+                be.norm(x.as_cuda()?, w, b, spec).map(Storage::Cuda)
             }
         }
     }
@@ -460,6 +503,11 @@ impl BackendImpl {
                 let (v, i) = be.topk(x.as_cpu()?, rows, cols, k)?;
                 Ok((Storage::Cpu(v), Storage::Cpu(i)))
             }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => {
+                let (v, i) = be.topk(x.as_cuda()?, rows, cols, k)?;
+                Ok((Storage::Cuda(v), Storage::Cuda(i)))
+            }
         }
     }
 
@@ -483,6 +531,10 @@ impl BackendImpl {
             BackendImpl::Cpu(be) => be
                 .matmul_quant(x.as_cpu()?, w.map(Storage::as_cpu)?, m)
                 .map(Storage::Cpu),
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => be
+                .matmul_quant(x.as_cuda()?, w.map(Storage::as_cuda)?, m)
+                .map(Storage::Cuda),
         }
     }
 
@@ -495,6 +547,8 @@ impl BackendImpl {
             BackendImpl::Meta | BackendImpl::Hybrid(_) => Ok(Storage::Meta),
             BackendImpl::Wgpu(be) => be.dequantize(w.map(Storage::as_wgpu)?).map(Storage::Wgpu),
             BackendImpl::Cpu(be) => be.dequantize(w.map(Storage::as_cpu)?).map(Storage::Cpu),
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => be.dequantize(w.map(Storage::as_cuda)?).map(Storage::Cuda),
         }
     }
 
@@ -522,6 +576,12 @@ impl BackendImpl {
                 let bias = bias.map(Storage::as_cpu).transpose()?;
                 be.conv2d(x.as_cpu()?, w.as_cpu()?, bias, spec)
                     .map(Storage::Cpu)
+            }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => {
+                let bias = bias.map(Storage::as_cuda).transpose()?;
+                be.conv2d(x.as_cuda()?, w.as_cuda()?, bias, spec)
+                    .map(Storage::Cuda)
             }
         }
     }
@@ -553,6 +613,14 @@ impl BackendImpl {
                     .map(|(s, l)| Ok((s.as_cpu()?, *l)))
                     .collect::<Result<Vec<_>>>()?;
                 be.fused(expr, &inputs, n).map(Storage::Cpu)
+            }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => {
+                let inputs = inputs
+                    .iter()
+                    .map(|(s, l)| Ok((s.as_cuda()?, *l)))
+                    .collect::<Result<Vec<_>>>()?;
+                be.fused(expr, &inputs, n).map(Storage::Cuda)
             }
         }
     }
@@ -594,6 +662,14 @@ impl BackendImpl {
                     .collect::<Result<Vec<_>>>()?;
                 be.copy(&parts, n).map(Storage::Cpu)
             }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(be) => {
+                let parts = parts
+                    .iter()
+                    .map(|(s, c)| Ok((s.as_cuda()?, c.clone())))
+                    .collect::<Result<Vec<_>>>()?;
+                be.copy(&parts, n).map(Storage::Cuda)
+            }
         }
     }
 
@@ -601,6 +677,8 @@ impl BackendImpl {
         match (self, x) {
             (BackendImpl::Wgpu(b), Storage::Wgpu(x)) => b.read(x, n).await,
             (BackendImpl::Cpu(b), Storage::Cpu(x)) => b.read(x, n).await,
+            #[cfg(cuda)]
+            (BackendImpl::Cuda(b), Storage::Cuda(x)) => b.read(x, n).await,
             (BackendImpl::Hybrid(h), x) => h.read(x, n).await,
             _ => Err(mismatch()),
         }
@@ -611,6 +689,8 @@ impl BackendImpl {
             BackendImpl::Meta => Ok(()),
             BackendImpl::Wgpu(b) => b.synchronize().await,
             BackendImpl::Cpu(b) => b.synchronize().await,
+            #[cfg(cuda)]
+            BackendImpl::Cuda(b) => b.synchronize().await,
             BackendImpl::Hybrid(h) => h.synchronize().await,
         }
     }

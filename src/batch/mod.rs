@@ -546,6 +546,10 @@ impl Batch {
             BackendImpl::Wgpu(b) => Some(b),
             // A hybrid device routes op by op, so its batches run op by op too.
             BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => None,
+            // Every op goes to the device's one stream: the batch is one stream of work and
+            // one wait at the read back.
+            #[cfg(cuda)]
+            BackendImpl::Cuda(_) => None,
         };
         let (values, taken) = match wgpu {
             Some(b) => {

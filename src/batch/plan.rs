@@ -213,6 +213,14 @@ impl Plan {
                     .collect::<Result<Vec<_>>>()?;
                 b.read_many(&refs).await?
             }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(b) => {
+                let refs = outs
+                    .iter()
+                    .map(|t| Ok((t.storage().as_cuda()?, t.len())))
+                    .collect::<Result<Vec<_>>>()?;
+                b.read_many(&refs)?
+            }
             // A hybrid device's outputs may sit on either side: read each where it is.
             BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => {
                 let mut all = Vec::with_capacity(outs.len());

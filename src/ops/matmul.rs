@@ -65,8 +65,29 @@ pub enum Precision {
     /// Inputs rounded to f16 and multiplied in f16 within each k tile (16 or 32 products),
     /// tiles summed in f32: about 1e-3 relative error, up to twice the f32 speed. On adapters
     /// without shader-f16 (and on the CPU backend) the inputs are rounded the same way and the
-    /// arithmetic is f32, so results agree within the f16 tolerance everywhere.
+    /// arithmetic is f32, so results agree within the f16 tolerance everywhere. On CUDA,
+    /// cuBLAS multiplies the f16 inputs on tensor cores and accumulates in f32.
     F16,
+    /// TF32 tensor-core arithmetic on CUDA (inputs keep 10 mantissa bits, f32 accumulation:
+    /// about 1e-3 relative error, several times the f32 speed). An opt-in: other backends
+    /// compute exact f32, which is within its tolerance.
+    Tf32,
+    /// Inputs rounded to bfloat16 (8 mantissa bits, f32's range), f32 accumulation: on CUDA
+    /// through cuBLAS's tensor cores, on the CPU backend as rounding then f32 arithmetic; the
+    /// wgpu backend (WGSL has no bf16) computes exact f32. About 1e-2 relative error.
+    Bf16,
+}
+
+impl Precision {
+    /// The precision's name: `f32`, `f16`, `tf32` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+        }
+    }
 }
 
 /// A tile configuration of the tiled matmul kernel: a workgroup of 16 x 16 invocations

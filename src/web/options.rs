@@ -26,8 +26,9 @@ export interface MatmulOptions {
   bias?: Tensor;
   /** Applied after the bias, in the same kernel. */
   activation?: ActivationName;
-  /** "f16" uses shader-f16 where the adapter has it (f32 elsewhere). */
-  precision?: "f32" | "f16";
+  /** "f16" uses shader-f16 where the adapter has it (f32 elsewhere); "tf32" and "bf16" are
+   *  CUDA's tensor-core precisions, computed as exact f32 in the browser. */
+  precision?: "f32" | "f16" | "tf32" | "bf16";
 }
 export interface NormOptions {
   weight?: Tensor;
@@ -63,7 +64,7 @@ export interface BatchMatmulOptions {
   /** A batch value (number) added to every row. */
   bias?: number;
   activation?: ActivationName;
-  precision?: "f32" | "f16";
+  precision?: "f32" | "f16" | "tf32" | "bf16";
 }
 export interface BatchNormOptions {
   weight?: number;
@@ -169,6 +170,8 @@ pub(crate) enum PrecisionName {
     #[default]
     F32,
     F16,
+    Tf32,
+    Bf16,
 }
 
 impl From<PrecisionName> for Precision {
@@ -176,6 +179,8 @@ impl From<PrecisionName> for Precision {
         match p {
             PrecisionName::F32 => Precision::F32,
             PrecisionName::F16 => Precision::F16,
+            PrecisionName::Tf32 => Precision::Tf32,
+            PrecisionName::Bf16 => Precision::Bf16,
         }
     }
 }

@@ -119,6 +119,11 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
 }
 
+/// Rounds to bf16 and back, as CUDA's bf16 path reads its inputs.
+fn round_bf16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect()
+}
+
 /// `[batch, m, n]` products with the bias and activation of `spec`.
 pub(super) fn matmul(
     a: &[f32],
@@ -128,12 +133,18 @@ pub(super) fn matmul(
 ) -> Result<Vec<f32>> {
     let d = spec.dims;
     let (rounded_a, rounded_b);
-    let (a, b) = if spec.precision == Precision::F16 {
-        rounded_a = round_f16(a);
-        rounded_b = round_f16(b);
-        (&rounded_a[..], &rounded_b[..])
-    } else {
-        (a, b)
+    let (a, b) = match spec.precision {
+        Precision::F16 => {
+            rounded_a = round_f16(a);
+            rounded_b = round_f16(b);
+            (&rounded_a[..], &rounded_b[..])
+        }
+        Precision::Bf16 => {
+            rounded_a = round_bf16(a);
+            rounded_b = round_bf16(b);
+            (&rounded_a[..], &rounded_b[..])
+        }
+        Precision::F32 | Precision::Tf32 => (a, b),
     };
     let (ars, acs) = if spec.transpose_a { (1, d.m) } else { (d.k, 1) };
     let (brs, bcs) = if spec.transpose_b { (1, d.k) } else { (d.n, 1) };

@@ -65,6 +65,7 @@ impl CpuBackend {
             memory_bytes: system_memory(),
             selection,
             policy: None,
+            cuda: None,
         }
     }
 }

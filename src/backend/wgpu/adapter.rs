@@ -152,6 +152,7 @@ pub(crate) fn describe(adapter: &wgpu::Adapter) -> DeviceInfo {
         memory_bytes: None,
         selection: String::new(),
         policy: None,
+        cuda: None,
     }
 }
 

@@ -21,7 +21,8 @@ impl Arith {
     /// The arithmetic that runs `precision` on a device with or without shader-f16.
     pub(crate) fn of(precision: Precision, shader_f16: bool) -> Arith {
         match (precision, shader_f16) {
-            (Precision::F32, _) => Arith::F32,
+            // WGSL has neither TF32 nor bf16: exact f32 is within both tolerances.
+            (Precision::F32 | Precision::Tf32 | Precision::Bf16, _) => Arith::F32,
             (Precision::F16, true) => Arith::F16,
             (Precision::F16, false) => Arith::F16Rounded,
         }

@@ -27,6 +27,18 @@ pub struct MemoryStats {
     pub bind_group_hits: u64,
 }
 
+impl MemoryStats {
+    /// The share of buffer requests the pool served without allocating (0 when none was made).
+    pub fn hit_rate(&self) -> f64 {
+        let requests = self.allocations + self.reuses;
+        if requests == 0 {
+            0.0
+        } else {
+            self.reuses as f64 / requests as f64
+        }
+    }
+}
+
 /// Usage of every tensor buffer: read and written by kernels, copied for uploads and read backs.
 pub(crate) const TENSOR_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)

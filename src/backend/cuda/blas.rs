@@ -1,0 +1,341 @@
+//! Products on cuBLAS: matmul (f32, TF32, f16 and bf16 through `cublasGemmStridedBatchedEx`),
+//! conv2d as im2col then a product per group, and the quantized matmul of many rows. gpukit's
+//! row-major `C = op(A) op(B)` is cuBLAS's column-major `C^T = op(B)^T op(A)^T`, so operands
+//! are passed swapped and never copied; transposes are cuBLAS flags, broadcast batch entries
+//! a stride of zero.
+
+use std::ffi::c_void;
+
+use cudarc::cublas::sys::{
+    cublasComputeType_t as Compute, cublasGemmAlgo_t, cublasOperation_t as Op,
+    cudaDataType as Data,
+};
+
+use super::module::Entry;
+use super::{errors, opt, p, u, Arg, CudaBackend, CudaStorage};
+use crate::error::{Error, Result};
+use crate::ops::conv::ConvSpec;
+use crate::ops::matmul::{MatmulSpec, Precision};
+use crate::quant::QuantParts;
+
+/// Elements of an im2col block above which conv2d works through output rows in tiles.
+const IM2COL_BUDGET: u64 = 1 << 24;
+
+/// Rows of x from which the quantized matmul dequantizes the weights and uses cuBLAS instead of
+/// the GEMV kernel (which dequantizes per row of x).
+const QGEMV_MAX_ROWS: usize = 8;
+
+fn int(what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::LimitExceeded {
+        what: format!("matmul {what}"),
+        limit: "cuBLAS 32-bit dimension",
+        needed: v as u64,
+        max: i32::MAX as u64,
+    })
+}
+
+/// One strided-batched product in cuBLAS's column-major terms.
+struct Gemm {
+    op_a: Op,
+    op_b: Op,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: u64,
+    lda: usize,
+    stride_a: usize,
+    b: u64,
+    ldb: usize,
+    stride_b: usize,
+    c: u64,
+    ldc: usize,
+    stride_c: usize,
+    batch: usize,
+    data: Data,
+    compute: Compute,
+}
+
+impl CudaBackend {
+    fn gemm(&self, g: &Gemm) -> Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let blas = self.cublas();
+        self.bind()?;
+        let handle = *blas.handle();
+        // SAFETY: the handle is this backend's; pointers are device buffers of this context,
+        // large enough for the dimensions and strides (the callers allocate them so), and
+        // alpha/beta are host scalars (the handle's default pointer mode).
+        unsafe {
+            cudarc::cublas::result::set_stream(handle, self.cu_stream() as _)
+                .map_err(errors::blas)?;
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                handle,
+                g.op_a,
+                g.op_b,
+                int("m", g.m)?,
+                int("n", g.n)?,
+                int("k", g.k)?,
+                &alpha as *const f32 as *const c_void,
+                g.a as *const c_void,
+                g.data,
+                int("lda", g.lda)?,
+                g.stride_a as i64,
+                g.b as *const c_void,
+                g.data,
+                int("ldb", g.ldb)?,
+                g.stride_b as i64,
+                &beta as *const f32 as *const c_void,
+                g.c as *mut c_void,
+                Data::CUDA_R_32F,
+                int("ldc", g.ldc)?,
+                g.stride_c as i64,
+                int("batch", g.batch)?,
+                g.compute,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(errors::blas)
+    }
+
+    /// `n` f32s of `x` as 16-bit floats (f16 or bf16) in a new buffer.
+    fn narrow(&self, x: &CudaStorage, n: usize, bf16: bool) -> Result<CudaStorage> {
+        let out = self.alloc_bytes(n as u64 * 2)?;
+        if n > 0 {
+            let entry = if bf16 { Entry::ToBf16 } else { Entry::ToF16 };
+            self.launch_1d(entry, n as u64, &[p(x), p(&out), u(n)])?;
+        }
+        Ok(out)
+    }
+
+    /// `out = act(out + bias)` in place over `total` elements, the bias repeating by channel.
+    fn epilogue(
+        &self,
+        out: &CudaStorage,
+        bias: Option<&CudaStorage>,
+        inner: usize,
+        channels: usize,
+        act: u32,
+        total: usize,
+    ) -> Result<()> {
+        if total == 0 || (bias.is_none() && act == 0) {
+            return Ok(());
+        }
+        let args = [p(out), opt(bias), u(inner.max(1)), u(channels.max(1)), Arg::I(act), u(total)];
+        self.launch_1d(Entry::Epilogue, total as u64, &args)
+    }
+}
+
+pub(super) fn matmul(
+    be: &CudaBackend,
+    a: &CudaStorage,
+    b: &CudaStorage,
+    bias: Option<&CudaStorage>,
+    spec: MatmulSpec,
+) -> Result<CudaStorage> {
+    let d = spec.dims;
+    let mn = d.m * d.n;
+    let out = be.alloc(d.batch * mn)?;
+    if d.batch * mn == 0 {
+        return Ok(out);
+    }
+    let act = spec.activation.map_or(0, |a| a.as_unary().kind() as u32 + 1);
+    if d.k == 0 {
+        be.zero(&out, (d.batch * mn) as u64 * 4)?;
+        be.epilogue(&out, bias, 1, d.n, act, d.batch * mn)?;
+        return Ok(out);
+    }
+    // Elements each operand's buffer holds: one matrix when shared by every batch entry.
+    let a_len = if d.a_stride == 0 { d.m * d.k } else { d.batch * d.a_stride };
+    let b_len = if d.b_stride == 0 { d.k * d.n } else { d.batch * d.b_stride };
+    let (narrow_a, narrow_b);
+    let (pa, pb, data, compute) = match spec.precision {
+        Precision::F32 => (a.ptr(), b.ptr(), Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),
+        Precision::Tf32 => (
+            a.ptr(),
+            b.ptr(),
+            Data::CUDA_R_32F,
+            Compute::CUBLAS_COMPUTE_32F_FAST_TF32,
+        ),
+        Precision::F16 | Precision::Bf16 => {
+            let bf16 = spec.precision == Precision::Bf16;
+            narrow_a = be.narrow(a, a_len, bf16)?;
+            narrow_b = be.narrow(b, b_len, bf16)?;
+            let data = if bf16 { Data::CUDA_R_16BF } else { Data::CUDA_R_16F };
+            (narrow_a.ptr(), narrow_b.ptr(), data, Compute::CUBLAS_COMPUTE_32F)
+        }
+    };
+    let (op_a, lda) = if spec.transpose_a { (Op::CUBLAS_OP_T, d.m) } else { (Op::CUBLAS_OP_N, d.k) };
+    let (op_b, ldb) = if spec.transpose_b { (Op::CUBLAS_OP_T, d.k) } else { (Op::CUBLAS_OP_N, d.n) };
+    be.gemm(&Gemm {
+        op_a: op_b,
+        op_b: op_a,
+        m: d.n,
+        n: d.m,
+        k: d.k,
+        a: pb,
+        lda: ldb,
+        stride_a: d.b_stride,
+        b: pa,
+        ldb: lda,
+        stride_b: d.a_stride,
+        c: out.ptr(),
+        ldc: d.n,
+        stride_c: mn,
+        batch: d.batch,
+        data,
+        compute,
+    })?;
+    be.epilogue(&out, bias, 1, d.n, act, d.batch * mn)?;
+    Ok(out)
+}
+
+pub(super) fn conv2d(
+    be: &CudaBackend,
+    x: &CudaStorage,
+    w: &CudaStorage,
+    bias: Option<&CudaStorage>,
+    s: ConvSpec,
+) -> Result<CudaStorage> {
+    let o = &s.opts;
+    let plane = s.oh * s.ow;
+    let total = s.n * s.o * plane;
+    let out = be.alloc(total)?;
+    if total == 0 {
+        return Ok(out);
+    }
+    let groups = o.groups.max(1);
+    let (cg, og) = (s.c / groups, s.o / groups);
+    let depth = cg * s.kh * s.kw;
+    if depth == 0 {
+        be.zero(&out, total as u64 * 4)?;
+        be.epilogue(&out, bias, plane, s.o, 0, total)?;
+        return Ok(out);
+    }
+    let pointwise = s.kh == 1
+        && s.kw == 1
+        && o.stride == [1, 1]
+        && o.padding == [0, 0]
+        && (s.oh, s.ow) == (s.h, s.w);
+    let per_row = (groups * depth * s.ow) as u64;
+    let tile_rows = ((IM2COL_BUDGET / per_row.max(1)) as usize).clamp(1, s.oh.max(1));
+    let cols = if pointwise {
+        None
+    } else {
+        Some(be.alloc(groups * depth * tile_rows * s.ow)?)
+    };
+    let f = 4u64;
+    for img in 0..s.n {
+        let x_img = x.ptr() + (img * s.c * s.h * s.w) as u64 * f;
+        let out_img = out.ptr() + (img * s.o * plane) as u64 * f;
+        // Per group: out_g[og, width] = w_g[og, depth] x cols_g[depth, width].
+        let gemm = |src: u64, width: usize, src_stride: usize, dst: u64| {
+            be.gemm(&Gemm {
+                op_a: Op::CUBLAS_OP_N,
+                op_b: Op::CUBLAS_OP_N,
+                m: width,
+                n: og,
+                k: depth,
+                a: src,
+                lda: width,
+                stride_a: src_stride,
+                b: w.ptr(),
+                ldb: depth,
+                stride_b: og * depth,
+                c: dst,
+                ldc: plane,
+                stride_c: og * plane,
+                batch: groups,
+                data: Data::CUDA_R_32F,
+                compute: Compute::CUBLAS_COMPUTE_32F,
+            })
+        };
+        let Some(cols) = &cols else {
+            gemm(x_img, plane, cg * plane, out_img)?;
+            continue;
+        };
+        for oy0 in (0..s.oh).step_by(tile_rows) {
+            let rows = tile_rows.min(s.oh - oy0);
+            let width = rows * s.ow;
+            let params = super::Im2colParams {
+                c: s.c as u64,
+                h: s.h as u64,
+                w: s.w as u64,
+                kh: s.kh as u64,
+                kw: s.kw as u64,
+                ow: s.ow as u64,
+                sh: o.stride[0] as u64,
+                sw: o.stride[1] as u64,
+                ph: o.padding[0] as u64,
+                pw: o.padding[1] as u64,
+                dh: o.dilation[0] as u64,
+                dw: o.dilation[1] as u64,
+                groups: groups as u64,
+                cg: cg as u64,
+                oy0: oy0 as u64,
+                rows: rows as u64,
+            };
+            let args = [Arg::Raw(bytemuck::bytes_of(&params)), Arg::P(x_img), p(cols)];
+            be.launch_1d(Entry::Im2col, (groups * depth * width) as u64, &args)?;
+            gemm(cols.ptr(), width, depth * width, out_img + (oy0 * s.ow) as u64 * f)?;
+        }
+    }
+    be.epilogue(&out, bias, plane, s.o, 0, total)?;
+    Ok(out)
+}
+
+pub(super) fn matmul_quant(
+    be: &CudaBackend,
+    x: &CudaStorage,
+    w: QuantParts<'_, CudaStorage>,
+    m: usize,
+) -> Result<CudaStorage> {
+    use crate::backend::BackendOps;
+    let (n, k) = (w.rows, w.cols);
+    if m > QGEMV_MAX_ROWS && n * k > 0 {
+        // Many rows: dequantize once and multiply on cuBLAS, out[m, n] = x[m, k] w[n, k]^T.
+        let deq = be.dequantize(w)?;
+        let out = be.alloc(m * n)?;
+        be.gemm(&Gemm {
+            op_a: Op::CUBLAS_OP_T,
+            op_b: Op::CUBLAS_OP_N,
+            m: n,
+            n: m,
+            k,
+            a: deq.ptr(),
+            lda: k,
+            stride_a: 0,
+            b: x.ptr(),
+            ldb: k,
+            stride_b: 0,
+            c: out.ptr(),
+            ldc: n,
+            stride_c: 0,
+            batch: 1,
+            data: Data::CUDA_R_32F,
+            compute: Compute::CUBLAS_COMPUTE_32F,
+        })?;
+        return Ok(out);
+    }
+    let out = be.alloc(m * n)?;
+    if m * n == 0 {
+        return Ok(out);
+    }
+    if k == 0 {
+        be.zero(&out, (m * n) as u64 * 4)?;
+        return Ok(out);
+    }
+    const WARPS: usize = 8;
+    let args = [
+        Arg::I(w.format as u32),
+        p(w.scales),
+        opt(w.mins),
+        p(w.words),
+        p(x),
+        u(m),
+        u(n),
+        u(k),
+        p(&out),
+    ];
+    let grid = (n.div_ceil(WARPS) as u32, m.clamp(1, 65535) as u32, 1);
+    be.launch(Entry::Qgemv, grid, (WARPS * 32) as u32, 0, &args)?;
+    Ok(out)
+}

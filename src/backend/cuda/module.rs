@@ -1,0 +1,335 @@
+//! CUDA kernels: the files of `shaders/cuda/` compiled by NVRTC on first use for the device's
+//! architecture, with the PTX cached on disk (keyed by a hash of the source and options, the
+//! architecture and the driver version), so a second start compiles nothing. Entry points are
+//! found by a typed key ([`Entry`]), never by a string a caller builds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+use crate::error::{Error, Result};
+
+/// A kernel source file of `shaders/cuda/`, or a generated fused kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    Elementwise,
+    Rows,
+    Layout,
+    Quant,
+    Attention,
+    /// A fused elementwise kernel, by the hash of its generated source.
+    Fused(u64),
+}
+
+impl Source {
+    pub(crate) fn file(self) -> &'static str {
+        match self {
+            Source::Elementwise => "shaders/cuda/elementwise.cu",
+            Source::Rows => "shaders/cuda/rows.cu",
+            Source::Layout => "shaders/cuda/layout.cu",
+            Source::Quant => "shaders/cuda/quant.cu",
+            Source::Attention => "shaders/cuda/attention.cu",
+            Source::Fused(_) => "a generated fused kernel (src/backend/cuda/fused.rs)",
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Source::Elementwise => include_str!("../../../shaders/cuda/elementwise.cu"),
+            Source::Rows => include_str!("../../../shaders/cuda/rows.cu"),
+            Source::Layout => include_str!("../../../shaders/cuda/layout.cu"),
+            Source::Quant => include_str!("../../../shaders/cuda/quant.cu"),
+            Source::Attention => include_str!("../../../shaders/cuda/attention.cu"),
+            Source::Fused(_) => "",
+        }
+    }
+}
+
+/// The prelude every file is compiled after.
+const COMMON: &str = include_str!("../../../shaders/cuda/common.cuh");
+
+/// The part of elementwise.cu between its `@library` markers (the unary and binary ops), for
+/// generated kernels.
+pub(crate) fn elementwise_library() -> Result<&'static str> {
+    let src = Source::Elementwise.text();
+    match (src.find("// @library-begin"), src.find("// @library-end")) {
+        (Some(b), Some(e)) if b < e => Ok(&src[b..e]),
+        _ => Err(Error::ShaderCompilation {
+            shader: Source::Elementwise.file(),
+            detail: "the @library markers that fused kernels need are missing".into(),
+        }),
+    }
+}
+
+/// A kernel entry point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Entry {
+    Unary,
+    Binary,
+    Epilogue,
+    ToF16,
+    ToBf16,
+    ReduceRows,
+    DotPartial,
+    SoftmaxRows,
+    NormRows,
+    CopyStrided,
+    Embedding,
+    Rope,
+    Pool2d,
+    TopkRows,
+    Im2col,
+    Dequantize,
+    Qgemv,
+    Attention,
+    Fused(u64),
+}
+
+impl Entry {
+    fn location(self) -> (Source, &'static str) {
+        use Entry::*;
+        match self {
+            Unary => (Source::Elementwise, "unary"),
+            Binary => (Source::Elementwise, "binary"),
+            Epilogue => (Source::Elementwise, "epilogue"),
+            ToF16 => (Source::Elementwise, "to_f16"),
+            ToBf16 => (Source::Elementwise, "to_bf16"),
+            ReduceRows => (Source::Rows, "reduce_rows"),
+            DotPartial => (Source::Rows, "dot_partial"),
+            SoftmaxRows => (Source::Rows, "softmax_rows"),
+            NormRows => (Source::Rows, "norm_rows"),
+            CopyStrided => (Source::Layout, "copy_strided"),
+            Embedding => (Source::Layout, "embedding"),
+            Rope => (Source::Layout, "rope"),
+            Pool2d => (Source::Layout, "pool2d"),
+            TopkRows => (Source::Layout, "topk_rows"),
+            Im2col => (Source::Layout, "im2col"),
+            Dequantize => (Source::Quant, "dequantize"),
+            Qgemv => (Source::Quant, "qgemv"),
+            Attention => (Source::Attention, "attention"),
+            Fused(id) => (Source::Fused(id), "fused"),
+        }
+    }
+}
+
+/// FNV-1a: a hash that is the same in every build, for cache file names.
+fn stable_hash(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+#[derive(Default)]
+struct State {
+    modules: HashMap<Source, Arc<CudaModule>>,
+    functions: HashMap<Entry, CudaFunction>,
+    generated: HashMap<u64, String>,
+    /// Fused expressions' keys (see `Expr::key`) to their generated kernels' ids.
+    fused_ids: HashMap<Vec<u32>, u64>,
+}
+
+/// The compiled kernels of one device.
+pub(crate) struct Kernels {
+    ctx: Arc<CudaContext>,
+    arch: &'static str,
+    driver: (u32, u32),
+    state: Mutex<State>,
+}
+
+/// NVRTC options: all files are compiled the same way (no fast math: the ops keep IEEE
+/// semantics at NaN and infinity, as the op suite checks).
+fn options(arch: &'static str) -> CompileOptions {
+    CompileOptions {
+        arch: Some(arch),
+        options: vec![
+            "--std=c++17".into(),
+            "--extra-device-vectorization".into(),
+            // The kernels use at most 8 accumulators per thread: 128 registers keep them
+            // unspilled while letting 2 blocks of 256 threads share an SM.
+            "--maxrregcount=128".into(),
+        ],
+        ..Default::default()
+    }
+}
+
+impl Kernels {
+    pub(crate) fn new(ctx: Arc<CudaContext>, cc: (u32, u32), driver: (u32, u32)) -> Kernels {
+        Kernels {
+            ctx,
+            arch: arch_name(cc),
+            driver,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers a generated kernel's source under its id (the hash of the source) and the
+    /// key of the expression it came from.
+    pub(crate) fn register_fused(&self, key: Vec<u32>, id: u64, source: String) {
+        let mut st = self.lock();
+        st.generated.entry(id).or_insert(source);
+        st.fused_ids.insert(key, id);
+    }
+
+    /// The id of the kernel generated for an expression key, if there is one.
+    pub(crate) fn fused_id_of(&self, key: &[u32]) -> Option<u64> {
+        self.lock().fused_ids.get(key).copied()
+    }
+
+    /// The entry point, compiling (or loading from the disk cache) its file on first use.
+    pub(crate) fn function(&self, entry: Entry) -> Result<CudaFunction> {
+        let mut st = self.lock();
+        if let Some(f) = st.functions.get(&entry) {
+            return Ok(f.clone());
+        }
+        let (source, name) = entry.location();
+        let module = match st.modules.get(&source) {
+            Some(m) => m.clone(),
+            None => {
+                let text = match source {
+                    Source::Fused(id) => st.generated.get(&id).cloned().ok_or_else(|| {
+                        Error::ShaderCompilation {
+                            shader: source.file(),
+                            detail: format!("no generated source was registered for {id:#x}"),
+                        }
+                    })?,
+                    _ => format!("{COMMON}\n{}", source.text()),
+                };
+                let ptx = self.ptx(source, &text)?;
+                let module = self.ctx.load_module(ptx).map_err(|e| Error::ShaderCompilation {
+                    shader: source.file(),
+                    detail: format!("the driver could not load the PTX: {e}"),
+                })?;
+                st.modules.insert(source, module.clone());
+                module
+            }
+        };
+        let f = module
+            .load_function(name)
+            .map_err(|e| Error::ShaderCompilation {
+                shader: source.file(),
+                detail: format!("entry point {name}: {e}"),
+            })?;
+        st.functions.insert(entry, f.clone());
+        Ok(f)
+    }
+
+    /// The PTX of `text`, from the disk cache or compiled now (and then stored).
+    fn ptx(&self, source: Source, text: &str) -> Result<Ptx> {
+        let opts = options(self.arch);
+        let key = stable_hash(&[text, &opts.options.join(" "), env!("CARGO_PKG_VERSION")]);
+        let name = format!(
+            "cuda/{key:016x}-{}-driver{}.{}.ptx",
+            self.arch, self.driver.0, self.driver.1
+        );
+        let path = crate::cache::path(&name);
+        if let Some(p) = &path {
+            if let Ok(cached) = std::fs::read_to_string(p) {
+                log::debug!("gpukit: PTX of {} from {}", source.file(), p.display());
+                return Ok(Ptx::from_src(cached));
+            }
+        }
+        let started = web_time::Instant::now();
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(text, opts).map_err(|e| {
+            Error::ShaderCompilation {
+                shader: source.file(),
+                detail: format!("NVRTC: {e:?}"),
+            }
+        })?;
+        log::info!(
+            "gpukit: NVRTC compiled {} for {} in {:.0} ms",
+            source.file(),
+            self.arch,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        if let Some(p) = &path {
+            let stored = p
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| {
+                    let tmp = p.with_extension(format!("ptx.{}", std::process::id()));
+                    std::fs::write(&tmp, ptx.to_src())?;
+                    std::fs::rename(&tmp, p)
+                });
+            if let Err(e) = stored {
+                log::warn!("gpukit: could not cache PTX at {}: {e}", p.display());
+            }
+        }
+        Ok(ptx)
+    }
+
+    /// Source files compiled or loaded so far (for tests and `gpukit info`).
+    pub(crate) fn loaded(&self) -> usize {
+        self.lock().modules.len()
+    }
+}
+
+/// The NVRTC architecture name of a compute capability.
+fn arch_name((major, minor): (u32, u32)) -> &'static str {
+    match (major, minor) {
+        (5, 0) => "sm_50",
+        (5, 2) => "sm_52",
+        (5, 3) => "sm_53",
+        (6, 0) => "sm_60",
+        (6, 1) => "sm_61",
+        (6, 2) => "sm_62",
+        (7, 0) => "sm_70",
+        (7, 2) => "sm_72",
+        (7, 5) => "sm_75",
+        (8, 0) => "sm_80",
+        (8, 6) => "sm_86",
+        (8, 7) => "sm_87",
+        (8, 9) => "sm_89",
+        (9, 0) => "sm_90",
+        (10, 0) => "sm_100",
+        (10, 1) => "sm_101",
+        (10, 3) => "sm_103",
+        (12, 0) => "sm_120",
+        (12, 1) => "sm_121",
+        // Unknown (newer) devices: PTX for the newest family named here, which the driver
+        // compiles forward.
+        (m, _) if m >= 10 => "compute_100",
+        _ => "compute_75",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_keys_are_stable_and_tell_sources_apart() {
+        assert_eq!(stable_hash(&["a", "b"]), stable_hash(&["a", "b"]));
+        assert_ne!(stable_hash(&["ab", ""]), stable_hash(&["a", "b"]));
+    }
+
+    #[test]
+    fn every_file_has_its_entry_points_and_the_library_markers() {
+        use Entry::*;
+        for e in [
+            Unary, Binary, Epilogue, ToF16, ToBf16, ReduceRows, DotPartial, SoftmaxRows,
+            NormRows, CopyStrided, Embedding, Rope, Pool2d, TopkRows, Im2col, Dequantize, Qgemv,
+            Attention,
+        ] {
+            let (source, name) = e.location();
+            assert!(
+                source.text().contains(&format!("void {name}(")),
+                "{} has no kernel {name}",
+                source.file()
+            );
+        }
+        assert!(elementwise_library().is_ok());
+    }
+}
