@@ -29,6 +29,10 @@ impl Device {
     pub fn with_backend_blocking(backend: Backend) -> Result<Device> {
         block_on(Device::with_backend(backend))
     }
+    /// Blocking [`Device::with_backend_at`].
+    pub fn with_backend_at_blocking(backend: Backend, index: usize) -> Result<Device> {
+        block_on(Device::with_backend_at(backend, index))
+    }
     /// Blocking [`Device::synchronize`].
     pub fn synchronize_blocking(&self) -> Result<()> {
         block_on(self.synchronize())

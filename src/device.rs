@@ -153,6 +153,11 @@ impl Device {
     }
 
     async fn automatic() -> Result<Device> {
+        #[cfg(cuda)]
+        match Device::first_cuda() {
+            Ok(device) => return Ok(device),
+            Err(e) => log::info!("gpukit: CUDA not chosen: {e}"),
+        }
         let why = |info: &DeviceInfo, total: usize| {
             let software = if info.software { ", software" } else { "" };
             format!(
@@ -232,6 +237,58 @@ impl Device {
         ))
     }
 
+    /// CUDA device 0 when the driver, NVRTC and cuBLAS are present and a device exists.
+    #[cfg(cuda)]
+    fn first_cuda() -> Result<Device> {
+        use crate::backend::cuda::{props, CudaBackend};
+        let count = props::device_count()?;
+        let selection = format!("automatic: CUDA device 0 of {count} (CUDA is preferred on NVIDIA GPUs)");
+        let (backend, info) = CudaBackend::new(0, selection)?;
+        Ok(Device::from_parts(BackendImpl::Cuda(Box::new(backend)), info))
+    }
+
+    /// A device of `backend` on its adapter number `index`: the CUDA device ordinal for
+    /// [`Backend::Cuda`], the index among that API's usable adapters (best first, as
+    /// `gpukit devices` lists them) for wgpu backends, and only 0 for the CPU.
+    pub async fn with_backend_at(backend: Backend, index: usize) -> Result<Device> {
+        let selection = format!("explicit choice of {backend} device {index}");
+        let unavailable = |reason: String| Error::BackendUnavailable { backend, reason };
+        match backend {
+            Backend::Cpu if index == 0 => return Device::open(backend, selection).await,
+            Backend::Cpu => return Err(unavailable(format!("the CPU backend has only device 0, not {index}"))),
+            Backend::Cuda => return Device::open_cuda(index, selection),
+            _ => {}
+        }
+        let bits = adapter::wgpu_backend(backend)
+            .ok_or_else(|| unavailable("not a wgpu backend".into()))?;
+        if let Some(why) = adapter::not_compiled(backend) {
+            return Err(unavailable(why));
+        }
+        let (usable, _) = adapter::ranked(bits).await;
+        let count = usable.len();
+        let Some((adapter, _)) = usable.into_iter().nth(index) else {
+            return Err(unavailable(format!(
+                "there is no usable {backend} adapter {index} ({count} found)"
+            )));
+        };
+        let (wgpu, info) = WgpuBackend::new(&adapter, selection).await?;
+        Ok(Device::from_parts(BackendImpl::Wgpu(wgpu), info))
+    }
+
+    #[cfg(cuda)]
+    fn open_cuda(index: usize, selection: String) -> Result<Device> {
+        let (backend, info) = crate::backend::cuda::CudaBackend::new(index, selection)?;
+        Ok(Device::from_parts(BackendImpl::Cuda(Box::new(backend)), info))
+    }
+
+    #[cfg(not(cuda))]
+    fn open_cuda(_index: usize, _selection: String) -> Result<Device> {
+        Err(Error::BackendUnavailable {
+            backend: Backend::Cuda,
+            reason: cuda_unavailable(),
+        })
+    }
+
     /// Opens the best usable wgpu adapter (GL only when no other API has one), or says why none
     /// could be opened. `why` words the selection from the adapter and the number usable.
     async fn best_wgpu(
@@ -264,7 +321,7 @@ impl Device {
                     CpuBackend::info(selection),
                 ));
             }
-            Backend::Cuda => return Err(unavailable(cuda_unavailable())),
+            Backend::Cuda => return Device::open_cuda(0, selection),
             other => adapter::wgpu_backend(other)
                 .ok_or_else(|| unavailable("not a wgpu backend".into()))?,
         };
@@ -360,8 +417,13 @@ impl Device {
         }
     }
 
-    /// Buffer pool statistics (all zero on the CPU backend).
+    /// Memory pool statistics (all zero on the CPU backend): bytes in use and pooled, the
+    /// peak, allocations, reuses ([`MemoryStats::hit_rate`]).
     pub fn memory_stats(&self) -> MemoryStats {
+        #[cfg(cuda)]
+        if let Some(c) = self.inner.backend.cuda() {
+            return c.memory_stats();
+        }
         match self.inner.backend.wgpu() {
             Some(b) => b.memory_stats(),
             None => MemoryStats::default(),
@@ -371,6 +433,10 @@ impl Device {
     /// Starts `peak_live_bytes` of [`Device::memory_stats`] again from the bytes live now, to
     /// measure the peak of the work that follows.
     pub fn reset_peak_memory(&self) {
+        #[cfg(cuda)]
+        if let Some(c) = self.inner.backend.cuda() {
+            c.reset_peak_memory();
+        }
         if let Some(b) = self.inner.backend.wgpu() {
             b.reset_peak_memory();
         }
@@ -378,18 +444,43 @@ impl Device {
 
     /// Frees the buffers the pool keeps for reuse (live tensors keep theirs).
     pub fn release_cached_memory(&self) {
+        #[cfg(cuda)]
+        if let Some(c) = self.inner.backend.cuda() {
+            c.release_cached_memory();
+        }
         if let Some(b) = self.inner.backend.wgpu() {
             b.release_cached_memory();
         }
     }
+
+    /// Caps the bytes the device's memory pool holds (tensors and buffers kept for reuse):
+    /// an allocation beyond it first frees the pooled buffers, then fails with
+    /// [`Error::OutOfMemory`] instead of taking more of the device. `None` removes the cap.
+    /// Only the CUDA backend's pool has a limit; elsewhere this is an error saying so.
+    pub fn set_memory_limit(&self, bytes: Option<u64>) -> Result<()> {
+        #[cfg(cuda)]
+        if let Some(c) = self.inner.backend.cuda() {
+            c.set_memory_limit(bytes);
+            return Ok(());
+        }
+        let _ = bytes;
+        Err(Error::InvalidArgument {
+            op: "set_memory_limit",
+            reason: format!(
+                "the {} backend's memory has no pool limit (only CUDA's has one)",
+                self.info().backend
+            ),
+        })
+    }
 }
 
-/// Why CUDA cannot be chosen in this build.
+/// Why CUDA cannot be chosen in this build (one without the `cuda` feature).
+#[cfg(not(cuda))]
 pub(crate) fn cuda_unavailable() -> String {
     if cfg!(web) {
         "CUDA does not exist in the browser".into()
     } else {
-        "this build of gpukit has no CUDA backend yet; use vulkan on NVIDIA GPUs".into()
+        "this build of gpukit was made without the `cuda` feature; use vulkan on NVIDIA GPUs".into()
     }
 }
 

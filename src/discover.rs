@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::adapter;
+#[cfg(not(cuda))]
 use crate::device::cuda_unavailable;
 use crate::info::{Backend, DeviceInfo};
 
@@ -38,10 +39,16 @@ pub async fn discover() -> Vec<BackendReport> {
     reports
 }
 
-/// The best usable backend by adapter ranking: what `Device::new` chooses without
-/// `GPUKIT_BACKEND`, except that a software adapter measured slower than the CPU backend at
+/// The best usable backend: CUDA where a CUDA device opens, else by adapter ranking; what
+/// `Device::new` chooses without `GPUKIT_BACKEND`, except that a software adapter measured slower than the CPU backend at
 /// every size gives way to the CPU (see [`DispatchPolicy`](crate::DispatchPolicy)).
 pub fn recommended(reports: &[BackendReport]) -> Backend {
+    let cuda = reports
+        .iter()
+        .any(|r| r.backend == Backend::Cuda && r.available);
+    if cuda {
+        return Backend::Cuda;
+    }
     reports
         .iter()
         .flat_map(|r| r.devices.iter())
@@ -58,7 +65,7 @@ async fn report(backend: Backend) -> BackendReport {
         devices: Vec::new(),
     };
     match backend {
-        Backend::Cuda => return unavailable(cuda_unavailable()),
+        Backend::Cuda => return cuda_report(),
         Backend::Cpu => {
             let info = CpuBackend::info("always available".into());
             return BackendReport {
@@ -105,5 +112,56 @@ async fn report(backend: Backend) -> BackendReport {
         available,
         reason,
         devices,
+    }
+}
+
+/// Every CUDA device, opened to query it (a device that cannot be opened says why).
+fn cuda_report() -> BackendReport {
+    #[cfg(cuda)]
+    {
+        use crate::backend::cuda::{props, CudaBackend};
+        let count = match props::device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                return BackendReport {
+                    backend: Backend::Cuda,
+                    available: false,
+                    reason: Some(e.to_string()),
+                    devices: Vec::new(),
+                }
+            }
+        };
+        let mut devices = Vec::new();
+        let mut failures = Vec::new();
+        for i in 0..count {
+            match CudaBackend::new(i, format!("CUDA device {i}")) {
+                Ok((_, info)) => devices.push(FoundDevice {
+                    info,
+                    unusable: None,
+                }),
+                Err(e) => failures.push(format!("device {i}: {e}")),
+            }
+        }
+        let available = !devices.is_empty();
+        let reason = if available {
+            None
+        } else if failures.is_empty() {
+            Some("the driver found no CUDA device".into())
+        } else {
+            Some(failures.join("; "))
+        };
+        BackendReport {
+            backend: Backend::Cuda,
+            available,
+            reason,
+            devices,
+        }
+    }
+    #[cfg(not(cuda))]
+    BackendReport {
+        backend: Backend::Cuda,
+        available: false,
+        reason: Some(cuda_unavailable()),
+        devices: Vec::new(),
     }
 }

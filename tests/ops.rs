@@ -54,6 +54,49 @@ fn cpu_device() -> &'static Device {
     DEVICE.get_or_init(Device::cpu)
 }
 
+/// The CUDA device, or `None` (after printing SKIPPED and why) where CUDA cannot run: CI has
+/// no NVIDIA GPU. `GPUKIT_REQUIRE_CUDA=1` (set on GPU machines) turns a missing device into a
+/// failure, so the suite cannot skip where it must run.
+fn cuda_device() -> Option<&'static Device> {
+    static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
+    let device = DEVICE.get_or_init(|| {
+        Device::with_backend_blocking(Backend::Cuda)
+            .map(|d| {
+                eprintln!("op suite on {} ({})", d.info().adapter, d.info().driver);
+                d
+            })
+            .map_err(|e| e.to_string())
+    });
+    match device {
+        Ok(d) => Some(d),
+        Err(why) if std::env::var_os("GPUKIT_REQUIRE_CUDA").is_some() => {
+            panic!("GPUKIT_REQUIRE_CUDA is set but CUDA cannot run: {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIPPED (cuda): {why}");
+            None
+        }
+    }
+}
+
+macro_rules! cuda_suite {
+    ([$($test:ident),* $(,)?]) => {
+        mod cuda {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    if let Some(device) = cuda_device() {
+                        pollster::block_on(common::suite::$test(device));
+                    }
+                }
+            )*
+        }
+    };
+}
+
+with_suite_tests!(cuda_suite!());
+
 macro_rules! suite_for {
     ($backend:ident, $device:expr, [$($test:ident),* $(,)?]) => {
         mod $backend {

@@ -153,6 +153,8 @@ mod tests {
             Storage::Wgpu(_) => "adapter",
             Storage::Cpu(_) => "cpu",
             Storage::Meta => "meta",
+            #[cfg(cuda)]
+            Storage::Cuda(_) => "cuda",
         }
     }
 

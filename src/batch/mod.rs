@@ -561,20 +561,31 @@ impl Batch {
         plan.read(self, &values, taken).await
     }
 
-    /// Captures the batch as a [`Graph`] (the batch runs once while it is captured).
+    /// Captures the batch as a [`Graph`] (the batch runs once while it is captured). On wgpu the
+    /// encoded dispatches are kept; on CUDA the batch becomes a CUDA graph.
     pub fn compile(self) -> Result<Graph> {
         let plan = Plan::new(&self)?;
-        let BackendImpl::Wgpu(b) = self.device.backend() else {
-            return Ok(Graph {
-                batch: self,
-                plan,
-                captured: None,
-            });
+        let (values, replay, taken) = match self.device.backend() {
+            BackendImpl::Wgpu(b) => {
+                let (executed, end): (_, BatchEnd) = b.in_batch(true, || plan.execute(&self))?;
+                let values = executed?;
+                let taken = end.taken_bytes;
+                (values, Replayer::Wgpu(b.compile_replay(end)?), taken)
+            }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(b) => {
+                let (executed, replay) = b.capture(|| plan.execute(&self))?;
+                let taken = plan.simulated_peak(&self);
+                (executed?, Replayer::Cuda(replay), taken)
+            }
+            _ => {
+                return Ok(Graph {
+                    batch: self,
+                    plan,
+                    captured: None,
+                })
+            }
         };
-        let (executed, end): (_, BatchEnd) = b.in_batch(true, || plan.execute(&self))?;
-        let values = executed?;
-        let taken = end.taken_bytes;
-        let replay = b.compile_replay(end)?;
         let outputs = self
             .outputs
             .iter()
@@ -599,8 +610,15 @@ pub(crate) fn missing() -> Error {
     }
 }
 
+/// What a compiled batch replays: wgpu's encoded dispatches or a CUDA graph.
+enum Replayer {
+    Wgpu(Replay),
+    #[cfg(cuda)]
+    Cuda(crate::backend::cuda::graph::CudaReplay),
+}
+
 struct Captured {
-    replay: Replay,
+    replay: Replayer,
     outputs: Vec<Tensor>,
     taken: u64,
 }
@@ -635,23 +653,39 @@ impl Graph {
         }
         match (&self.captured, self.batch.device.backend()) {
             (Some(c), BackendImpl::Wgpu(b)) => {
+                let Replayer::Wgpu(replay) = &c.replay else {
+                    return Err(missing());
+                };
                 let mut ins = Vec::with_capacity(inputs.len());
                 for (v, data) in inputs {
-                    let t = self.batch.nodes[v.index]
-                        .tensor
-                        .as_ref()
-                        .ok_or_else(missing)?;
-                    ins.push((t.storage().as_wgpu()?, *data));
+                    ins.push((self.input_tensor(*v)?.storage().as_wgpu()?, *data));
                 }
                 let outs = c
                     .outputs
                     .iter()
                     .map(|t| Ok((t.storage().as_wgpu()?, t.len())))
                     .collect::<Result<Vec<_>>>()?;
-                let data = b.replay(&c.replay, &ins, &outs).await?;
+                let data = b.replay(replay, &ins, &outs).await?;
                 Ok(self
                     .plan
-                    .result(&self.batch, data, c.taken, c.replay.dispatches))
+                    .result(&self.batch, data, c.taken, replay.dispatches))
+            }
+            #[cfg(cuda)]
+            (Some(c), BackendImpl::Cuda(b)) => {
+                let Replayer::Cuda(replay) = &c.replay else {
+                    return Err(missing());
+                };
+                for (v, data) in inputs {
+                    b.overwrite(self.input_tensor(*v)?.storage().as_cuda()?, data)?;
+                }
+                b.launch_replay(replay)?;
+                let outs = c
+                    .outputs
+                    .iter()
+                    .map(|t| Ok((t.storage().as_cuda()?, t.len())))
+                    .collect::<Result<Vec<_>>>()?;
+                let data = b.read_many(&outs)?;
+                Ok(self.plan.result(&self.batch, data, c.taken, replay.nodes))
             }
             _ => {
                 for (v, data) in inputs {
@@ -662,5 +696,13 @@ impl Graph {
                 self.batch.run().await
             }
         }
+    }
+
+    /// The tensor holding an upload's data.
+    fn input_tensor(&self, v: Value) -> Result<&Tensor> {
+        self.batch.nodes[v.index]
+            .tensor
+            .as_ref()
+            .ok_or_else(missing)
     }
 }

@@ -225,6 +225,23 @@ pub fn as_f16_tolerance(reference: Vec<(f64, Tol)>) -> Vec<(f64, Tol)> {
         .collect()
 }
 
+/// Widens a matmul reference's tolerance for inputs rounded to bf16 (8 mantissa bits, eight
+/// times f16's rounding error).
+pub fn as_bf16_tolerance(reference: Vec<(f64, Tol)>) -> Vec<(f64, Tol)> {
+    reference
+        .into_iter()
+        .map(|(v, t)| {
+            (
+                v,
+                Tol {
+                    atol: t.atol * 800.0,
+                    rtol: t.rtol,
+                },
+            )
+        })
+        .collect()
+}
+
 /// A matmul with transposed operands and an epilogue, in f64: `act(op(a) x op(b) + bias)`.
 /// The tolerance is the matmul's, carried through the activation (whose slope is at most 1.2),
 /// plus the activation's own.

@@ -1524,7 +1524,14 @@ pub async fn matmul_tiles_and_f16(dev: &Device) {
             if tb { [n, k] } else { [k, n] },
         );
         let (xa, xb) = (dev.tensor(&a, &sa).unwrap(), dev.tensor(&b, &sb).unwrap());
-        for precision in [Precision::F32, Precision::F16] {
+        // TF32 and bf16 (CUDA's tensor-core precisions) on the first tile only: elsewhere
+        // they run the f32 kernel, which the other tiles check already.
+        let precisions: &[Precision] = if i == 0 {
+            &[Precision::F32, Precision::F16, Precision::Tf32, Precision::Bf16]
+        } else {
+            &[Precision::F32, Precision::F16]
+        };
+        for &precision in precisions {
             let options = MatmulOptions {
                 transpose_a: ta,
                 transpose_b: tb,
@@ -1544,7 +1551,9 @@ pub async fn matmul_tiles_and_f16(dev: &Device) {
             );
             let want = match precision {
                 Precision::F32 => want,
-                Precision::F16 => oracle::as_f16_tolerance(want),
+                // TF32 keeps f16's 10 mantissa bits (with f32's range).
+                Precision::F16 | Precision::Tf32 => oracle::as_f16_tolerance(want),
+                Precision::Bf16 => oracle::as_bf16_tolerance(want),
             };
             check(
                 &format!("matmul tile {tile} {precision:?} ta={ta} tb={tb}"),

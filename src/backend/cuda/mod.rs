@@ -77,7 +77,6 @@ pub(crate) struct CudaBackend {
     kernels: Kernels,
     pool: Arc<Mutex<Pool>>,
     staging: Mutex<Option<PinnedHostSlice<f32>>>,
-    props: CudaProperties,
     /// cuBLAS's workspace, set once so that captured graphs never allocate.
     _workspace: Buffer,
     graphs: graph::CaptureState,
@@ -129,15 +128,10 @@ impl CudaBackend {
             kernels,
             pool,
             staging: Mutex::new(None),
-            props,
             _workspace: workspace,
             graphs: graph::CaptureState::default(),
         };
         Ok((backend, info))
-    }
-
-    pub(crate) fn properties(&self) -> &CudaProperties {
-        &self.props
     }
 
     fn bind(&self) -> Result<()> {
@@ -256,11 +250,6 @@ impl CudaBackend {
 
     pub(crate) fn set_memory_limit(&self, limit: Option<u64>) {
         pool::lock(&self.pool).set_limit(limit);
-    }
-
-    /// Source files compiled or loaded from the PTX cache so far.
-    pub(crate) fn modules_loaded(&self) -> usize {
-        self.kernels.loaded()
     }
 
     /// Records an event on the stream (for profiling).

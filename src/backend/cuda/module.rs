@@ -269,11 +269,6 @@ impl Kernels {
         }
         Ok(ptx)
     }
-
-    /// Source files compiled or loaded so far (for tests and `gpukit info`).
-    pub(crate) fn loaded(&self) -> usize {
-        self.lock().modules.len()
-    }
 }
 
 /// The NVRTC architecture name of a compute capability.
