@@ -29,6 +29,7 @@ pub struct Device {
 struct Inner {
     backend: BackendImpl,
     info: DeviceInfo,
+    profile: crate::profile::State,
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -98,6 +99,7 @@ impl Device {
             inner: Arc::new(Inner {
                 backend: BackendImpl::Cpu(CpuBackend),
                 info: CpuBackend::info(format!("fallback: {reason}")),
+                profile: Default::default(),
             }),
         }
     }
@@ -108,6 +110,7 @@ impl Device {
             inner: Arc::new(Inner {
                 backend: BackendImpl::Cpu(CpuBackend),
                 info: CpuBackend::info("internal: measuring the CPU backend".into()),
+                profile: Default::default(),
             }),
         }
     }
@@ -141,6 +144,7 @@ impl Device {
             inner: Arc::new(Inner {
                 backend: BackendImpl::Meta,
                 info,
+                profile: Default::default(),
             }),
         }
     }
@@ -148,7 +152,11 @@ impl Device {
     fn from_parts(backend: BackendImpl, info: DeviceInfo) -> Device {
         warn_if_slow(&info);
         Device {
-            inner: Arc::new(Inner { backend, info }),
+            inner: Arc::new(Inner {
+                backend,
+                info,
+                profile: Default::default(),
+            }),
         }
     }
 
@@ -348,6 +356,21 @@ impl Device {
 
     pub(crate) fn backend(&self) -> &BackendImpl {
         &self.inner.backend
+    }
+
+    /// The backend for running op `name`, timed while a [`Profiler`](crate::Profiler) is on.
+    pub(crate) fn op(&self, name: &'static str, work: crate::profile::Work) -> crate::profile::OpScope<'_> {
+        crate::profile::OpScope::new(self, name, work)
+    }
+
+    pub(crate) fn profile_state(&self) -> &crate::profile::State {
+        &self.inner.profile
+    }
+
+    /// Starts collecting per-op timings (see [`Profiler`](crate::Profiler)); they stop when
+    /// the profiler is dropped.
+    pub fn profiler(&self) -> crate::Profiler {
+        crate::Profiler::start(self)
     }
 
     pub(crate) fn same(&self, other: &Device) -> bool {

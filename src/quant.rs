@@ -163,7 +163,8 @@ impl QuantTensor {
 
     /// The f32 matrix these blocks encode, `[rows, cols]`.
     pub fn dequantize(&self) -> Result<Tensor> {
-        let storage = self.device.backend().dequantize(self.parts())?;
+        let work = crate::profile::Work::elements(self.rows * self.cols, 1);
+        let storage = self.device.op("dequantize", work).dequantize(self.parts())?;
         Ok(Tensor::new(
             self.device.clone(),
             storage,
@@ -259,7 +260,10 @@ impl Tensor {
         let m: usize = lead.iter().product();
         let storage = self
             .device()
-            .backend()
+            .op(
+                "matmul_quant",
+                crate::profile::Work::Flops(2.0 * m as f64 * (w.rows * w.cols) as f64),
+            )
             .matmul_quant(self.storage(), w.parts(), m)?;
         let mut shape = lead.to_vec();
         shape.push(w.rows);

@@ -184,7 +184,15 @@ fn info_describes_the_adapter_and_its_limits() {
 
 #[test]
 fn explicit_choices_that_cannot_run_are_errors_not_substitutes() {
-    for b in [Backend::Cuda, Backend::WebGpu] {
+    // CUDA where it runs is CUDA itself; elsewhere an error, never another backend.
+    match Device::with_backend_blocking(Backend::Cuda) {
+        Ok(d) => assert_eq!(d.info().backend, Backend::Cuda),
+        Err(e) => assert!(
+            matches!(e, Error::BackendUnavailable { backend: Backend::Cuda, .. }),
+            "{e}"
+        ),
+    }
+    for b in [Backend::WebGpu] {
         let e = Device::with_backend_blocking(b).unwrap_err();
         assert!(
             matches!(e, Error::BackendUnavailable { backend, .. } if backend == b),
@@ -370,4 +378,89 @@ fn batches_from_several_threads_share_a_device() {
             h.join().unwrap();
         }
     });
+}
+
+/// The devices this machine runs: the CPU, the wgpu adapter `make test` installs, and CUDA
+/// where it exists (printing SKIPPED where it does not).
+fn every_device() -> Vec<Device> {
+    let mut devices = vec![Device::cpu(), gpu()];
+    match Device::with_backend_blocking(Backend::Cuda) {
+        Ok(d) => devices.push(d),
+        Err(e) if std::env::var_os("GPUKIT_REQUIRE_CUDA").is_some() => {
+            panic!("GPUKIT_REQUIRE_CUDA is set but CUDA cannot run: {e}")
+        }
+        Err(e) => eprintln!("SKIPPED (cuda part): {e}"),
+    }
+    devices
+}
+
+#[test]
+fn the_profiler_times_each_op_on_every_backend() {
+    for d in every_device() {
+        let x = d.tensor(&vec![0.5f32; 4096], &[64, 64]).unwrap();
+        let profiler = d.profiler();
+        let y = x.relu().unwrap().relu().unwrap();
+        let z = y.matmul(&x).unwrap();
+        z.read_blocking().unwrap();
+        let summary = profiler.summary().unwrap();
+        let name = &d.info().adapter;
+        let relu = summary.iter().find(|r| r.op == "relu").expect("relu was profiled");
+        assert_eq!(relu.count, 2, "{name}: {summary:?}");
+        assert!(relu.min_us > 0.0 && relu.min_us <= relu.mean_us && relu.mean_us <= relu.max_us);
+        assert_eq!(relu.rate_unit, "GB/s");
+        let mm = summary.iter().find(|r| r.op == "matmul").expect("matmul was profiled");
+        assert_eq!((mm.count, mm.rate_unit), (1, "GFLOP/s"), "{name}");
+        assert!(mm.rate > 0.0, "{name}: {mm:?}");
+        assert!(profiler.report().unwrap().contains("matmul"));
+        profiler.reset();
+        assert!(profiler.summary().unwrap().is_empty());
+        drop(profiler);
+        // Off again: nothing is recorded without a profiler.
+        let again = d.profiler();
+        drop(x.relu().unwrap());
+        assert_eq!(again.summary().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn devices_open_by_index_and_out_of_range_is_an_error() {
+    assert_eq!(
+        Device::with_backend_at_blocking(Backend::Cpu, 0).unwrap().info().backend,
+        Backend::Cpu
+    );
+    for b in [Backend::Cpu, Backend::Cuda, Backend::Vulkan] {
+        let e = Device::with_backend_at_blocking(b, 99).unwrap_err();
+        assert!(e.is_unavailable(), "{b}: {e}");
+    }
+    let d = Device::with_backend_at_blocking(Backend::Vulkan, 0).unwrap();
+    assert_eq!(d.info().backend, Backend::Vulkan);
+}
+
+#[test]
+fn the_memory_limit_caps_the_cuda_pool_and_is_refused_elsewhere() {
+    for d in every_device() {
+        if d.info().backend != Backend::Cuda {
+            let e = d.set_memory_limit(Some(1 << 20)).unwrap_err();
+            assert!(e.is_input(), "{e}");
+            continue;
+        }
+        let props = d.info().cuda.clone().expect("CUDA devices report their properties");
+        assert!(props.multiprocessors > 0 && props.warp_size == 32 && props.total_memory > 0);
+        d.synchronize_blocking().unwrap();
+        d.release_cached_memory();
+        let held = d.memory_stats().live_bytes;
+        d.set_memory_limit(Some(held + (1 << 20))).unwrap();
+        let small = d.tensor(&vec![1.0; 1000], &[1000]).unwrap();
+        let e = d.tensor(&vec![1.0; 1 << 20], &[1 << 20]).unwrap_err();
+        assert!(e.is_resource() && e.to_string().contains("limit"), "{e}");
+        d.set_memory_limit(None).unwrap();
+        let big = d.tensor(&vec![1.0; 1 << 20], &[1 << 20]).unwrap();
+        assert_eq!(big.sum().unwrap().read_scalar_blocking().unwrap(), (1 << 20) as f32);
+        drop((small, big));
+        let stats = d.memory_stats();
+        let again = d.tensor(&vec![2.0; 1 << 20], &[1 << 20]).unwrap();
+        assert_eq!(d.memory_stats().reuses, stats.reuses + 1, "the freed buffer is reused");
+        assert!(d.memory_stats().hit_rate() > 0.0);
+        drop(again);
+    }
 }

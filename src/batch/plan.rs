@@ -155,9 +155,10 @@ impl Plan {
                     .collect::<Result<Vec<_>>>()?;
                 let inputs: Vec<(&Storage, usize)> =
                     ts.iter().map(|t| (t.storage(), t.len().max(1))).collect();
+                let work = crate::profile::Work::elements(node.len(), inputs.len() + 1);
                 let storage = batch
                     .device
-                    .backend()
+                    .op("fused", work)
                     .fused(expr, &inputs, node.len())
                     .map_err(at)?;
                 Tensor::new(batch.device.clone(), storage, node.shape.clone())

@@ -163,7 +163,10 @@ impl Tensor {
             ow,
             opts,
         };
-        let storage = self.device().backend().conv2d(
+        let depth = (spec.c / spec.opts.groups.max(1)) * spec.kh * spec.kw;
+        let flops = 2.0 * (spec.n * spec.o * spec.oh * spec.ow) as f64 * depth as f64;
+        let work = crate::profile::Work::Flops(flops);
+        let storage = self.device().op("conv2d", work).conv2d(
             self.storage(),
             weight.storage(),
             bias.map(Tensor::storage),
@@ -205,7 +208,8 @@ impl Tensor {
             opts,
             max,
         };
-        let storage = self.device().backend().pool2d(self.storage(), spec)?;
+        let work = crate::profile::Work::elements(self.len() + n * c * oh * ow, 1);
+        let storage = self.device().op(op, work).pool2d(self.storage(), spec)?;
         Ok(self.with_storage(storage, vec![n, c, oh, ow]))
     }
 }

@@ -343,7 +343,7 @@ impl Tensor {
         op.validate()?;
         let storage = self
             .device()
-            .backend()
+            .op(op.name(), crate::profile::Work::elements(self.len(), 2))
             .unary(op, self.storage(), self.len())?;
         Ok(self.with_storage(storage, self.shape().to_vec()))
     }
@@ -354,7 +354,8 @@ impl Tensor {
         self.same_device(rhs, op.name())?;
         let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
         let n = bc.shape.iter().product();
-        let storage = self.device().backend().binary(
+        let work = crate::profile::Work::elements(3 * n, 1);
+        let storage = self.device().op(op.name(), work).binary(
             op,
             (self.storage(), bc.a_len),
             (rhs.storage(), bc.b_len),

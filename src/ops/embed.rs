@@ -33,7 +33,7 @@ impl Tensor {
         }
         let storage = self
             .device()
-            .backend()
+            .op("embedding", crate::profile::Work::elements(ids.len() * dim, 2))
             .embedding(self.storage(), ids, dim)?;
         Ok(self.with_storage(storage, vec![ids.len(), dim]))
     }
@@ -61,7 +61,8 @@ impl Tensor {
                 ));
             }
         }
-        let storage = self.device().backend().rope(
+        let work = crate::profile::Work::elements(self.len(), 3);
+        let storage = self.device().op("rope", work).rope(
             self.storage(),
             cos.storage(),
             sin.storage(),

@@ -63,7 +63,8 @@ impl Tensor {
             .map(|(t, spec)| (t.storage(), spec.clone()))
             .collect();
         let n = shape.iter().product();
-        let storage = self.device().backend().copy(&storages, n)?;
+        let work = crate::profile::Work::elements(n, 2);
+        let storage = self.device().op("copy", work).copy(&storages, n)?;
         Ok(self.with_storage(storage, shape))
     }
 

@@ -265,7 +265,12 @@ impl Tensor {
         let bias = options.bias.map(Tensor::storage);
         let storage = self
             .device()
-            .backend()
+            .op(
+                "matmul",
+                crate::profile::Work::Flops(
+                    2.0 * (spec.dims.batch * spec.dims.m) as f64 * (spec.dims.n * spec.dims.k) as f64,
+                ),
+            )
             .matmul(self.storage(), rhs.storage(), bias, spec)?;
         Ok(self.with_storage(storage, shape))
     }

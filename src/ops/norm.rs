@@ -77,7 +77,9 @@ impl Tensor {
             cols,
             eps,
         };
-        let storage = self.device().backend().norm(
+        let work = crate::profile::Work::elements(self.len(), 2);
+        let name = if rms { "rms_norm" } else { "layer_norm" };
+        let storage = self.device().op(name, work).norm(
             self.storage(),
             weight.map(Tensor::storage),
             bias.map(Tensor::storage),

@@ -71,7 +71,7 @@ impl Tensor {
         }
         let storage = self
             .device()
-            .backend()
+            .op(op.name(), crate::profile::Work::elements(rows * cols + rows, 1))
             .reduce(op, self.storage(), rows, cols)?;
         Ok(self.with_storage(storage, shape))
     }
@@ -122,7 +122,7 @@ impl Tensor {
         }
         let storage = self
             .device()
-            .backend()
+            .op("dot", crate::profile::Work::elements(self.len(), 2))
             .dot(self.storage(), rhs.storage(), self.len())?;
         Ok(self.with_storage(storage, Vec::new()))
     }

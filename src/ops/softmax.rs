@@ -30,7 +30,10 @@ impl Tensor {
         let rows = lead.iter().product();
         let storage = self
             .device()
-            .backend()
+            .op(
+                if log { "log_softmax" } else { "softmax" },
+                crate::profile::Work::elements(self.len(), 3),
+            )
             .softmax(self.storage(), rows, cols, log)?;
         Ok(self.with_storage(storage, self.shape().to_vec()))
     }

@@ -20,8 +20,9 @@ struct Row {
     /// gpukit's median, in `unit`; `None` when the workload cannot run yet.
     value: Option<f64>,
     unit: &'static str,
-    /// The same workload on the raw-wgpu floor, in `unit`.
-    raw_wgpu: Option<f64>,
+    /// The same workload on the raw floor (raw wgpu on wgpu devices, raw cudarc on CUDA), in
+    /// `unit`.
+    raw: Option<f64>,
     /// gpukit / raw for times, raw / gpukit for throughputs: above 1 means gpukit is slower.
     slowdown_vs_raw: Option<f64>,
     /// The same workload on the peer (`--peer`), in `unit`.
@@ -68,6 +69,7 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
 
 struct Options {
     json: bool,
+    profile: bool,
     quick: bool,
     backend: Option<Backend>,
     peer: Option<String>,
@@ -76,6 +78,7 @@ struct Options {
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         json: false,
+        profile: false,
         quick: false,
         backend: None,
         peer: None,
@@ -85,6 +88,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         match a.as_str() {
             "--json" => o.json = true,
             "--quick" => o.quick = true,
+            "--profile" => o.profile = true,
             "--peer" => {
                 let name = it.next().ok_or("--peer needs a name (trueno)")?;
                 if name != "trueno" {
@@ -120,6 +124,18 @@ pub fn run(args: &[String]) -> CliResult {
     } else {
         None
     };
+    #[cfg(cuda)]
+    let raw_cuda = match &device.info().cuda {
+        Some(p) => match crate::baseline_cuda::RawCuda::new(p.ordinal) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("raw CUDA baseline unavailable: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    let profiler = o.profile.then(|| device.profiler());
     // Large sizes shrink 16x with --quick (for software adapters and CI smoke runs).
     let div = if o.quick { 16 } else { 1 };
     let runs = if o.quick { 5 } else { 20 };
@@ -131,7 +147,7 @@ pub fn run(args: &[String]) -> CliResult {
         runs: times.len(),
         value: Some(median(times) * 1e6),
         unit: "us",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         note: note.into(),
@@ -239,7 +255,13 @@ pub fn run(args: &[String]) -> CliResult {
     let mut w6 = round_trip("W6", "vec_add 1024 round trip (latency)".into(), t, "");
     if let Some(r) = &raw {
         let raw_t = median(r.w6(&a6, &b6, w6_runs)?) * 1e6;
-        w6.raw_wgpu = Some(raw_t);
+        w6.raw = Some(raw_t);
+        w6.slowdown_vs_raw = w6.value.map(|v| v / raw_t);
+    }
+    #[cfg(cuda)]
+    if let Some(r) = &raw_cuda {
+        let raw_t = median(r.w6(&a6, &b6, w6_runs)?) * 1e6;
+        w6.raw = Some(raw_t);
         w6.slowdown_vs_raw = w6.value.map(|v| v / raw_t);
     }
     rows.push(w6);
@@ -283,13 +305,10 @@ pub fn run(args: &[String]) -> CliResult {
 
     let n1 = (64 << 20) / div;
     let reps = 10;
+    let (h1, g1) = (data(n1, 5), data(n1, 6));
     let (x1, y1) = (
-        device
-            .tensor(&data(n1, 5), &[n1])
-            .map_err(|e| e.to_string())?,
-        device
-            .tensor(&data(n1, 6), &[n1])
-            .map_err(|e| e.to_string())?,
+        device.tensor(&h1, &[n1]).map_err(|e| e.to_string())?,
+        device.tensor(&g1, &[n1]).map_err(|e| e.to_string())?,
     );
     let t = time(1, 5, || {
         for _ in 0..reps {
@@ -303,7 +322,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: format!("add on device-resident {n1}-element tensors"),
         value: Some(gbs(median(t.clone()))),
         unit: "GB/s",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -313,26 +332,44 @@ pub fn run(args: &[String]) -> CliResult {
         match r.d1(n1, reps, 5) {
             Ok(rt) => {
                 let raw_gbs = 12.0 * n1 as f64 / median(rt) / 1e9;
-                d1.raw_wgpu = Some(raw_gbs);
+                d1.raw = Some(raw_gbs);
                 d1.slowdown_vs_raw = d1.value.map(|v| raw_gbs / v);
             }
             Err(e) => d1.note = format!("{}; raw baseline: {e}", d1.note),
         }
     }
+    #[cfg(cuda)]
+    if let Some(r) = &raw_cuda {
+        let raw_gbs = 12.0 * n1 as f64 / median(r.d1(&h1, &g1, reps, 5)?) / 1e9;
+        d1.raw = Some(raw_gbs);
+        d1.slowdown_vs_raw = d1.value.map(|v| raw_gbs / v);
+    }
+    if let Some(p) = &device.info().cuda {
+        d1.note = format!(
+            "{}; {:.0}% of the {:.0} GB/s theoretical peak",
+            d1.note,
+            100.0 * d1.value.unwrap_or(0.0) * 1e9 / p.peak_bandwidth(),
+            p.peak_bandwidth() / 1e9
+        );
+    }
     rows.push(d1);
+    drop((h1, g1));
     drop((x1, y1));
 
+    // CUDA adds its tensor-core precisions.
+    let precisions: &[Precision] = if device.info().backend == Backend::Cuda {
+        &[Precision::F32, Precision::Tf32, Precision::F16, Precision::Bf16]
+    } else {
+        &[Precision::F32, Precision::F16]
+    };
     for size in [1024usize, 4096] {
         let size = size / if o.quick { 8 } else { 1 };
-        let x = device
-            .tensor(&data(size * size, 10), &[size, size])
-            .map_err(|e| e.to_string())?;
-        let y = device
-            .tensor(&data(size * size, 11), &[size, size])
-            .map_err(|e| e.to_string())?;
+        let (hx, hy) = (data(size * size, 10), data(size * size, 11));
+        let x = device.tensor(&hx, &[size, size]).map_err(|e| e.to_string())?;
+        let y = device.tensor(&hy, &[size, size]).map_err(|e| e.to_string())?;
         let reps = if size >= 4096 { 3 } else { 10 };
         let mut f32_tflops = None;
-        for precision in [Precision::F32, Precision::F16] {
+        for &precision in precisions {
             let options = MatmulOptions {
                 precision,
                 ..MatmulOptions::default()
@@ -351,6 +388,15 @@ pub fn run(args: &[String]) -> CliResult {
                 .map_err(|e| e.to_string())?
                 .map_or("-".into(), |r| r.best.to_string());
             let (id, what, note) = match (precision, f32_tflops) {
+                (Precision::Tf32 | Precision::Bf16, Some(f)) => (
+                    if precision == Precision::Tf32 { "D2t" } else { "D2b" },
+                    if precision == Precision::Tf32 {
+                        "tf32-precision matmul"
+                    } else {
+                        "bf16-precision matmul"
+                    },
+                    format!("{:.2}x the f32 figure; cuBLAS tensor cores", tflops / f),
+                ),
                 (Precision::F16, Some(f)) => (
                     "D2h",
                     "f16-precision matmul",
@@ -370,14 +416,22 @@ pub fn run(args: &[String]) -> CliResult {
                     format!("{reps} matmuls then synchronize; tile {tile}"),
                 ),
             };
-            f32_tflops = Some(tflops);
+            if precision == Precision::F32 {
+                f32_tflops = Some(tflops);
+            }
+            #[allow(unused_mut)]
+            let mut raw_tflops = None;
+            #[cfg(cuda)]
+            if let (Some(r), Precision::F32) = (&raw_cuda, precision) {
+                raw_tflops = Some(flops / median(r.sgemm(&hx, &hy, size, reps, 5)?) / 1e12);
+            }
             rows.push(Row {
                 id,
                 workload: format!("{what} {size}x{size} device-resident"),
                 value: Some(tflops),
                 unit: "TFLOP/s",
-                raw_wgpu: None,
-                slowdown_vs_raw: None,
+                raw: raw_tflops,
+                slowdown_vs_raw: raw_tflops.map(|r| r / tflops),
                 peer: None,
                 runs: t.len(),
                 note,
@@ -405,7 +459,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
         value: Some(per * 1e6),
         unit: "us",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -435,7 +489,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: format!("conv2d 3x3, [{cn}, 64, {side}, {side}] -> 64 channels"),
         value: Some(flops / median(t.clone()) / 1e12),
         unit: "TFLOP/s",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -471,7 +525,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
         value: Some(per * 1e6),
         unit: "us",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -513,7 +567,7 @@ pub fn run(args: &[String]) -> CliResult {
             workload: format!("causal attention, 16 heads x {seq} x 64, batch 1"),
             value: Some(median(t.clone()) * 1e6),
             unit: "us",
-            raw_wgpu: None,
+            raw: None,
             slowdown_vs_raw: None,
             peer: None,
             runs: t.len(),
@@ -547,7 +601,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: "100 chained elementwise ops on 4096 elements, one read".into(),
         value: Some(median(t.clone()) * 1e6 / 100.0),
         unit: "us/op",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -581,7 +635,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: "D3 as one batch (fused), one read".into(),
         value: Some(median(t.clone()) * 1e6 / 100.0),
         unit: "us/op",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -595,7 +649,7 @@ pub fn run(args: &[String]) -> CliResult {
         workload: "D3 as a compiled graph, new data each run".into(),
         value: Some(median(t.clone()) * 1e6 / 100.0),
         unit: "us/op",
-        raw_wgpu: None,
+        raw: None,
         slowdown_vs_raw: None,
         peer: None,
         runs: t.len(),
@@ -603,7 +657,18 @@ pub fn run(args: &[String]) -> CliResult {
     });
     drop(graph);
 
-    report(&o, &device, &rows)
+    if let Some(p) = &profiler {
+        if o.json {
+            let summary = p.summary().map_err(|e| e.to_string())?;
+            eprintln!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
+        }
+    }
+    report(&o, &device, &rows)?;
+    if let (Some(p), false) = (&profiler, o.json) {
+        println!("\nper-op profile of the whole run ({}):", device.info().backend);
+        print!("{}", p.report().map_err(|e| e.to_string())?);
+    }
+    Ok(())
 }
 
 /// Prints the rows as a table (or JSON) with the device and the tuner's records.
@@ -638,7 +703,7 @@ fn report(o: &Options, device: &Device, rows: &[Row]) -> CliResult {
                 r.id.into(),
                 r.workload.clone(),
                 fmt(r.value),
-                fmt(r.raw_wgpu),
+                fmt(r.raw),
                 r.slowdown_vs_raw.map_or("-".into(), |s| format!("{s:.2}x")),
             ];
             if with_peer {
@@ -652,7 +717,12 @@ fn report(o: &Options, device: &Device, rows: &[Row]) -> CliResult {
             row
         })
         .collect();
-    let mut head = vec!["id", "workload", "gpukit", "raw wgpu", "gpukit/raw"];
+    let raw_name = if device.info().backend == Backend::Cuda {
+        "raw cudarc"
+    } else {
+        "raw wgpu"
+    };
+    let mut head = vec!["id", "workload", "gpukit", raw_name, "gpukit/raw"];
     if with_peer {
         head.extend(["trueno", "trueno/gpukit"]);
     }

@@ -11,6 +11,8 @@
 
 #[cfg(native)]
 mod baseline;
+#[cfg(cuda)]
+mod baseline_cuda;
 #[cfg(native)]
 mod bench;
 #[cfg(native)]

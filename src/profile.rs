@@ -1,0 +1,270 @@
+//! Per-op profiling on every backend: [`Device::profiler`] turns it on, each op then records
+//! its time, and [`Profiler::summary`] reports count, mean, min, max and a rate (GB/s for
+//! memory-bound ops, GFLOP/s for products) per op.
+//!
+//! How each backend times an op:
+//! - CUDA: events recorded on the stream before and after the op (GPU time, no waiting);
+//! - wgpu natively: the op is submitted and waited for, timed on the host (so each time
+//!   includes one submit; the ops no longer share a compute pass while profiling);
+//! - wgpu in the browser: the time to record the op (nothing can wait there);
+//! - CPU: host time (its ops run when called).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use serde::Serialize;
+use web_time::Instant;
+
+use crate::backend::BackendImpl;
+use crate::device::Device;
+use crate::error::Result;
+
+/// The work an op does, for its rate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Work {
+    /// Bytes read and written.
+    Bytes(f64),
+    /// Floating-point operations.
+    Flops(f64),
+}
+
+impl Work {
+    /// `n` f32 elements read and written `passes` times in all (an add of n: 3 passes).
+    pub(crate) fn elements(n: usize, passes: usize) -> Work {
+        Work::Bytes(4.0 * n as f64 * passes as f64)
+    }
+}
+
+enum Timing {
+    Seconds(f64),
+    #[cfg(cuda)]
+    Events(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent),
+}
+
+struct Sample {
+    op: &'static str,
+    work: Work,
+    timing: Timing,
+}
+
+/// A device's profiling state.
+#[derive(Default)]
+pub(crate) struct State {
+    on: AtomicBool,
+    samples: Mutex<Vec<Sample>>,
+}
+
+impl State {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sample>> {
+        self.samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+enum Start {
+    Off,
+    Host(Instant),
+    #[cfg(cuda)]
+    Event(cudarc::driver::CudaEvent),
+}
+
+/// The backend for one op, timing it while profiling is on (ends when dropped).
+pub(crate) struct OpScope<'a> {
+    device: &'a Device,
+    op: &'static str,
+    work: Work,
+    start: Start,
+}
+
+impl std::ops::Deref for OpScope<'_> {
+    type Target = BackendImpl;
+
+    fn deref(&self) -> &BackendImpl {
+        self.device.backend()
+    }
+}
+
+impl<'a> OpScope<'a> {
+    pub(crate) fn new(device: &'a Device, op: &'static str, work: Work) -> OpScope<'a> {
+        let start = if device.profile_state().on.load(Ordering::Relaxed) {
+            match device.backend() {
+                #[cfg(cuda)]
+                BackendImpl::Cuda(c) => match c.event() {
+                    Ok(e) => Start::Event(e),
+                    Err(_) => Start::Off,
+                },
+                _ => Start::Host(Instant::now()),
+            }
+        } else {
+            Start::Off
+        };
+        OpScope {
+            device,
+            op,
+            work,
+            start,
+        }
+    }
+}
+
+impl Drop for OpScope<'_> {
+    fn drop(&mut self) {
+        let timing = match std::mem::replace(&mut self.start, Start::Off) {
+            Start::Off => return,
+            #[cfg(cuda)]
+            Start::Event(begin) => match self.device.backend() {
+                BackendImpl::Cuda(c) => match c.event() {
+                    Ok(end) => Timing::Events(begin, end),
+                    Err(_) => return,
+                },
+                _ => return,
+            },
+            Start::Host(t0) => {
+                // Native wgpu: wait for the op so the host time covers it.
+                #[cfg(native)]
+                if self.device.backend().wgpu().is_some() {
+                    if let Err(e) = pollster::block_on(self.device.synchronize()) {
+                        log::warn!("gpukit profiler: {e}");
+                    }
+                }
+                Timing::Seconds(t0.elapsed().as_secs_f64())
+            }
+        };
+        self.device.profile_state().lock().push(Sample {
+            op: self.op,
+            work: self.work,
+            timing,
+        });
+    }
+}
+
+/// One op's statistics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpProfile {
+    /// The op.
+    pub op: &'static str,
+    /// How many times it ran.
+    pub count: usize,
+    /// Mean time in microseconds.
+    pub mean_us: f64,
+    /// Fastest run, in microseconds.
+    pub min_us: f64,
+    /// Slowest run, in microseconds.
+    pub max_us: f64,
+    /// Total time in microseconds.
+    pub total_us: f64,
+    /// The mean rate: GB/s (bytes read and written) or GFLOP/s.
+    pub rate: f64,
+    /// `"GB/s"` or `"GFLOP/s"`.
+    pub rate_unit: &'static str,
+}
+
+/// Collects per-op timings of a device while it lives; see the module docs.
+///
+/// ```no_run
+/// # fn demo() -> gpukit::Result<()> {
+/// let device = gpukit::Device::new_blocking()?;
+/// let profiler = device.profiler();
+/// let x = device.tensor(&vec![1.0; 1 << 20], &[1 << 20])?;
+/// let _y = x.relu()?.softmax()?.read_blocking()?;
+/// println!("{}", profiler.report()?);
+/// # Ok(()) }
+/// ```
+pub struct Profiler {
+    device: Device,
+}
+
+impl Profiler {
+    pub(crate) fn start(device: &Device) -> Profiler {
+        let st = device.profile_state();
+        st.lock().clear();
+        st.on.store(true, Ordering::Relaxed);
+        Profiler {
+            device: device.clone(),
+        }
+    }
+
+    /// Per-op statistics of everything run since the profiler started (or was reset), ops in
+    /// order of total time, largest first. Waits for the device's work to finish.
+    pub fn summary(&self) -> Result<Vec<OpProfile>> {
+        if matches!(self.device.backend(), BackendImpl::Cpu(_)) {
+            // Nothing is pending on the CPU backend.
+        } else {
+            #[cfg(native)]
+            pollster::block_on(self.device.synchronize())?;
+        }
+        let samples = self.device.profile_state().lock();
+        let mut by_op: BTreeMap<&'static str, (Vec<f64>, Work)> = BTreeMap::new();
+        for s in samples.iter() {
+            let secs = match &s.timing {
+                Timing::Seconds(t) => *t,
+                #[cfg(cuda)]
+                Timing::Events(a, b) => match a.elapsed_ms(b) {
+                    Ok(ms) => f64::from(ms) / 1e3,
+                    Err(_) => continue,
+                },
+            };
+            let entry = by_op.entry(s.op).or_insert((Vec::new(), Work::Bytes(0.0)));
+            entry.0.push(secs);
+            entry.1 = match (entry.1, s.work) {
+                (Work::Bytes(a), Work::Bytes(b)) => Work::Bytes(a + b),
+                (Work::Flops(a), Work::Flops(b)) => Work::Flops(a + b),
+                (Work::Bytes(_), w) => w,
+                (w, _) => w,
+            };
+        }
+        let mut out: Vec<OpProfile> = by_op
+            .into_iter()
+            .map(|(op, (times, work))| {
+                let total: f64 = times.iter().sum();
+                let (amount, unit) = match work {
+                    Work::Bytes(b) => (b, "GB/s"),
+                    Work::Flops(f) => (f, "GFLOP/s"),
+                };
+                OpProfile {
+                    op,
+                    count: times.len(),
+                    mean_us: total / times.len() as f64 * 1e6,
+                    min_us: times.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
+                    max_us: times.iter().copied().fold(0.0, f64::max) * 1e6,
+                    total_us: total * 1e6,
+                    rate: if total > 0.0 { amount / total / 1e9 } else { 0.0 },
+                    rate_unit: unit,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+        Ok(out)
+    }
+
+    /// The summary as a text table.
+    pub fn report(&self) -> Result<String> {
+        use std::fmt::Write;
+        let rows = self.summary()?;
+        let mut s = format!(
+            "{:<14} {:>7} {:>11} {:>11} {:>11} {:>12} {:>10}\n",
+            "op", "count", "mean us", "min us", "max us", "total us", "rate"
+        );
+        for r in rows {
+            let _ = writeln!(
+                s,
+                "{:<14} {:>7} {:>11.1} {:>11.1} {:>11.1} {:>12.1} {:>10.1} {}",
+                r.op, r.count, r.mean_us, r.min_us, r.max_us, r.total_us, r.rate, r.rate_unit
+            );
+        }
+        Ok(s)
+    }
+
+    /// Forgets the samples so far.
+    pub fn reset(&self) {
+        self.device.profile_state().lock().clear();
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        self.device.profile_state().on.store(false, Ordering::Relaxed);
+    }
+}
