@@ -418,6 +418,24 @@ pub async fn softmax_edges(dev: &Device) {
         "softmax with an all -inf first chunk",
     )
     .await;
+    // Rows long enough to be split across blocks (CUDA): chunks of only -inf before finite
+    // values, a row of only -inf, a +inf and a NaN far from the start.
+    let cols = 40000;
+    let mut rows = Rng::new(8).vec(4 * cols, -4.0, 4.0);
+    rows[..17000].fill(f32::NEG_INFINITY);
+    rows[cols..2 * cols].fill(f32::NEG_INFINITY);
+    rows[2 * cols + 30000] = f32::INFINITY;
+    rows[3 * cols + 35000] = f32::NAN;
+    for log in [false, true] {
+        run_softmax(
+            dev,
+            &rows,
+            &[4, cols],
+            log,
+            &format!("softmax(log={log}) of long rows with -inf chunks, +inf and NaN"),
+        )
+        .await;
+    }
 }
 
 /// 100 chained elementwise ops on one tensor, one read at the end: results stay on the device

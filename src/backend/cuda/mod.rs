@@ -509,10 +509,23 @@ impl BackendOps for CudaBackend {
 
     fn softmax(&self, x: &CudaStorage, rows: usize, cols: usize, log: bool) -> Result<CudaStorage> {
         let out = self.alloc(rows * cols)?;
-        if rows * cols > 0 {
-            let args = [p(x), u(rows), u(cols), Arg::I(log as u32), p(&out)];
-            self.launch_rows(Entry::SoftmaxRows, rows, cols, &args)?;
+        if rows * cols == 0 {
+            return Ok(out);
         }
+        // A few long rows would leave most of the GPU idle with a block per row: split them.
+        const CHUNK: usize = 16384;
+        if rows < 256 && cols >= 2 * CHUNK && rows <= 65535 {
+            let chunks = cols.div_ceil(CHUNK);
+            let pairs = self.alloc(2 * rows * chunks)?;
+            let grid = (chunks as u32, rows as u32, 1);
+            let args = [p(x), u(cols), u(CHUNK), p(&pairs)];
+            self.launch(Entry::SoftmaxPartial, grid, 1024, 0, &args)?;
+            let args = [p(x), u(cols), u(CHUNK), p(&pairs), Arg::I(log as u32), p(&out)];
+            self.launch(Entry::SoftmaxFinish, grid, 1024, 0, &args)?;
+            return Ok(out);
+        }
+        let args = [p(x), u(rows), u(cols), Arg::I(log as u32), p(&out)];
+        self.launch_rows(Entry::SoftmaxRows, rows, cols, &args)?;
         Ok(out)
     }
 

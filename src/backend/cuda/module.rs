@@ -74,6 +74,8 @@ pub(crate) enum Entry {
     ReduceRows,
     DotPartial,
     SoftmaxRows,
+    SoftmaxPartial,
+    SoftmaxFinish,
     NormRows,
     CopyStrided,
     Embedding,
@@ -99,6 +101,8 @@ impl Entry {
             ReduceRows => (Source::Rows, "reduce_rows"),
             DotPartial => (Source::Rows, "dot_partial"),
             SoftmaxRows => (Source::Rows, "softmax_rows"),
+            SoftmaxPartial => (Source::Rows, "softmax_partial"),
+            SoftmaxFinish => (Source::Rows, "softmax_finish"),
             NormRows => (Source::Rows, "norm_rows"),
             CopyStrided => (Source::Layout, "copy_strided"),
             Embedding => (Source::Layout, "embedding"),
@@ -315,7 +319,7 @@ mod tests {
         use Entry::*;
         for e in [
             Unary, Binary, Epilogue, ToF16, ToBf16, ReduceRows, DotPartial, SoftmaxRows,
-            NormRows, CopyStrided, Embedding, Rope, Pool2d, TopkRows, Im2col, Dequantize, Qgemv,
+            SoftmaxPartial, SoftmaxFinish, NormRows, CopyStrided, Embedding, Rope, Pool2d, TopkRows, Im2col, Dequantize, Qgemv,
             Attention,
         ] {
             let (source, name) = e.location();

@@ -386,7 +386,16 @@ pub fn run(args: &[String]) -> CliResult {
             let tile = device
                 .tune_matmul_blocking(size, size, size, precision)
                 .map_err(|e| e.to_string())?
-                .map_or("-".into(), |r| r.best.to_string());
+                .map_or_else(
+                    || {
+                        if device.info().backend == Backend::Cuda {
+                            "cuBLAS".to_string()
+                        } else {
+                            "-".to_string()
+                        }
+                    },
+                    |r| r.best.to_string(),
+                );
             let (id, what, note) = match (precision, f32_tflops) {
                 (Precision::Tf32 | Precision::Bf16, Some(f)) => (
                     if precision == Precision::Tf32 { "D2t" } else { "D2b" },
