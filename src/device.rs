@@ -250,9 +250,13 @@ impl Device {
     fn first_cuda() -> Result<Device> {
         use crate::backend::cuda::{props, CudaBackend};
         let count = props::device_count()?;
-        let selection = format!("automatic: CUDA device 0 of {count} (CUDA is preferred on NVIDIA GPUs)");
+        let selection =
+            format!("automatic: CUDA device 0 of {count} (CUDA is preferred on NVIDIA GPUs)");
         let (backend, info) = CudaBackend::new(0, selection)?;
-        Ok(Device::from_parts(BackendImpl::Cuda(Box::new(backend)), info))
+        Ok(Device::from_parts(
+            BackendImpl::Cuda(Box::new(backend)),
+            info,
+        ))
     }
 
     /// A device of `backend` on its adapter number `index`: the CUDA device ordinal for
@@ -263,7 +267,11 @@ impl Device {
         let unavailable = |reason: String| Error::BackendUnavailable { backend, reason };
         match backend {
             Backend::Cpu if index == 0 => return Device::open(backend, selection).await,
-            Backend::Cpu => return Err(unavailable(format!("the CPU backend has only device 0, not {index}"))),
+            Backend::Cpu => {
+                return Err(unavailable(format!(
+                    "the CPU backend has only device 0, not {index}"
+                )))
+            }
             Backend::Cuda => return Device::open_cuda(index, selection),
             _ => {}
         }
@@ -286,7 +294,10 @@ impl Device {
     #[cfg(cuda)]
     fn open_cuda(index: usize, selection: String) -> Result<Device> {
         let (backend, info) = crate::backend::cuda::CudaBackend::new(index, selection)?;
-        Ok(Device::from_parts(BackendImpl::Cuda(Box::new(backend)), info))
+        Ok(Device::from_parts(
+            BackendImpl::Cuda(Box::new(backend)),
+            info,
+        ))
     }
 
     #[cfg(not(cuda))]
@@ -359,7 +370,11 @@ impl Device {
     }
 
     /// The backend for running op `name`, timed while a [`Profiler`](crate::Profiler) is on.
-    pub(crate) fn op(&self, name: &'static str, work: crate::profile::Work) -> crate::profile::OpScope<'_> {
+    pub(crate) fn op(
+        &self,
+        name: &'static str,
+        work: crate::profile::Work,
+    ) -> crate::profile::OpScope<'_> {
         crate::profile::OpScope::new(self, name, work)
     }
 

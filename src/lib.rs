@@ -55,7 +55,6 @@ pub use backend::wgpu::pool::MemoryStats;
 pub use backend::wgpu::tuner::TuneRecord;
 pub use batch::{Batch, BatchMatmul, BatchResult, Graph, Value};
 pub use device::Device;
-pub use profile::{OpProfile, Profiler};
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
@@ -64,6 +63,7 @@ pub use ops::{
     Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
 pub use policy::{Costs, DispatchPolicy, OpClass};
+pub use profile::{OpProfile, Profiler};
 pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};
 

@@ -230,7 +230,11 @@ impl Profiler {
                     min_us: times.iter().copied().fold(f64::INFINITY, f64::min) * 1e6,
                     max_us: times.iter().copied().fold(0.0, f64::max) * 1e6,
                     total_us: total * 1e6,
-                    rate: if total > 0.0 { amount / total / 1e9 } else { 0.0 },
+                    rate: if total > 0.0 {
+                        amount / total / 1e9
+                    } else {
+                        0.0
+                    },
                     rate_unit: unit,
                 }
             })
@@ -265,6 +269,9 @@ impl Profiler {
 
 impl Drop for Profiler {
     fn drop(&mut self) {
-        self.device.profile_state().on.store(false, Ordering::Relaxed);
+        self.device
+            .profile_state()
+            .on
+            .store(false, Ordering::Relaxed);
     }
 }

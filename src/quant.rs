@@ -164,7 +164,10 @@ impl QuantTensor {
     /// The f32 matrix these blocks encode, `[rows, cols]`.
     pub fn dequantize(&self) -> Result<Tensor> {
         let work = crate::profile::Work::elements(self.rows * self.cols, 1);
-        let storage = self.device.op("dequantize", work).dequantize(self.parts())?;
+        let storage = self
+            .device
+            .op("dequantize", work)
+            .dequantize(self.parts())?;
         Ok(Tensor::new(
             self.device.clone(),
             storage,

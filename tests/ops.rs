@@ -61,10 +61,7 @@ fn cuda_device() -> Option<&'static Device> {
     static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
     let device = DEVICE.get_or_init(|| {
         Device::with_backend_blocking(Backend::Cuda)
-            .map(|d| {
-                eprintln!("op suite on {} ({})", d.info().adapter, d.info().driver);
-                d
-            })
+            .inspect(|d| eprintln!("op suite on {} ({})", d.info().adapter, d.info().driver))
             .map_err(|e| e.to_string())
     });
     match device {

@@ -653,7 +653,10 @@ impl Graph {
         }
         match (&self.captured, self.batch.device.backend()) {
             (Some(c), BackendImpl::Wgpu(b)) => {
-                let Replayer::Wgpu(replay) = &c.replay else {
+                // The only kind of replay in builds without CUDA.
+                #[allow(irrefutable_let_patterns)]
+                let Replayer::Wgpu(replay) = &c.replay
+                else {
                     return Err(missing());
                 };
                 let mut ins = Vec::with_capacity(inputs.len());

@@ -33,7 +33,10 @@ impl Tensor {
         }
         let storage = self
             .device()
-            .op("embedding", crate::profile::Work::elements(ids.len() * dim, 2))
+            .op(
+                "embedding",
+                crate::profile::Work::elements(ids.len() * dim, 2),
+            )
             .embedding(self.storage(), ids, dim)?;
         Ok(self.with_storage(storage, vec![ids.len(), dim]))
     }

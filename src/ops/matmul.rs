@@ -268,7 +268,8 @@ impl Tensor {
             .op(
                 "matmul",
                 crate::profile::Work::Flops(
-                    2.0 * (spec.dims.batch * spec.dims.m) as f64 * (spec.dims.n * spec.dims.k) as f64,
+                    2.0 * (spec.dims.batch * spec.dims.m) as f64
+                        * (spec.dims.n * spec.dims.k) as f64,
                 ),
             )
             .matmul(self.storage(), rhs.storage(), bias, spec)?;

@@ -71,7 +71,10 @@ impl Tensor {
         }
         let storage = self
             .device()
-            .op(op.name(), crate::profile::Work::elements(rows * cols + rows, 1))
+            .op(
+                op.name(),
+                crate::profile::Work::elements(rows * cols + rows, 1),
+            )
             .reduce(op, self.storage(), rows, cols)?;
         Ok(self.with_storage(storage, shape))
     }

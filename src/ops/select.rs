@@ -44,7 +44,10 @@ impl Tensor {
         let rows = lead.iter().product();
         let (values, indices) = self
             .device()
-            .op("topk", crate::profile::Work::elements(rows * cols * k.max(1), 1))
+            .op(
+                "topk",
+                crate::profile::Work::elements(rows * cols * k.max(1), 1),
+            )
             .topk(self.storage(), rows, cols, k)?;
         let mut shape = lead.to_vec();
         shape.push(k);

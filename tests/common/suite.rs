@@ -1545,7 +1545,12 @@ pub async fn matmul_tiles_and_f16(dev: &Device) {
         // TF32 and bf16 (CUDA's tensor-core precisions) on the first tile only: elsewhere
         // they run the f32 kernel, which the other tiles check already.
         let precisions: &[Precision] = if i == 0 {
-            &[Precision::F32, Precision::F16, Precision::Tf32, Precision::Bf16]
+            &[
+                Precision::F32,
+                Precision::F16,
+                Precision::Tf32,
+                Precision::Bf16,
+            ]
         } else {
             &[Precision::F32, Precision::F16]
         };

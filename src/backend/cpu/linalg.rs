@@ -121,7 +121,9 @@ fn round_f16(v: &[f32]) -> Vec<f32> {
 
 /// Rounds to bf16 and back, as CUDA's bf16 path reads its inputs.
 fn round_bf16(v: &[f32]) -> Vec<f32> {
-    v.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect()
+    v.iter()
+        .map(|&x| half::bf16::from_f32(x).to_f32())
+        .collect()
 }
 
 /// `[batch, m, n]` products with the bias and activation of `spec`.

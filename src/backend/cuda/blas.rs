@@ -7,8 +7,7 @@
 use std::ffi::c_void;
 
 use cudarc::cublas::sys::{
-    cublasComputeType_t as Compute, cublasGemmAlgo_t, cublasOperation_t as Op,
-    cudaDataType as Data,
+    cublasComputeType_t as Compute, cublasGemmAlgo_t, cublasOperation_t as Op, cudaDataType as Data,
 };
 
 use super::module::Entry;
@@ -119,7 +118,14 @@ impl CudaBackend {
         if total == 0 || (bias.is_none() && act == 0) {
             return Ok(());
         }
-        let args = [p(out), opt(bias), u(inner.max(1)), u(channels.max(1)), Arg::I(act), u(total)];
+        let args = [
+            p(out),
+            opt(bias),
+            u(inner.max(1)),
+            u(channels.max(1)),
+            Arg::I(act),
+            u(total),
+        ];
         self.launch_1d(Entry::Epilogue, total as u64, &args)
     }
 }
@@ -137,18 +143,33 @@ pub(super) fn matmul(
     if d.batch * mn == 0 {
         return Ok(out);
     }
-    let act = spec.activation.map_or(0, |a| a.as_unary().kind() as u32 + 1);
+    let act = spec
+        .activation
+        .map_or(0, |a| a.as_unary().kind() as u32 + 1);
     if d.k == 0 {
         be.zero(&out, (d.batch * mn) as u64 * 4)?;
         be.epilogue(&out, bias, 1, d.n, act, d.batch * mn)?;
         return Ok(out);
     }
     // Elements each operand's buffer holds: one matrix when shared by every batch entry.
-    let a_len = if d.a_stride == 0 { d.m * d.k } else { d.batch * d.a_stride };
-    let b_len = if d.b_stride == 0 { d.k * d.n } else { d.batch * d.b_stride };
+    let a_len = if d.a_stride == 0 {
+        d.m * d.k
+    } else {
+        d.batch * d.a_stride
+    };
+    let b_len = if d.b_stride == 0 {
+        d.k * d.n
+    } else {
+        d.batch * d.b_stride
+    };
     let (narrow_a, narrow_b);
     let (pa, pb, data, compute) = match spec.precision {
-        Precision::F32 => (a.ptr(), b.ptr(), Data::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),
+        Precision::F32 => (
+            a.ptr(),
+            b.ptr(),
+            Data::CUDA_R_32F,
+            Compute::CUBLAS_COMPUTE_32F,
+        ),
         Precision::Tf32 => (
             a.ptr(),
             b.ptr(),
@@ -159,12 +180,29 @@ pub(super) fn matmul(
             let bf16 = spec.precision == Precision::Bf16;
             narrow_a = be.narrow(a, a_len, bf16)?;
             narrow_b = be.narrow(b, b_len, bf16)?;
-            let data = if bf16 { Data::CUDA_R_16BF } else { Data::CUDA_R_16F };
-            (narrow_a.ptr(), narrow_b.ptr(), data, Compute::CUBLAS_COMPUTE_32F)
+            let data = if bf16 {
+                Data::CUDA_R_16BF
+            } else {
+                Data::CUDA_R_16F
+            };
+            (
+                narrow_a.ptr(),
+                narrow_b.ptr(),
+                data,
+                Compute::CUBLAS_COMPUTE_32F,
+            )
         }
     };
-    let (op_a, lda) = if spec.transpose_a { (Op::CUBLAS_OP_T, d.m) } else { (Op::CUBLAS_OP_N, d.k) };
-    let (op_b, ldb) = if spec.transpose_b { (Op::CUBLAS_OP_T, d.k) } else { (Op::CUBLAS_OP_N, d.n) };
+    let (op_a, lda) = if spec.transpose_a {
+        (Op::CUBLAS_OP_T, d.m)
+    } else {
+        (Op::CUBLAS_OP_N, d.k)
+    };
+    let (op_b, ldb) = if spec.transpose_b {
+        (Op::CUBLAS_OP_T, d.k)
+    } else {
+        (Op::CUBLAS_OP_N, d.n)
+    };
     be.gemm(&Gemm {
         op_a: op_b,
         op_b: op_a,
@@ -273,9 +311,18 @@ pub(super) fn conv2d(
                 oy0: oy0 as u64,
                 rows: rows as u64,
             };
-            let args = [Arg::Raw(bytemuck::bytes_of(&params)), Arg::P(x_img), p(cols)];
+            let args = [
+                Arg::Raw(bytemuck::bytes_of(&params)),
+                Arg::P(x_img),
+                p(cols),
+            ];
             be.launch_1d(Entry::Im2col, (groups * depth * width) as u64, &args)?;
-            gemm(cols.ptr(), width, depth * width, out_img + (oy0 * s.ow) as u64 * f)?;
+            gemm(
+                cols.ptr(),
+                width,
+                depth * width,
+                out_img + (oy0 * s.ow) as u64 * f,
+            )?;
         }
     }
     be.epilogue(&out, bias, plane, s.o, 0, total)?;

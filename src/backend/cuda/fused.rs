@@ -116,6 +116,9 @@ mod tests {
         assert!(src.contains("unary_op(9u, x0, __int_as_float(0x40000000)"));
         assert!(src.contains("binary_op(0u, t0, x2)"));
         assert!(src.contains("out[i] = t1;"));
-        assert_ne!(fused_id(&src), fused_id(&src.replace("0x40000000", "0x40400000")));
+        assert_ne!(
+            fused_id(&src),
+            fused_id(&src.replace("0x40000000", "0x40400000"))
+        );
     }
 }

@@ -66,8 +66,8 @@ impl CaptureState {
         bytes: &[u8],
     ) -> Result<()> {
         // SAFETY: page-locked host memory of this context, written below before the copy.
-        let mut pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.len(), 0) }
-            .map_err(errors::driver)?;
+        let mut pinned =
+            unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes.len(), 0) }.map_err(errors::driver)?;
         pinned
             .as_mut_slice()
             .map_err(errors::driver)?
@@ -137,9 +137,7 @@ impl CudaBackend {
         let begun = stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
         let value = begun.is_ok().then(record);
         let ended = if begun.is_ok() {
-            stream.end_capture(
-                sys::CUgraphInstantiate_flags(0),
-            )
+            stream.end_capture(sys::CUgraphInstantiate_flags(0))
         } else {
             Ok(None)
         };
@@ -167,9 +165,8 @@ impl CudaBackend {
         if let Some(g) = &graph {
             let mut count = 0usize;
             // SAFETY: counts the nodes of a graph this function owns.
-            let counted = unsafe {
-                sys::cuGraphGetNodes(g.cu_graph(), std::ptr::null_mut(), &mut count)
-            };
+            let counted =
+                unsafe { sys::cuGraphGetNodes(g.cu_graph(), std::ptr::null_mut(), &mut count) };
             if counted == sys::CUresult::CUDA_SUCCESS {
                 replay.nodes = count;
             }

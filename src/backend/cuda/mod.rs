@@ -92,7 +92,10 @@ impl CudaBackend {
                 reason: if count == 0 {
                     "the driver found no CUDA device".into()
                 } else {
-                    format!("there is no CUDA device {ordinal} ({count} found: 0 to {})", count - 1)
+                    format!(
+                        "there is no CUDA device {ordinal} ({count} found: 0 to {})",
+                        count - 1
+                    )
                 },
             });
         }
@@ -169,7 +172,9 @@ impl CudaBackend {
         self.bind()?;
         if self.graphs.capturing() {
             let bytes = bytemuck::cast_slice(data);
-            return self.graphs.write_pinned(&self.ctx, self.cu_stream(), dst, bytes);
+            return self
+                .graphs
+                .write_pinned(&self.ctx, self.cu_stream(), dst, bytes);
         }
         // SAFETY: `dst` holds at least `data`'s bytes (callers allocate it so); a copy from
         // pageable memory is staged by the driver before this returns.
@@ -344,10 +349,7 @@ fn info(name: &str, p: &CudaProperties, selection: String) -> DeviceInfo {
         software: false,
         driver: format!(
             "CUDA driver {}.{}, compute capability {}.{}",
-            p.driver_version.0,
-            p.driver_version.1,
-            p.compute_capability.0,
-            p.compute_capability.1
+            p.driver_version.0, p.driver_version.1, p.compute_capability.0, p.compute_capability.1
         ),
         limits: DeviceLimits {
             max_storage_binding: p.total_memory,
@@ -444,7 +446,14 @@ impl BackendOps for CudaBackend {
         let out = self.alloc(n)?;
         if n > 0 {
             let [p0, p1] = op.params();
-            let args = [Arg::I(op.kind() as u32), Arg::F(p0), Arg::F(p1), p(x), p(&out), u(n)];
+            let args = [
+                Arg::I(op.kind() as u32),
+                Arg::F(p0),
+                Arg::F(p1),
+                p(x),
+                p(&out),
+                u(n),
+            ];
             self.launch_1d(Entry::Unary, (n as u64).div_ceil(4), &args)?;
         }
         Ok(out)
@@ -473,7 +482,13 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn reduce(&self, op: ReduceOp, x: &CudaStorage, rows: usize, cols: usize) -> Result<CudaStorage> {
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &CudaStorage,
+        rows: usize,
+        cols: usize,
+    ) -> Result<CudaStorage> {
         let out = self.alloc(rows)?;
         if rows == 0 {
             return Ok(out);
@@ -502,7 +517,13 @@ impl BackendOps for CudaBackend {
             0,
             &[p(a), p(b), u(n), p(&partial)],
         )?;
-        let args = [Arg::I(ReduceOp::Sum as u32), p(&partial), u(1), u(blocks), p(&out)];
+        let args = [
+            Arg::I(ReduceOp::Sum as u32),
+            p(&partial),
+            u(1),
+            u(blocks),
+            p(&out),
+        ];
         self.launch_rows(Entry::ReduceRows, 1, blocks, &args)?;
         Ok(out)
     }
@@ -520,7 +541,14 @@ impl BackendOps for CudaBackend {
             let grid = (chunks as u32, rows as u32, 1);
             let args = [p(x), u(cols), u(CHUNK), p(&pairs)];
             self.launch(Entry::SoftmaxPartial, grid, 1024, 0, &args)?;
-            let args = [p(x), u(cols), u(CHUNK), p(&pairs), Arg::I(log as u32), p(&out)];
+            let args = [
+                p(x),
+                u(cols),
+                u(CHUNK),
+                p(&pairs),
+                Arg::I(log as u32),
+                p(&out),
+            ];
             self.launch(Entry::SoftmaxFinish, grid, 1024, 0, &args)?;
             return Ok(out);
         }
@@ -722,7 +750,13 @@ impl BackendOps for CudaBackend {
             p(&out),
         ];
         let grid = (a.sq.div_ceil(WARPS) as u32, heads as u32, 1);
-        self.launch(Entry::Attention, grid, (WARPS * 32) as u32, shared(tk) as u32, &args)?;
+        self.launch(
+            Entry::Attention,
+            grid,
+            (WARPS * 32) as u32,
+            shared(tk) as u32,
+            &args,
+        )?;
         Ok(out)
     }
 

@@ -202,20 +202,24 @@ impl Kernels {
         let module = match st.modules.get(&source) {
             Some(m) => m.clone(),
             None => {
-                let text = match source {
-                    Source::Fused(id) => st.generated.get(&id).cloned().ok_or_else(|| {
-                        Error::ShaderCompilation {
-                            shader: source.file(),
-                            detail: format!("no generated source was registered for {id:#x}"),
-                        }
-                    })?,
-                    _ => format!("{COMMON}\n{}", source.text()),
-                };
+                let text =
+                    match source {
+                        Source::Fused(id) => st.generated.get(&id).cloned().ok_or_else(|| {
+                            Error::ShaderCompilation {
+                                shader: source.file(),
+                                detail: format!("no generated source was registered for {id:#x}"),
+                            }
+                        })?,
+                        _ => format!("{COMMON}\n{}", source.text()),
+                    };
                 let ptx = self.ptx(source, &text)?;
-                let module = self.ctx.load_module(ptx).map_err(|e| Error::ShaderCompilation {
-                    shader: source.file(),
-                    detail: format!("the driver could not load the PTX: {e}"),
-                })?;
+                let module = self
+                    .ctx
+                    .load_module(ptx)
+                    .map_err(|e| Error::ShaderCompilation {
+                        shader: source.file(),
+                        detail: format!("the driver could not load the PTX: {e}"),
+                    })?;
                 st.modules.insert(source, module.clone());
                 module
             }
@@ -318,8 +322,25 @@ mod tests {
     fn every_file_has_its_entry_points_and_the_library_markers() {
         use Entry::*;
         for e in [
-            Unary, Binary, Epilogue, ToF16, ToBf16, ReduceRows, DotPartial, SoftmaxRows,
-            SoftmaxPartial, SoftmaxFinish, NormRows, CopyStrided, Embedding, Rope, Pool2d, TopkRows, Im2col, Dequantize, Qgemv,
+            Unary,
+            Binary,
+            Epilogue,
+            ToF16,
+            ToBf16,
+            ReduceRows,
+            DotPartial,
+            SoftmaxRows,
+            SoftmaxPartial,
+            SoftmaxFinish,
+            NormRows,
+            CopyStrided,
+            Embedding,
+            Rope,
+            Pool2d,
+            TopkRows,
+            Im2col,
+            Dequantize,
+            Qgemv,
             Attention,
         ] {
             let (source, name) = e.location();

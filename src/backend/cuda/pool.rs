@@ -52,7 +52,8 @@ impl Drop for Buffer {
 }
 
 pub(crate) fn lock(pool: &Mutex<Pool>) -> MutexGuard<'_, Pool> {
-    pool.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    pool.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A buffer of at least `bytes` from `pool` (the context must be current on this thread).

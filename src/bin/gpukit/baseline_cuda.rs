@@ -104,7 +104,14 @@ impl RawCuda {
     }
 
     /// D2: cuBLAS SGEMM of two device-resident `size` x `size` matrices; seconds per product.
-    pub fn sgemm(&self, x: &[f32], y: &[f32], size: usize, reps: usize, runs: usize) -> Result<Vec<f64>, String> {
+    pub fn sgemm(
+        &self,
+        x: &[f32],
+        y: &[f32],
+        size: usize,
+        reps: usize,
+        runs: usize,
+    ) -> Result<Vec<f64>, String> {
         let a = self.stream.clone_htod(&x[..size * size]).map_err(err)?;
         let b = self.stream.clone_htod(&y[..size * size]).map_err(err)?;
         let mut c = self.stream.alloc_zeros::<f32>(size * size).map_err(err)?;

@@ -358,15 +358,24 @@ pub fn run(args: &[String]) -> CliResult {
 
     // CUDA adds its tensor-core precisions.
     let precisions: &[Precision] = if device.info().backend == Backend::Cuda {
-        &[Precision::F32, Precision::Tf32, Precision::F16, Precision::Bf16]
+        &[
+            Precision::F32,
+            Precision::Tf32,
+            Precision::F16,
+            Precision::Bf16,
+        ]
     } else {
         &[Precision::F32, Precision::F16]
     };
     for size in [1024usize, 4096] {
         let size = size / if o.quick { 8 } else { 1 };
         let (hx, hy) = (data(size * size, 10), data(size * size, 11));
-        let x = device.tensor(&hx, &[size, size]).map_err(|e| e.to_string())?;
-        let y = device.tensor(&hy, &[size, size]).map_err(|e| e.to_string())?;
+        let x = device
+            .tensor(&hx, &[size, size])
+            .map_err(|e| e.to_string())?;
+        let y = device
+            .tensor(&hy, &[size, size])
+            .map_err(|e| e.to_string())?;
         let reps = if size >= 4096 { 3 } else { 10 };
         let mut f32_tflops = None;
         for &precision in precisions {
@@ -398,7 +407,11 @@ pub fn run(args: &[String]) -> CliResult {
                 );
             let (id, what, note) = match (precision, f32_tflops) {
                 (Precision::Tf32 | Precision::Bf16, Some(f)) => (
-                    if precision == Precision::Tf32 { "D2t" } else { "D2b" },
+                    if precision == Precision::Tf32 {
+                        "D2t"
+                    } else {
+                        "D2b"
+                    },
                     if precision == Precision::Tf32 {
                         "tf32-precision matmul"
                     } else {
@@ -669,12 +682,18 @@ pub fn run(args: &[String]) -> CliResult {
     if let Some(p) = &profiler {
         if o.json {
             let summary = p.summary().map_err(|e| e.to_string())?;
-            eprintln!("{}", serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?);
+            eprintln!(
+                "{}",
+                serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?
+            );
         }
     }
     report(&o, &device, &rows)?;
     if let (Some(p), false) = (&profiler, o.json) {
-        println!("\nper-op profile of the whole run ({}):", device.info().backend);
+        println!(
+            "\nper-op profile of the whole run ({}):",
+            device.info().backend
+        );
         print!("{}", p.report().map_err(|e| e.to_string())?);
     }
     Ok(())
