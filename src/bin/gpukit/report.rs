@@ -120,6 +120,64 @@ pub fn devices(json: bool) -> CliResult {
         ],
         &rows,
     );
+    // The full query of each CUDA device (open with Device::with_backend_at(cuda, ordinal)).
+    let cuda: Vec<&gpukit::CudaProperties> =
+        found.iter().filter_map(|d| d.info.cuda.as_ref()).collect();
+    if !cuda.is_empty() {
+        println!("\nCUDA devices:");
+        let body: Vec<Vec<String>> = cuda
+            .iter()
+            .map(|p| {
+                vec![
+                    p.ordinal.to_string(),
+                    format!("{}.{}", p.compute_capability.0, p.compute_capability.1),
+                    format!("{} / {}", mib(p.free_memory), mib(p.total_memory)),
+                    p.multiprocessors.to_string(),
+                    format!(
+                        "{} KiB ({} opt-in)",
+                        p.shared_memory_per_block / 1024,
+                        p.shared_memory_per_block_optin / 1024
+                    ),
+                    format!("{}K", p.registers_per_block / 1024),
+                    p.warp_size.to_string(),
+                    p.max_threads_per_block.to_string(),
+                    format!("{}x{}x{}", p.max_grid[0], p.max_grid[1], p.max_grid[2]),
+                    format!("{} MHz", p.clock_khz / 1000),
+                    format!("{} MiB", p.l2_bytes >> 20),
+                    format!("{:.0} GB/s", p.peak_bandwidth() / 1e9),
+                    [
+                        (p.ecc, "ecc"),
+                        (p.unified_addressing, "uva"),
+                        (p.concurrent_kernels, "concurrent"),
+                    ]
+                    .iter()
+                    .filter_map(|(on, n)| on.then_some(*n))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                    format!("{}.{}", p.driver_version.0, p.driver_version.1),
+                ]
+            })
+            .collect();
+        table(
+            &[
+                "ordinal",
+                "compute",
+                "free / total",
+                "SMs",
+                "shared/block",
+                "regs/block",
+                "warp",
+                "threads/block",
+                "max grid",
+                "clock",
+                "L2",
+                "peak bandwidth",
+                "flags",
+                "driver",
+            ],
+            &body,
+        );
+    }
     Ok(())
 }
 
