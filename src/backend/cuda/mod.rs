@@ -196,15 +196,23 @@ impl CudaBackend {
     ) -> Result<()> {
         let f = self.kernels.function(entry)?;
         self.bind()?;
-        let mut ptrs: Vec<*mut c_void> = args
-            .iter()
-            .map(|a| match a {
+        // Kernels take at most 16 arguments; a fixed array keeps launches allocation-free.
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); 16];
+        if args.len() > ptrs.len() {
+            return Err(Error::Backend {
+                backend: Backend::Cuda,
+                detail: format!("internal error: {} kernel arguments", args.len()),
+            });
+        }
+        for (slot, a) in ptrs.iter_mut().zip(args) {
+            *slot = match a {
                 Arg::P(v) | Arg::U(v) => v as *const u64 as *mut c_void,
                 Arg::I(v) => v as *const u32 as *mut c_void,
                 Arg::F(v) => v as *const f32 as *mut c_void,
                 Arg::Raw(b) => b.as_ptr() as *mut c_void,
-            })
-            .collect();
+            };
+        }
+        let ptrs = &mut ptrs[..args.len()];
         // SAFETY: each pointer points at a live argument of the type and order the kernel
         // declares (the launch sites mirror the .cu signatures); buffers are large enough for
         // the sizes passed, which the ops layer validated.
@@ -215,7 +223,7 @@ impl CudaBackend {
                 (block, 1, 1),
                 shared,
                 self.cu_stream(),
-                &mut ptrs,
+                ptrs,
             )
         }
         .map_err(errors::driver)
@@ -337,6 +345,19 @@ impl CudaBackend {
             });
         }
         self.write(x.ptr(), data)
+    }
+}
+
+impl Drop for CudaBackend {
+    /// Frees what the pool keeps once queued work is done (live tensors cannot outlive the
+    /// device: they hold it).
+    fn drop(&mut self) {
+        if self.bind().is_ok() {
+            if let Err(e) = self.stream.synchronize() {
+                log::warn!("gpukit: CUDA stream failed while closing the device: {e}");
+            }
+            pool::lock(&self.pool).release();
+        }
     }
 }
 
