@@ -70,7 +70,9 @@ fn cuda_device() -> Option<&'static Device> {
             panic!("GPUKIT_REQUIRE_CUDA is set but CUDA cannot run: {why}")
         }
         Err(why) => {
-            eprintln!("SKIPPED (cuda): {why}");
+            // Written past the test harness's capture, so every run shows the skip and why.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED (cuda): {why}");
             None
         }
     }
