@@ -196,7 +196,8 @@ impl Profiler {
             pollster::block_on(self.device.synchronize())?;
         }
         let samples = self.device.profile_state().lock();
-        let mut by_op: BTreeMap<&'static str, (Vec<f64>, Work)> = BTreeMap::new();
+        // Per op: the times, and the bytes and flops of all its runs.
+        let mut by_op: BTreeMap<&'static str, (Vec<f64>, f64, f64)> = BTreeMap::new();
         for s in samples.iter() {
             let secs = match &s.timing {
                 Timing::Seconds(t) => *t,
@@ -206,22 +207,22 @@ impl Profiler {
                     Err(_) => continue,
                 },
             };
-            let entry = by_op.entry(s.op).or_insert((Vec::new(), Work::Bytes(0.0)));
+            let entry = by_op.entry(s.op).or_insert((Vec::new(), 0.0, 0.0));
             entry.0.push(secs);
-            entry.1 = match (entry.1, s.work) {
-                (Work::Bytes(a), Work::Bytes(b)) => Work::Bytes(a + b),
-                (Work::Flops(a), Work::Flops(b)) => Work::Flops(a + b),
-                (Work::Bytes(_), w) => w,
-                (w, _) => w,
-            };
+            match s.work {
+                Work::Bytes(b) => entry.1 += b,
+                Work::Flops(f) => entry.2 += f,
+            }
         }
         let mut out: Vec<OpProfile> = by_op
             .into_iter()
-            .map(|(op, (times, work))| {
+            .map(|(op, (times, bytes, flops))| {
                 let total: f64 = times.iter().sum();
-                let (amount, unit) = match work {
-                    Work::Bytes(b) => (b, "GB/s"),
-                    Work::Flops(f) => (f, "GFLOP/s"),
+                // An op is rated by flops when it reports any (products), else by bytes.
+                let (amount, unit) = if flops > 0.0 {
+                    (flops, "GFLOP/s")
+                } else {
+                    (bytes, "GB/s")
                 };
                 OpProfile {
                     op,

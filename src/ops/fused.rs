@@ -36,6 +36,37 @@ impl Expr {
     }
 }
 
+/// How a kernel language spells the pieces of a generated fused kernel.
+pub(crate) struct Syntax {
+    /// A statement binding `name` to `value`.
+    pub declare: fn(name: &str, value: &str) -> String,
+    /// A call of the unary op with this kind code on `x`, with its two parameters.
+    pub unary: fn(kind: u32, x: &str, p0: f32, p1: f32) -> String,
+    /// The binary op on `a` and `b`.
+    pub binary: fn(op: BinaryOp, a: &str, b: &str) -> String,
+}
+
+/// Appends the statements computing `e` (one per op, named `t0`, `t1`, ...) to `body` and
+/// returns the name of its value; input `j` is `x{j}`.
+pub(crate) fn emit(e: &Expr, syntax: &Syntax, body: &mut String, next: &mut usize) -> String {
+    let value = match e {
+        Expr::Input(j) => return format!("x{j}"),
+        Expr::Unary(op, x) => {
+            let x = emit(x, syntax, body, next);
+            let [p0, p1] = op.params();
+            (syntax.unary)(op.kind() as u32, &x, p0, p1)
+        }
+        Expr::Binary(op, a, b) => {
+            let (a, b) = (emit(a, syntax, body, next), emit(b, syntax, body, next));
+            (syntax.binary)(*op, &a, &b)
+        }
+    };
+    let name = format!("t{next}");
+    *next += 1;
+    body.push_str(&(syntax.declare)(&name, &value));
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -211,30 +211,24 @@ pub fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<(f64, T
 /// A matmul reference with the f16 tolerance (`Precision::F16`): 1e-2 of the sum of the
 /// products' magnitudes, which the f32 tolerance carries in its absolute part (1e-4 of it).
 pub fn as_f16_tolerance(reference: Vec<(f64, Tol)>) -> Vec<(f64, Tol)> {
-    reference
-        .into_iter()
-        .map(|(v, t)| {
-            (
-                v,
-                Tol {
-                    atol: t.atol * 100.0,
-                    rtol: t.rtol,
-                },
-            )
-        })
-        .collect()
+    widen(reference, 100.0)
 }
 
 /// Widens a matmul reference's tolerance for inputs rounded to bf16 (8 mantissa bits, eight
 /// times f16's rounding error).
 pub fn as_bf16_tolerance(reference: Vec<(f64, Tol)>) -> Vec<(f64, Tol)> {
+    widen(reference, 800.0)
+}
+
+/// Multiplies each absolute tolerance by `factor`.
+fn widen(reference: Vec<(f64, Tol)>, factor: f64) -> Vec<(f64, Tol)> {
     reference
         .into_iter()
         .map(|(v, t)| {
             (
                 v,
                 Tol {
-                    atol: t.atol * 800.0,
+                    atol: t.atol * factor,
                     rtol: t.rtol,
                 },
             )

@@ -11,7 +11,8 @@ use cudarc::cublas::sys::{
 };
 
 use super::module::Entry;
-use super::{errors, opt, p, u, Arg, CudaBackend, CudaStorage};
+use super::ops::{opt, p, u, Im2colParams};
+use super::{errors, Arg, CudaBackend, CudaStorage};
 use crate::error::{Error, Result};
 use crate::ops::conv::ConvSpec;
 use crate::ops::matmul::{MatmulSpec, Precision};
@@ -293,7 +294,7 @@ pub(super) fn conv2d(
         for oy0 in (0..s.oh).step_by(tile_rows) {
             let rows = tile_rows.min(s.oh - oy0);
             let width = rows * s.ow;
-            let params = super::Im2colParams {
+            let params = Im2colParams {
                 c: s.c as u64,
                 h: s.h as u64,
                 w: s.w as u64,

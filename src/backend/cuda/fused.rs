@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::module::elementwise_library;
 use crate::error::Result;
-use crate::ops::fused::{Expr, MAX_INPUTS};
+use crate::ops::fused::{emit, Expr, Syntax, MAX_INPUTS};
 
 const COMMON: &str = include_str!("../../../shaders/cuda/common.cuh");
 
@@ -15,30 +15,17 @@ fn f32_literal(v: f32) -> String {
     format!("__int_as_float({:#010x})", v.to_bits())
 }
 
-/// Appends the statements computing `e` and returns the name of its value.
-fn emit(e: &Expr, body: &mut String, next: &mut usize) -> String {
-    let value = match e {
-        Expr::Input(j) => return format!("x{j}"),
-        Expr::Unary(op, x) => {
-            let x = emit(x, body, next);
-            let [p0, p1] = op.params();
-            format!(
-                "unary_op({}u, {x}, {}, {})",
-                op.kind() as u32,
-                f32_literal(p0),
-                f32_literal(p1)
-            )
-        }
-        Expr::Binary(op, a, b) => {
-            let (a, b) = (emit(a, body, next), emit(b, body, next));
-            format!("binary_op({}u, {a}, {b})", *op as u32)
-        }
-    };
-    let name = format!("t{next}");
-    *next += 1;
-    let _ = writeln!(body, "        const float {name} = {value};");
-    name
-}
+const CUDA: Syntax = Syntax {
+    declare: |name, value| format!("        const float {name} = {value};\n"),
+    unary: |kind, x, p0, p1| {
+        format!(
+            "unary_op({kind}u, {x}, {}, {})",
+            f32_literal(p0),
+            f32_literal(p1)
+        )
+    },
+    binary: |op, a, b| format!("binary_op({}u, {a}, {b})", op as u32),
+};
 
 /// The CUDA C of a fused kernel. Its signature is always `MAX_INPUTS` (pointer, length) pairs,
 /// the output and `n`; input `j` is read at `i % len_j` (full, row or scalar).
@@ -66,7 +53,7 @@ pub(crate) fn fused_source(expr: &Expr) -> Result<String> {
     }
     let mut next = 0;
     let mut body = String::new();
-    let result = emit(expr, &mut body, &mut next);
+    let result = emit(expr, &CUDA, &mut body, &mut next);
     s.push_str(&body);
     let _ = writeln!(s, "        out[i] = {result};\n    }}\n}}");
     Ok(s)
@@ -89,12 +76,7 @@ fn mark(e: &Expr, used: &mut [bool; MAX_INPUTS]) {
 
 /// The id of a generated source: its stable hash.
 pub(crate) fn fused_id(source: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in source.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    super::module::stable_hash(&[source])
 }
 
 #[cfg(test)]

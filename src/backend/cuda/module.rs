@@ -119,7 +119,7 @@ impl Entry {
 }
 
 /// FNV-1a: a hash that is the same in every build, for cache file names.
-fn stable_hash(parts: &[&str]) -> u64 {
+pub(super) fn stable_hash(parts: &[&str]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for b in p.bytes().chain([0xff]) {

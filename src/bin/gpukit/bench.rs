@@ -9,27 +9,26 @@ use gpukit::{Backend, Device, MatmulOptions, Precision, Tensor};
 use serde::Serialize;
 
 use crate::baseline::RawWgpu;
-use crate::report::{print_info, table};
 
 type CliResult = Result<(), String>;
 
 #[derive(Serialize)]
-struct Row {
-    id: &'static str,
-    workload: String,
+pub(crate) struct Row {
+    pub(crate) id: &'static str,
+    pub(crate) workload: String,
     /// gpukit's median, in `unit`; `None` when the workload cannot run yet.
-    value: Option<f64>,
-    unit: &'static str,
+    pub(crate) value: Option<f64>,
+    pub(crate) unit: &'static str,
     /// The same workload on the raw floor (raw wgpu on wgpu devices, raw cudarc on CUDA), in
     /// `unit`.
-    raw: Option<f64>,
+    pub(crate) raw: Option<f64>,
     /// gpukit / raw for times, raw / gpukit for throughputs: above 1 means gpukit is slower.
-    slowdown_vs_raw: Option<f64>,
+    pub(crate) slowdown_vs_raw: Option<f64>,
     /// The same workload on the peer (`--peer`), in `unit`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    peer: Option<f64>,
-    runs: usize,
-    note: String,
+    pub(crate) peer: Option<f64>,
+    pub(crate) runs: usize,
+    pub(crate) note: String,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -67,12 +66,12 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
     gpukit::bench_cpu::data(n, seed)
 }
 
-struct Options {
-    json: bool,
-    profile: bool,
-    quick: bool,
-    backend: Option<Backend>,
-    peer: Option<String>,
+pub(crate) struct Options {
+    pub(crate) json: bool,
+    pub(crate) profile: bool,
+    pub(crate) quick: bool,
+    pub(crate) backend: Option<Backend>,
+    pub(crate) peer: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -300,7 +299,7 @@ pub fn run(args: &[String]) -> CliResult {
         }
         // The peer comparison is about the W workloads: the device-resident ones follow
         // only without --peer.
-        return report(&o, &device, &rows);
+        return crate::bench_report::report(&o, &device, &rows);
     }
 
     let n1 = (64 << 20) / div;
@@ -688,101 +687,13 @@ pub fn run(args: &[String]) -> CliResult {
             );
         }
     }
-    report(&o, &device, &rows)?;
+    crate::bench_report::report(&o, &device, &rows)?;
     if let (Some(p), false) = (&profiler, o.json) {
         println!(
             "\nper-op profile of the whole run ({}):",
             device.info().backend
         );
         print!("{}", p.report().map_err(|e| e.to_string())?);
-    }
-    Ok(())
-}
-
-/// Prints the rows as a table (or JSON) with the device and the tuner's records.
-fn report(o: &Options, device: &Device, rows: &[Row]) -> CliResult {
-    if o.json {
-        let out = serde_json::json!({
-            "device": device.info(),
-            "quick": o.quick,
-            "rows": rows,
-            "matmul_tuning": device.tuning(),
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
-        );
-        return Ok(());
-    }
-    print_info(device.info());
-    println!();
-    let fmt = |v: Option<f64>| {
-        v.map_or("-".to_string(), |v| match v {
-            v if v >= 100.0 => format!("{v:.0}"),
-            v if v >= 1.0 => format!("{v:.2}"),
-            v => format!("{v:.4}"),
-        })
-    };
-    let with_peer = o.peer.is_some();
-    let body: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let mut row = vec![
-                r.id.into(),
-                r.workload.clone(),
-                fmt(r.value),
-                fmt(r.raw),
-                r.slowdown_vs_raw.map_or("-".into(), |s| format!("{s:.2}x")),
-            ];
-            if with_peer {
-                row.push(fmt(r.peer));
-                row.push(match (r.peer, r.value) {
-                    (Some(p), Some(v)) => format!("{:.2}x", p / v),
-                    _ => "-".into(),
-                });
-            }
-            row.extend([r.unit.into(), r.note.clone()]);
-            row
-        })
-        .collect();
-    let raw_name = if device.info().backend == Backend::Cuda {
-        "raw cudarc"
-    } else {
-        "raw wgpu"
-    };
-    let mut head = vec!["id", "workload", "gpukit", raw_name, "gpukit/raw"];
-    if with_peer {
-        head.extend(["trueno", "trueno/gpukit"]);
-    }
-    head.extend(["unit", "note"]);
-    table(&head, &body);
-    let tuning = device.tuning();
-    if !tuning.is_empty() {
-        println!("\nmatmul autotuner, this adapter (us per matmul for each tile; * = chosen):");
-        let body: Vec<Vec<String>> = tuning
-            .iter()
-            .map(|r| {
-                let tiles = r
-                    .timings_us
-                    .iter()
-                    .map(|(t, us)| {
-                        let mark = if *t == r.best { "*" } else { "" };
-                        format!("{t} {us:.0}{mark}")
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                vec![
-                    r.class.clone(),
-                    format!("{:?}", r.shape),
-                    format!("{:.1}", r.best_tflops() * 1e3),
-                    tiles,
-                ]
-            })
-            .collect();
-        table(
-            &["size class", "timed [m, n, k]", "best GFLOP/s", "tiles"],
-            &body,
-        );
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use super::super::pipelines::{Kernel, Shader};
 use super::super::{WgpuBackend, WgpuStorage};
 use super::{whole, Bind, WG};
 use crate::error::{Error, Result};
-use crate::ops::fused::{Expr, MAX_INPUTS};
+use crate::ops::fused::{emit, Expr, Syntax, MAX_INPUTS};
 use crate::ops::BinaryOp;
 
 #[repr(C)]
@@ -44,36 +44,25 @@ fn f32_literal(v: f32) -> String {
     format!("bitcast<f32>({:#010x}u)", v.to_bits())
 }
 
-/// Appends the statements computing `e` and returns the name of its value.
-fn emit(e: &Expr, body: &mut String, next: &mut usize) -> String {
-    let value = match e {
-        Expr::Input(j) => return format!("x{j}"),
-        Expr::Unary(op, x) => {
-            let x = emit(x, body, next);
-            let [p0, p1] = op.params();
-            format!(
-                "unary_op({}u, {x}, {}, {})",
-                op.kind() as u32,
-                f32_literal(p0),
-                f32_literal(p1)
-            )
-        }
-        Expr::Binary(op, a, b) => {
-            let (a, b) = (emit(a, body, next), emit(b, body, next));
-            let sym = match op {
-                BinaryOp::Add => "+",
-                BinaryOp::Sub => "-",
-                BinaryOp::Mul => "*",
-                BinaryOp::Div => "/",
-            };
-            format!("{a} {sym} {b}")
-        }
-    };
-    let name = format!("t{next}");
-    *next += 1;
-    let _ = writeln!(body, "    let {name} = {value};");
-    name
-}
+const WGSL: Syntax = Syntax {
+    declare: |name, value| format!("    let {name} = {value};\n"),
+    unary: |kind, x, p0, p1| {
+        format!(
+            "unary_op({kind}u, {x}, {}, {})",
+            f32_literal(p0),
+            f32_literal(p1)
+        )
+    },
+    binary: |op, a, b| {
+        let sym = match op {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+        };
+        format!("{a} {sym} {b}")
+    },
+};
 
 /// The WGSL of a fused kernel over `inputs` inputs.
 pub(crate) fn fused_source(expr: &Expr, inputs: usize) -> Result<String> {
@@ -114,7 +103,7 @@ pub(crate) fn fused_source(expr: &Expr, inputs: usize) -> Result<String> {
     }
     let mut next = 0;
     let mut body = String::new();
-    let result = emit(expr, &mut body, &mut next);
+    let result = emit(expr, &WGSL, &mut body, &mut next);
     s.push_str(&body);
     let _ = writeln!(
         s,

@@ -1,0 +1,512 @@
+//! The CUDA backend's ops: the `BackendOps` implementation, each op a launch (or a few) of a
+//! kernel of `shaders/cuda/` with its arguments in the order the `.cu` signature declares.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::module::{Entry, Kernels};
+use super::{blas, fused, Arg, CudaBackend, CudaStorage, BLOCK};
+use crate::backend::{BackendOps, Operand};
+use crate::error::{Error, Result};
+use crate::ops::attention::AttentionSpec;
+use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::fused::{Expr, MAX_INPUTS};
+use crate::ops::layout::{CopySpec, MAX_RANK};
+use crate::ops::matmul::MatmulSpec;
+use crate::ops::norm::NormSpec;
+use crate::ops::RopeLayout;
+use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::quant::QuantParts;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct CopyParams {
+    n: u64,
+    rank: u64,
+    in_offset: u64,
+    out_offset: u64,
+    shape: [u64; MAX_RANK],
+    in_strides: [u64; MAX_RANK],
+    out_strides: [u64; MAX_RANK],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct PoolParams {
+    planes: u64,
+    h: u64,
+    w: u64,
+    oh: u64,
+    ow: u64,
+    kh: u64,
+    kw: u64,
+    sh: u64,
+    sw: u64,
+    ph: u64,
+    pw: u64,
+    max: u32,
+    _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+pub(super) struct Im2colParams {
+    pub(super) c: u64,
+    pub(super) h: u64,
+    pub(super) w: u64,
+    pub(super) kh: u64,
+    pub(super) kw: u64,
+    pub(super) ow: u64,
+    pub(super) sh: u64,
+    pub(super) sw: u64,
+    pub(super) ph: u64,
+    pub(super) pw: u64,
+    pub(super) dh: u64,
+    pub(super) dw: u64,
+    pub(super) groups: u64,
+    pub(super) cg: u64,
+    pub(super) oy0: u64,
+    pub(super) rows: u64,
+}
+
+pub(super) fn u(v: usize) -> Arg<'static> {
+    Arg::U(v as u64)
+}
+
+pub(super) fn p(s: &CudaStorage) -> Arg<'static> {
+    Arg::P(s.ptr())
+}
+
+pub(super) fn opt(s: Option<&CudaStorage>) -> Arg<'static> {
+    Arg::P(s.map_or(0, CudaStorage::ptr))
+}
+
+impl BackendOps for CudaBackend {
+    type Storage = CudaStorage;
+
+    fn upload(&self, data: &[f32]) -> Result<CudaStorage> {
+        let out = self.alloc(data.len())?;
+        self.write(out.ptr(), data)?;
+        Ok(out)
+    }
+
+    fn unary(&self, op: UnaryOp, x: &CudaStorage, n: usize) -> Result<CudaStorage> {
+        let out = self.alloc(n)?;
+        if n > 0 {
+            let [p0, p1] = op.params();
+            let args = [
+                Arg::I(op.kind() as u32),
+                Arg::F(p0),
+                Arg::F(p1),
+                p(x),
+                p(&out),
+                u(n),
+            ];
+            self.launch_1d(Entry::Unary, (n as u64).div_ceil(4), &args)?;
+        }
+        Ok(out)
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: Operand<'_, CudaStorage>,
+        b: Operand<'_, CudaStorage>,
+        n: usize,
+    ) -> Result<CudaStorage> {
+        let out = self.alloc(n)?;
+        if n > 0 {
+            let args = [
+                Arg::I(op as u32),
+                p(a.0),
+                u(a.1.max(1)),
+                p(b.0),
+                u(b.1.max(1)),
+                p(&out),
+                u(n),
+            ];
+            self.launch_1d(Entry::Binary, (n as u64).div_ceil(4), &args)?;
+        }
+        Ok(out)
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        x: &CudaStorage,
+        rows: usize,
+        cols: usize,
+    ) -> Result<CudaStorage> {
+        let out = self.alloc(rows)?;
+        if rows == 0 {
+            return Ok(out);
+        }
+        if cols == 0 {
+            self.zero(&out, rows as u64 * 4)?;
+            return Ok(out);
+        }
+        let args = [Arg::I(op as u32), p(x), u(rows), u(cols), p(&out)];
+        self.launch_rows(Entry::ReduceRows, rows, cols, &args)?;
+        Ok(out)
+    }
+
+    fn dot(&self, a: &CudaStorage, b: &CudaStorage, n: usize) -> Result<CudaStorage> {
+        let out = self.alloc(1)?;
+        if n == 0 {
+            self.zero(&out, 4)?;
+            return Ok(out);
+        }
+        let blocks = (n as u64).div_ceil(u64::from(BLOCK)).clamp(1, 1024) as usize;
+        let partial = self.alloc(blocks)?;
+        self.launch(
+            Entry::DotPartial,
+            (blocks as u32, 1, 1),
+            BLOCK,
+            0,
+            &[p(a), p(b), u(n), p(&partial)],
+        )?;
+        let args = [
+            Arg::I(ReduceOp::Sum as u32),
+            p(&partial),
+            u(1),
+            u(blocks),
+            p(&out),
+        ];
+        self.launch_rows(Entry::ReduceRows, 1, blocks, &args)?;
+        Ok(out)
+    }
+
+    fn softmax(&self, x: &CudaStorage, rows: usize, cols: usize, log: bool) -> Result<CudaStorage> {
+        let out = self.alloc(rows * cols)?;
+        if rows * cols == 0 {
+            return Ok(out);
+        }
+        // A few long rows would leave most of the GPU idle with a block per row: split them.
+        const CHUNK: usize = 16384;
+        if rows < 256 && cols >= 2 * CHUNK && rows <= 65535 {
+            let chunks = cols.div_ceil(CHUNK);
+            let pairs = self.alloc(2 * rows * chunks)?;
+            let grid = (chunks as u32, rows as u32, 1);
+            let args = [p(x), u(cols), u(CHUNK), p(&pairs)];
+            self.launch(Entry::SoftmaxPartial, grid, 1024, 0, &args)?;
+            let args = [
+                p(x),
+                u(cols),
+                u(CHUNK),
+                p(&pairs),
+                Arg::I(log as u32),
+                p(&out),
+            ];
+            self.launch(Entry::SoftmaxFinish, grid, 1024, 0, &args)?;
+            return Ok(out);
+        }
+        let args = [p(x), u(rows), u(cols), Arg::I(log as u32), p(&out)];
+        self.launch_rows(Entry::SoftmaxRows, rows, cols, &args)?;
+        Ok(out)
+    }
+
+    fn matmul(
+        &self,
+        a: &CudaStorage,
+        b: &CudaStorage,
+        bias: Option<&CudaStorage>,
+        spec: MatmulSpec,
+    ) -> Result<CudaStorage> {
+        blas::matmul(self, a, b, bias, spec)
+    }
+
+    fn fused(
+        &self,
+        expr: &Expr,
+        inputs: &[Operand<'_, CudaStorage>],
+        n: usize,
+    ) -> Result<CudaStorage> {
+        if inputs.is_empty() || inputs.len() > MAX_INPUTS {
+            return Err(Error::InvalidArgument {
+                op: "fused elementwise",
+                reason: format!("{} inputs (1 to {MAX_INPUTS} supported)", inputs.len()),
+            });
+        }
+        let out = self.alloc(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        let entry = self.kernels.fused(expr)?;
+        let mut args = Vec::with_capacity(2 * MAX_INPUTS + 2);
+        for j in 0..MAX_INPUTS {
+            match inputs.get(j) {
+                Some((s, len)) => {
+                    args.push(p(s));
+                    args.push(u((*len).max(1)));
+                }
+                None => {
+                    args.push(Arg::P(0));
+                    args.push(u(1));
+                }
+            }
+        }
+        args.push(p(&out));
+        args.push(u(n));
+        self.launch_1d(entry, n as u64, &args)?;
+        Ok(out)
+    }
+
+    fn norm(
+        &self,
+        x: &CudaStorage,
+        weight: Option<&CudaStorage>,
+        bias: Option<&CudaStorage>,
+        spec: NormSpec,
+    ) -> Result<CudaStorage> {
+        let out = self.alloc(spec.rows * spec.cols)?;
+        if spec.rows * spec.cols > 0 {
+            let args = [
+                p(x),
+                opt(weight),
+                opt(bias),
+                u(spec.rows),
+                u(spec.cols),
+                Arg::I(spec.rms as u32),
+                Arg::F(spec.eps),
+                p(&out),
+            ];
+            self.launch_rows(Entry::NormRows, spec.rows, spec.cols, &args)?;
+        }
+        Ok(out)
+    }
+
+    fn copy(&self, parts: &[(&CudaStorage, CopySpec)], n: usize) -> Result<CudaStorage> {
+        let out = self.alloc(n)?;
+        let covered: usize = parts.iter().map(|(_, s)| s.len()).sum();
+        if covered < n {
+            self.zero(&out, n as u64 * 4)?;
+        }
+        for (src, spec) in parts {
+            let total = spec.len();
+            if total == 0 {
+                continue;
+            }
+            let rank = spec.shape.len();
+            if rank > MAX_RANK {
+                return Err(Error::InvalidArgument {
+                    op: "copy",
+                    reason: format!("at most {MAX_RANK} axes, got {rank}"),
+                });
+            }
+            let mut c = CopyParams::zeroed();
+            c.n = total as u64;
+            c.rank = rank.max(1) as u64;
+            c.in_offset = spec.src_offset as u64;
+            c.out_offset = spec.out_offset as u64;
+            c.shape[0] = 1;
+            for d in 0..rank {
+                c.shape[d] = spec.shape[d] as u64;
+                c.in_strides[d] = spec.src_strides[d] as u64;
+                c.out_strides[d] = spec.out_strides[d] as u64;
+            }
+            let args = [Arg::Raw(bytemuck::bytes_of(&c)), p(src), p(&out)];
+            self.launch_1d(Entry::CopyStrided, total as u64, &args)?;
+        }
+        Ok(out)
+    }
+
+    fn embedding(&self, table: &CudaStorage, ids: &[u32], dim: usize) -> Result<CudaStorage> {
+        let out = self.alloc(ids.len() * dim)?;
+        if ids.is_empty() || dim == 0 {
+            return Ok(out);
+        }
+        let dev_ids = self.alloc(ids.len())?;
+        self.write(dev_ids.ptr(), ids)?;
+        let args = [p(table), p(&dev_ids), u(ids.len()), u(dim), p(&out)];
+        self.launch_1d(Entry::Embedding, (ids.len() * dim) as u64, &args)?;
+        Ok(out)
+    }
+
+    fn rope(
+        &self,
+        x: &CudaStorage,
+        cos: &CudaStorage,
+        sin: &CudaStorage,
+        [n, seq, dim]: [usize; 3],
+        layout: RopeLayout,
+    ) -> Result<CudaStorage> {
+        let out = self.alloc(n)?;
+        if n == 0 || dim == 0 {
+            return Ok(out);
+        }
+        let interleaved = matches!(layout, RopeLayout::Interleaved) as u32;
+        let args = [
+            p(x),
+            p(cos),
+            p(sin),
+            u(n),
+            u(seq.max(1)),
+            u(dim),
+            Arg::I(interleaved),
+            p(&out),
+        ];
+        self.launch_1d(Entry::Rope, n as u64, &args)?;
+        Ok(out)
+    }
+
+    fn attention(
+        &self,
+        q: &CudaStorage,
+        k: &CudaStorage,
+        v: &CudaStorage,
+        lens: Option<&[u32]>,
+        a: AttentionSpec,
+    ) -> Result<CudaStorage> {
+        const WARPS: usize = 4;
+        let out = self.alloc(a.batch * a.hq * a.sq * a.dv)?;
+        if a.batch * a.hq * a.sq * a.dv == 0 {
+            return Ok(out);
+        }
+        let heads = a.batch * a.hq;
+        if heads > 65535 {
+            return Err(Error::LimitExceeded {
+                what: "attention batch x heads".into(),
+                limit: "CUDA grid y dimension",
+                needed: heads as u64,
+                max: 65535,
+            });
+        }
+        let dev_lens = match lens {
+            Some(l) => {
+                let s = self.alloc(l.len())?;
+                self.write(s.ptr(), l)?;
+                Some(s)
+            }
+            None => None,
+        };
+        let shared = |tk: usize| (WARPS * a.d + tk * (a.d + 1) + tk * a.dv) * 4;
+        let tk = if shared(32) <= 48 << 10 { 32 } else { 16 };
+        let args = [
+            p(q),
+            p(k),
+            p(v),
+            opt(dev_lens.as_ref()),
+            u(a.hq),
+            u(a.hkv.max(1)),
+            u(a.sq),
+            u(a.sk),
+            u(a.d),
+            u(a.dv),
+            Arg::I(a.causal as u32),
+            Arg::F(a.scale),
+            Arg::I(tk as u32),
+            p(&out),
+        ];
+        let grid = (a.sq.div_ceil(WARPS) as u32, heads as u32, 1);
+        self.launch(
+            Entry::Attention,
+            grid,
+            (WARPS * 32) as u32,
+            shared(tk) as u32,
+            &args,
+        )?;
+        Ok(out)
+    }
+
+    fn topk(
+        &self,
+        x: &CudaStorage,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<(CudaStorage, CudaStorage)> {
+        let values = self.alloc(rows * k)?;
+        let indices = self.alloc(rows * k)?;
+        if rows * k > 0 {
+            let args = [p(x), u(rows), u(cols), u(k), p(&values), p(&indices)];
+            let blocks = rows.clamp(1, 65535) as u32;
+            self.launch(Entry::TopkRows, (blocks, 1, 1), BLOCK, 0, &args)?;
+        }
+        Ok((values, indices))
+    }
+
+    fn matmul_quant(
+        &self,
+        x: &CudaStorage,
+        w: QuantParts<'_, CudaStorage>,
+        m: usize,
+    ) -> Result<CudaStorage> {
+        blas::matmul_quant(self, x, w, m)
+    }
+
+    fn dequantize(&self, w: QuantParts<'_, CudaStorage>) -> Result<CudaStorage> {
+        let n = w.rows * w.cols;
+        let out = self.alloc(n)?;
+        if n > 0 {
+            let args = [
+                Arg::I(w.format as u32),
+                p(w.scales),
+                opt(w.mins),
+                p(w.words),
+                u(w.rows),
+                u(w.cols),
+                p(&out),
+            ];
+            self.launch_1d(Entry::Dequantize, n as u64, &args)?;
+        }
+        Ok(out)
+    }
+
+    fn conv2d(
+        &self,
+        x: &CudaStorage,
+        w: &CudaStorage,
+        bias: Option<&CudaStorage>,
+        spec: ConvSpec,
+    ) -> Result<CudaStorage> {
+        blas::conv2d(self, x, w, bias, spec)
+    }
+
+    fn pool2d(&self, x: &CudaStorage, s: PoolSpec) -> Result<CudaStorage> {
+        let total = s.planes * s.oh * s.ow;
+        let out = self.alloc(total)?;
+        if total > 0 {
+            let o = &s.opts;
+            let params = PoolParams {
+                planes: s.planes as u64,
+                h: s.h as u64,
+                w: s.w as u64,
+                oh: s.oh as u64,
+                ow: s.ow as u64,
+                kh: o.kernel[0] as u64,
+                kw: o.kernel[1] as u64,
+                sh: o.stride[0] as u64,
+                sw: o.stride[1] as u64,
+                ph: o.padding[0] as u64,
+                pw: o.padding[1] as u64,
+                max: s.max as u32,
+                _pad: 0,
+            };
+            let args = [Arg::Raw(bytemuck::bytes_of(&params)), p(x), p(&out)];
+            self.launch_1d(Entry::Pool2d, total as u64, &args)?;
+        }
+        Ok(out)
+    }
+
+    async fn read(&self, x: &CudaStorage, n: usize) -> Result<Vec<f32>> {
+        self.read_blocking(x, n)
+    }
+
+    async fn synchronize(&self) -> Result<()> {
+        self.wait()
+    }
+}
+
+impl Kernels {
+    /// The entry point of the fused kernel of `expr`, generating its source on first use.
+    fn fused(&self, expr: &Expr) -> Result<Entry> {
+        let mut key = Vec::new();
+        expr.key(&mut key);
+        if let Some(id) = self.fused_id_of(&key) {
+            return Ok(Entry::Fused(id));
+        }
+        let source = fused::fused_source(expr)?;
+        let id = fused::fused_id(&source);
+        self.register_fused(key, id, source);
+        Ok(Entry::Fused(id))
+    }
+}
