@@ -72,6 +72,9 @@ pub(crate) fn adapter_key(info: &crate::info::DeviceInfo) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     super::pipelines::Shader::Matmul.source().hash(&mut h);
+    // How the modules are created (runtime checks off natively since session 6) changes
+    // the timings as much as the source does.
+    "modules without runtime checks".hash(&mut h);
     format!(
         "{:?} {} ({}) matmul.wgsl {:016x}",
         info.backend,
