@@ -71,20 +71,6 @@ var<workgroup> a_tile: array<vec4<T>, TK * AV>;
 // [kk][col / 4], component col % 4.
 var<workgroup> b_tile: array<vec4<T>, TK * BV>;
 
-fn load_a(base: u32, r: u32, kk: u32) -> f32 {
-    if (TRANS_A) {
-        return a[base + kk * params.m + r];
-    }
-    return a[base + r * params.k + kk];
-}
-
-fn load_b(base: u32, kk: u32, c: u32) -> f32 {
-    if (TRANS_B) {
-        return b[base + c * params.k + kk];
-    }
-    return b[base + kk * params.n + c];
-}
-
 // The value a tile stores: rounded to f16 first under ROUND16 (to nearest even on the 11-bit
 // significand, overflow to infinity; f16's subnormal range keeps more bits). Bit arithmetic,
 // not pack2x16float, which some adapters lack.
@@ -103,6 +89,22 @@ fn stage(v: f32) -> T {
     return T(v);
 }
 
+// @library loads: shared with matmul_coop.wgsl (its @include lines)
+fn load_a(base: u32, r: u32, kk: u32) -> f32 {
+    if (TRANS_A) {
+        return a[base + kk * params.m + r];
+    }
+    return a[base + r * params.k + kk];
+}
+
+fn load_b(base: u32, kk: u32, c: u32) -> f32 {
+    if (TRANS_B) {
+        return b[base + c * params.k + kk];
+    }
+    return b[base + kk * params.n + c];
+}
+
+// @library epilogue
 fn is_nan4(v: vec4<f32>) -> vec4<bool> {
     return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
 }
@@ -146,6 +148,8 @@ fn epilogue(c0: u32, v: vec4<f32>) -> vec4<f32> {
     }
     return activate(x);
 }
+
+// @library end
 
 @compute @workgroup_size(16, 16)
 fn main(

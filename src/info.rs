@@ -133,6 +133,9 @@ pub struct DeviceFeatures {
     pub subgroups: bool,
     /// GPU timestamp queries (for profiling).
     pub timestamp_query: bool,
+    /// Matrix multiply-accumulate units (tensor cores) that `Precision::F16` matmuls use:
+    /// cooperative matrices on wgpu (native only, NVIDIA over Vulkan), tensor cores on CUDA.
+    pub cooperative_matrix: bool,
 }
 
 /// Everything `Device::info()` says about a device.

@@ -81,7 +81,7 @@ export interface GpuInfo {
   /** WebGPU's name for a software adapter; the same as `software`. */
   isFallbackAdapter: boolean;
   driver: string;
-  features: { shaderF16: boolean; subgroups: boolean; timestampQuery: boolean };
+  features: { shaderF16: boolean; subgroups: boolean; timestampQuery: boolean; cooperativeMatrix: boolean };
   limits: {
     maxStorageBinding: number;
     maxBuffer: number;
@@ -332,6 +332,7 @@ struct JsFeatures {
     shader_f16: bool,
     subgroups: bool,
     timestamp_query: bool,
+    cooperative_matrix: bool,
 }
 
 #[derive(Serialize)]
@@ -366,6 +367,7 @@ impl From<&crate::DeviceInfo> for JsInfo {
                 shader_f16: i.features.shader_f16,
                 subgroups: i.features.subgroups,
                 timestamp_query: i.features.timestamp_query,
+                cooperative_matrix: i.features.cooperative_matrix,
             },
             limits: JsLimits {
                 max_storage_binding: i.limits.max_storage_binding,

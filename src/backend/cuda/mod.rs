@@ -374,6 +374,7 @@ fn info(name: &str, p: &CudaProperties, selection: String) -> DeviceInfo {
         features: DeviceFeatures {
             shader_f16: p.compute_capability >= (5, 3),
             subgroups: true,
+            cooperative_matrix: p.compute_capability >= (7, 0),
             timestamp_query: true,
         },
         memory_bytes: Some(p.total_memory),

@@ -148,11 +148,44 @@ pub(crate) fn describe(adapter: &wgpu::Adapter) -> DeviceInfo {
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             timestamp_query: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            cooperative_matrix: cooperative_matrix(adapter),
         },
         memory_bytes: None,
         selection: String::new(),
         policy: None,
         cuda: None,
+    }
+}
+
+/// Whether gpukit's cooperative-matrix matmul (shaders/matmul_coop.wgsl) runs on this
+/// adapter: natively, with wgpu's experimental cooperative-matrix extension offering 16 x 16 x
+/// 16 products of f16 into f32, shader-f16, and subgroups of exactly 32 invocations (the kernel
+/// gives each block of 32 consecutive invocations its own tiles). NVIDIA over Vulkan has all
+/// of it. `GPUKIT_COOPERATIVE_MATRIX=0` turns it off.
+pub(crate) fn cooperative_matrix(adapter: &wgpu::Adapter) -> bool {
+    #[cfg(native)]
+    {
+        if matches!(
+            std::env::var("GPUKIT_COOPERATIVE_MATRIX").as_deref(),
+            Ok("0" | "off" | "false")
+        ) {
+            return false;
+        }
+        let info = adapter.get_info();
+        let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+        adapter.features().contains(needed)
+            && info.subgroup_min_size == 32
+            && info.subgroup_max_size == 32
+            && adapter.cooperative_matrix_properties().iter().any(|p| {
+                (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                    && p.ab_type == wgpu::CooperativeScalarType::F16
+                    && p.cr_type == wgpu::CooperativeScalarType::F32
+            })
+    }
+    #[cfg(web)]
+    {
+        let _ = adapter;
+        false
     }
 }
 

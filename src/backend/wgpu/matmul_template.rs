@@ -15,26 +15,87 @@ pub(crate) enum Arith {
     F16,
     /// Inputs rounded to f16, f32 arithmetic: `Precision::F16` without shader-f16.
     F16Rounded,
+    /// Inputs rounded to f16, products on cooperative matrices (tensor cores), f32 sums:
+    /// `Precision::F16` where the adapter has them (shaders/matmul_coop.wgsl).
+    F16Coop,
 }
 
 impl Arith {
-    /// The arithmetic that runs `precision` on a device with or without shader-f16.
-    pub(crate) fn of(precision: Precision, shader_f16: bool) -> Arith {
-        match (precision, shader_f16) {
+    /// The arithmetic that runs `precision` on a device with or without shader-f16 and
+    /// usable cooperative matrices.
+    pub(crate) fn of(precision: Precision, shader_f16: bool, coop: bool) -> Arith {
+        match precision {
             // WGSL has neither TF32 nor bf16: exact f32 is within both tolerances.
-            (Precision::F32 | Precision::Tf32 | Precision::Bf16, _) => Arith::F32,
-            (Precision::F16, true) => Arith::F16,
-            (Precision::F16, false) => Arith::F16Rounded,
+            Precision::F32 | Precision::Tf32 | Precision::Bf16 => Arith::F32,
+            Precision::F16 if coop => Arith::F16Coop,
+            Precision::F16 if shader_f16 => Arith::F16,
+            Precision::F16 => Arith::F16Rounded,
         }
     }
+
+    /// The tiles the autotuner times for this arithmetic.
+    pub(crate) fn candidates(self) -> &'static [MatmulTile] {
+        match self {
+            Arith::F16Coop => &COOP_CANDIDATES,
+            _ => &MatmulTile::CANDIDATES,
+        }
+    }
+
+    /// Whether this arithmetic's kernel has `tile`.
+    pub(crate) fn has_tile(self, tile: MatmulTile) -> bool {
+        match self {
+            Arith::F16Coop => {
+                matches!(tile.rows, 4 | 8)
+                    && matches!(tile.cols, 4 | 8)
+                    && matches!(tile.depth, 16 | 32)
+            }
+            _ => tile.check().is_ok(),
+        }
+    }
+
+    /// Bytes of workgroup memory `tile` needs with this arithmetic.
+    pub(crate) fn workgroup_bytes(self, tile: MatmulTile) -> u32 {
+        match self {
+            Arith::F16Coop => {
+                let (bm, bn, bk) = (tile.tile_m(), tile.tile_n(), tile.depth);
+                2 * 2 * (bm * (bk + 8) + bk * (bn + 8)) + coop_threads(tile) * 8 * 4
+            }
+            _ => tile.workgroup_bytes(self == Arith::F16),
+        }
+    }
+
+    /// Invocations per workgroup of `tile`'s kernel.
+    pub(crate) fn threads(self, tile: MatmulTile) -> u32 {
+        match self {
+            Arith::F16Coop => coop_threads(tile),
+            _ => 256,
+        }
+    }
+}
+
+/// The cooperative-matrix tiles the autotuner times: 128 x 128 with k steps of 16 (the fastest
+/// at 4096 on an H100), and smaller tiles for matrices that give 128 x 128 too few workgroups.
+const COOP_CANDIDATES: [MatmulTile; 4] = [
+    MatmulTile::new(8, 8, 16),
+    MatmulTile::new(8, 4, 16),
+    MatmulTile::new(4, 4, 16),
+    MatmulTile::new(4, 4, 32),
+];
+
+/// Two subgroups of 32 along m, one per 32 columns along n.
+fn coop_threads(tile: MatmulTile) -> u32 {
+    64 * (tile.tile_n() / 32)
 }
 
 /// shaders/matmul.wgsl specialised to a tile configuration and arithmetic: its `tile:` lines
 /// (and the element type) rewritten and its `@generate` lines replaced by unrolled code.
 /// Errors if the template lost a line it rewrites.
-pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith) -> Result<String> {
-    use std::fmt::Write;
-    let template = Shader::Matmul.source();
+/// `vectors` (cooperative-matrix kernel only) reads A and B as vec4s: the caller checks that
+/// k and n are multiples of 4 and neither operand is transposed.
+pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith, vectors: bool) -> Result<String> {
+    if arith == Arith::F16Coop {
+        return coop_source(tile, vectors);
+    }
     let f16 = arith == Arith::F16;
     let consts = [
         (
@@ -70,7 +131,7 @@ pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith) -> Result<String> {
     let (rows, cols) = (tile.rows, tile.cols / 4);
     let cells = || (0..rows).flat_map(move |r| (0..cols).map(move |c| (r, c)));
     // Each @generate line becomes these statements (at the line's indentation).
-    let generate = |what: &str| -> Option<Vec<String>> {
+    let generate = |what: &str, _arg: &str| -> Option<Vec<String>> {
         let mut out = Vec::new();
         match what {
             "declare" => {
@@ -124,21 +185,203 @@ pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith) -> Result<String> {
         }
         Some(out)
     };
-    let mut source = String::with_capacity(template.len() * 2);
-    if f16 {
-        source.push_str("enable f16;\n");
+    let prefix = if f16 { "enable f16;\n" } else { "" };
+    expand(Shader::Matmul, prefix, &consts, &[], generate, 5)
+}
+
+/// shaders/matmul_coop.wgsl specialised to a tile: BM x BN outputs per workgroup, k steps of
+/// BK (`tile.tile_m()`, `tile.tile_n()`, `tile.depth`; [`Arith::has_tile`] says which).
+pub(crate) fn coop_source(tile: MatmulTile, vectors: bool) -> Result<String> {
+    if !Arith::F16Coop.has_tile(tile) {
+        return Err(Error::ShaderCompilation {
+            shader: Shader::MatmulCoop.file(),
+            detail: format!("no cooperative-matrix kernel has tile {tile}"),
+        });
     }
+    let (bm, bn, bk) = (tile.tile_m(), tile.tile_n(), tile.depth);
+    let (fm, fn_, wn) = (bm / 32, 2, bn / 32);
+    let threads = coop_threads(tile);
+    let consts = [
+        ("const BM: u32 = 128u;", format!("const BM: u32 = {bm}u;")),
+        ("const BN: u32 = 128u;", format!("const BN: u32 = {bn}u;")),
+        ("const BK: u32 = 16u;", format!("const BK: u32 = {bk}u;")),
+        ("const WN: u32 = 4u;", format!("const WN: u32 = {wn}u;")),
+        ("const FM: u32 = 4u;", format!("const FM: u32 = {fm}u;")),
+        ("const FN: u32 = 2u;", format!("const FN: u32 = {fn_}u;")),
+    ];
+    // Each thread's share of a step's tiles, in slots of four values; the last slot of a
+    // share that does not divide evenly is guarded.
+    let (a_vecs, b_vecs) = (bm * bk / 4, bk * bn / 4);
+    let slots = |vecs: u32| (0..vecs.div_ceil(threads)).map(move |i| (i, (i + 1) * threads > vecs));
+    let blocks = || (0..fm).flat_map(move |i| (0..fn_).map(move |j| (i, j)));
+    let slot = |vecs: u32, i: u32, partial: bool, body: String| {
+        let e = format!("let e = tid + {}u;", i * threads);
+        if partial {
+            format!("{{ {e} if (e < {vecs}u) {{ {body} }} }}")
+        } else {
+            format!("{{ {e} {body} }}")
+        }
+    };
+    let generate = |what: &str, arg: &str| -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        match what {
+            "declare" => {
+                for (i, j) in blocks() {
+                    out.push(format!("var acc_{i}_{j} = coop_mat16x16<f32, C>();"));
+                }
+                out.extend(slots(a_vecs).map(|(i, _)| format!("var pa_{i} = vec4<f32>(0.0);")));
+                out.extend(slots(b_vecs).map(|(i, _)| format!("var pb_{i} = vec4<f32>(0.0);")));
+            }
+            "fetch" => {
+                out.extend(slots(a_vecs).map(|(i, partial)| {
+                    let at = format!("row0 + e / (BK / 4u), {arg} + (e % (BK / 4u)) * 4u");
+                    slot(
+                        a_vecs,
+                        i,
+                        partial,
+                        format!("pa_{i} = fetch_a(a_base, {at});"),
+                    )
+                }));
+                out.extend(slots(b_vecs).map(|(i, partial)| {
+                    let at = format!("{arg} + e / (BN / 4u), col0 + (e % (BN / 4u)) * 4u");
+                    slot(
+                        b_vecs,
+                        i,
+                        partial,
+                        format!("pb_{i} = fetch_b(b_base, {at});"),
+                    )
+                }));
+            }
+            "put" => {
+                out.extend(slots(a_vecs).map(|(i, partial)| {
+                    let at =
+                        format!("{arg} * BM * LDA + (e / (BK / 4u)) * LDA + (e % (BK / 4u)) * 4u");
+                    slot(a_vecs, i, partial, format!("put_a({at}, pa_{i});"))
+                }));
+                out.extend(slots(b_vecs).map(|(i, partial)| {
+                    let at =
+                        format!("{arg} * BK * LDB + (e / (BN / 4u)) * LDB + (e % (BN / 4u)) * 4u");
+                    slot(b_vecs, i, partial, format!("put_b({at}, pb_{i});"))
+                }));
+            }
+            "mma" => {
+                for ks in 0..bk / 16 {
+                    out.push("{".into());
+                    out.extend((0..fm).map(|i| {
+                        format!(
+                            "    let fa_{i} = coopLoadT<coop_mat16x16<f16, A>>(&a_s[ab + {}u * LDA + {}u], LDA);",
+                            16 * i,
+                            16 * ks
+                        )
+                    }));
+                    out.extend((0..fn_).map(|j| {
+                        format!(
+                            "    let fb_{j} = coopLoadT<coop_mat16x16<f16, B>>(&b_s[bb + {}u * LDB + {}u], LDB);",
+                            16 * ks,
+                            16 * j
+                        )
+                    }));
+                    out.extend(blocks().map(|(i, j)| {
+                        format!("    acc_{i}_{j} = coopMultiplyAdd(fa_{i}, fb_{j}, acc_{i}_{j});")
+                    }));
+                    out.push("}".into());
+                }
+            }
+            "store" => {
+                for (i, j) in blocks() {
+                    out.push(format!("coopStoreT(acc_{i}_{j}, &c_s[warp * 256u], 16u);"));
+                    out.push("workgroupBarrier();".into());
+                    out.push(format!(
+                        "store_block(out_base, warp, lane, row0 + wm * 16u * FM + {}u, col0 + wn * 16u * FN + {}u);",
+                        16 * i,
+                        16 * j
+                    ));
+                    out.push("workgroupBarrier();".into());
+                }
+            }
+            _ => return None,
+        }
+        Some(out)
+    };
+    expand(
+        Shader::MatmulCoop,
+        "",
+        &consts,
+        &[("vectors", vectors)],
+        generate,
+        7,
+    )
+}
+
+/// A library part of matmul.wgsl: the lines after its `// @library NAME` line up to the next
+/// `// @library` line. matmul_coop.wgsl includes them.
+fn matmul_library(name: &str) -> Result<&'static str> {
+    let source = Shader::Matmul.source();
+    let marker = format!("// @library {name}");
+    let part = source.find(&marker).and_then(|b| {
+        let start = b + source[b..].find('\n')? + 1;
+        let len = source[start..].find("// @library")?;
+        Some(&source[start..start + len])
+    });
+    part.ok_or_else(|| Error::ShaderCompilation {
+        shader: Shader::Matmul.file(),
+        detail: format!("template: no @library {name} part"),
+    })
+}
+
+/// A template's source with its `tile:` constant lines rewritten, each `// @generate WHAT
+/// ARG: ...` line replaced by `generate(WHAT, ARG)`'s statements at the line's indentation,
+/// each `// @include NAME` line by that part of matmul.wgsl, and of each `// @if FLAG` ...
+/// `// @else` ... `// @end` block only the side that `flags` selects. Errors if a line it
+/// rewrites is missing, or a @generate or flag is unknown, so a template edit cannot silently
+/// drop code.
+fn expand(
+    shader: Shader,
+    prefix: &str,
+    consts: &[(&str, String)],
+    flags: &[(&str, bool)],
+    generate: impl Fn(&str, &str) -> Option<Vec<String>>,
+    generates: usize,
+) -> Result<String> {
+    use std::fmt::Write;
+    let template = shader.source();
+    let fail = |detail: String| Error::ShaderCompilation {
+        shader: shader.file(),
+        detail: format!("template: {detail}"),
+    };
+    let mut source = String::with_capacity(template.len() * 2);
+    source.push_str(prefix);
     let (mut found, mut generated) = (0, 0);
+    // Inside an @if block: whether its current side is kept.
+    let mut keep: Option<bool> = None;
     for line in template.lines() {
         let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("// @if ") {
+            let flag = rest.split(':').next().unwrap_or("").trim();
+            let on = flags.iter().find(|(f, _)| *f == flag).map(|&(_, on)| on);
+            keep = Some(on.ok_or_else(|| fail(format!("unknown @if flag {flag:?}")))?);
+            continue;
+        }
+        if trimmed.starts_with("// @else") {
+            keep = keep.map(|k| !k);
+            continue;
+        }
+        if trimmed.starts_with("// @end") {
+            keep = None;
+            continue;
+        }
+        if keep == Some(false) {
+            continue;
+        }
+        if let Some(name) = trimmed.strip_prefix("// @include ") {
+            source.push_str(matmul_library(name.trim())?);
+            continue;
+        }
         if let Some(rest) = trimmed.strip_prefix("// @generate ") {
-            let what = rest.split(':').next().unwrap_or("");
-            let Some(statements) = generate(what) else {
-                return Err(Error::ShaderCompilation {
-                    shader: Shader::Matmul.file(),
-                    detail: format!("template: unknown @generate {what:?}"),
-                });
-            };
+            let spec = rest.split(':').next().unwrap_or("");
+            let (what, arg) = spec.split_once(' ').unwrap_or((spec, ""));
+            let statements =
+                generate(what, arg).ok_or_else(|| fail(format!("unknown @generate {what:?}")))?;
             let indent = &line[..line.len() - trimmed.len()];
             for st in statements {
                 let _ = writeln!(source, "{indent}{st}");
@@ -156,14 +399,11 @@ pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith) -> Result<String> {
         }
         source.push('\n');
     }
-    if found != consts.len() || generated != 5 {
-        return Err(Error::ShaderCompilation {
-            shader: Shader::Matmul.file(),
-            detail: format!(
-                "template: {found} of {} tile lines and {generated} of 5 @generate lines found",
-                consts.len()
-            ),
-        });
+    if found != consts.len() || generated != generates {
+        return Err(fail(format!(
+            "{found} of {} tile lines and {generated} of {generates} @generate lines found",
+            consts.len()
+        )));
     }
     Ok(source)
 }

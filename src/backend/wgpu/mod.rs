@@ -72,6 +72,8 @@ pub(crate) struct Core {
     software: bool,
     /// Whether shader-f16 is enabled on the device.
     shader_f16: bool,
+    /// Whether `Precision::F16` matmuls run on cooperative matrices (`adapter::cooperative_matrix`).
+    coop_matrix: bool,
     /// Whether kernels using subgroup operations run: natively, where the device has
     /// subgroups of at least 4 invocations. (In the browser WGSL needs `enable subgroups;`,
     /// which naga 30 does not accept yet, so the portable kernels run there.)
@@ -166,12 +168,23 @@ impl WgpuBackend {
         info.selection = selection;
         let backend = info.backend;
         let limits = adapter.limits();
-        let wanted =
+        let coop_matrix = info.features.cooperative_matrix;
+        let mut wanted =
             wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        let mut experimental = wgpu::ExperimentalFeatures::disabled();
+        if coop_matrix {
+            wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu asks callers of experimental features to accept that their
+            // implementation may have bugs. gpukit uses only cooperative matrices, in one
+            // kernel, whose results the op suite checks on the GPUs that have them, and
+            // `GPUKIT_COOPERATIVE_MATRIX=0` leaves the feature off.
+            experimental = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         let descriptor = wgpu::DeviceDescriptor {
             label: Some("gpukit"),
             required_features: adapter.features() & wanted,
             required_limits: limits.clone(),
+            experimental_features: experimental,
             ..Default::default()
         };
         #[cfg(native)]
@@ -229,6 +242,7 @@ impl WgpuBackend {
             adapter_key: tuner::adapter_key(&info),
             software: info.software,
             shader_f16,
+            coop_matrix,
             subgroup_kernels,
             batch_turn: Mutex::default(),
             pending_tunes: Mutex::default(),
@@ -273,7 +287,8 @@ impl WgpuBackend {
         shape: [u64; 3],
         precision: crate::ops::Precision,
     ) -> Result<tuner::TuneRecord> {
-        let arith = pipelines::Arith::of(precision, self.shared.shader_f16);
+        let arith =
+            pipelines::Arith::of(precision, self.shared.shader_f16, self.shared.coop_matrix);
         self.shared.tune_class(shape, arith).await
     }
 

@@ -23,6 +23,7 @@ pub(crate) enum Shader {
     Reduce,
     Softmax,
     Matmul,
+    MatmulCoop,
     Norm,
     Copy,
     Embedding,
@@ -37,13 +38,14 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 17] = [
+    pub(crate) const ALL: [Shader; 18] = [
         Shader::Unary,
         Shader::Binary,
         Shader::BinaryBroadcast,
         Shader::Reduce,
         Shader::Softmax,
         Shader::Matmul,
+        Shader::MatmulCoop,
         Shader::Norm,
         Shader::Copy,
         Shader::Embedding,
@@ -65,6 +67,7 @@ impl Shader {
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
             Shader::Matmul => "matmul.wgsl",
+            Shader::MatmulCoop => "matmul_coop.wgsl",
             Shader::Norm => "norm.wgsl",
             Shader::Copy => "copy.wgsl",
             Shader::Embedding => "embedding.wgsl",
@@ -87,6 +90,7 @@ impl Shader {
             Shader::Reduce => include_str!("../../../shaders/reduce.wgsl"),
             Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
             Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
+            Shader::MatmulCoop => include_str!("../../../shaders/matmul_coop.wgsl"),
             Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
             Shader::Copy => include_str!("../../../shaders/copy.wgsl"),
             Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
@@ -156,6 +160,8 @@ pub(crate) enum Kernel {
         transpose_b: bool,
         bias: bool,
         activation: Option<Activation>,
+        /// vec4 loads of A and B (`matmul_source`); only the cooperative-matrix kernel has them.
+        vectors: bool,
     },
     Norm {
         rms: bool,
@@ -204,6 +210,10 @@ impl Kernel {
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
                 Shader::Softmax
             }
+            Kernel::Matmul {
+                arith: Arith::F16Coop,
+                ..
+            } => Shader::MatmulCoop,
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
             Kernel::Copy => Shader::Copy,
@@ -232,7 +242,12 @@ impl Kernel {
     /// Which shader module the kernel's pipeline is made from.
     fn module_key(self) -> ModuleKey {
         match self {
-            Kernel::Matmul { tile, arith, .. } => ModuleKey::Matmul(tile, arith),
+            Kernel::Matmul {
+                tile,
+                arith,
+                vectors,
+                ..
+            } => ModuleKey::Matmul(tile, arith, vectors),
             Kernel::Fused { id, .. } => ModuleKey::Fused(id),
             other => ModuleKey::File(other.shader()),
         }
@@ -241,7 +256,12 @@ impl Kernel {
     /// The WGSL source of the kernel's module (generated fused kernels live in the cache).
     pub(crate) fn source(self) -> Result<Cow<'static, str>> {
         match self {
-            Kernel::Matmul { tile, arith, .. } => matmul_source(tile, arith).map(Cow::Owned),
+            Kernel::Matmul {
+                tile,
+                arith,
+                vectors,
+                ..
+            } => matmul_source(tile, arith, vectors).map(Cow::Owned),
             Kernel::Fused { .. } => Err(Error::ShaderCompilation {
                 shader: "fused kernel",
                 detail: "generated sources are registered with the pipeline cache".into(),
@@ -360,7 +380,7 @@ impl Kernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum ModuleKey {
     File(Shader),
-    Matmul(MatmulTile, Arith),
+    Matmul(MatmulTile, Arith, bool),
     Fused(u64),
 }
 

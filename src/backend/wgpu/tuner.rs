@@ -72,6 +72,7 @@ pub(crate) fn adapter_key(info: &crate::info::DeviceInfo) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     super::pipelines::Shader::Matmul.source().hash(&mut h);
+    super::pipelines::Shader::MatmulCoop.source().hash(&mut h);
     // How the modules are created (runtime checks off natively since session 6) changes
     // the timings as much as the source does.
     "modules without runtime checks".hash(&mut h);
@@ -96,6 +97,7 @@ fn class(m: u64, n: u64, k: u64, arith: Arith) -> String {
         Arith::F32 => "f32",
         Arith::F16 => "f16",
         Arith::F16Rounded => "f16r",
+        Arith::F16Coop => "f16c",
     };
     format!("{kind} m:{} n:{} k:{}", range(m), range(n), range(k))
 }
@@ -137,10 +139,17 @@ struct Params {
 impl Shared {
     /// Whether a tile fits this device's workgroup limits.
     pub(super) fn tile_fits(&self, tile: MatmulTile, arith: Arith) -> bool {
-        tile.workgroup_bytes(arith == Arith::F16) <= self.limits.max_compute_workgroup_storage_size
-            && self.limits.max_compute_invocations_per_workgroup >= 256
-            && self.limits.max_compute_workgroup_size_x >= 16
-            && self.limits.max_compute_workgroup_size_y >= 16
+        let threads = arith.threads(tile);
+        let (x, y) = if arith == Arith::F16Coop {
+            (threads, 1)
+        } else {
+            (16, 16)
+        };
+        arith.has_tile(tile)
+            && arith.workgroup_bytes(tile) <= self.limits.max_compute_workgroup_storage_size
+            && self.limits.max_compute_invocations_per_workgroup >= threads
+            && self.limits.max_compute_workgroup_size_x >= x
+            && self.limits.max_compute_workgroup_size_y >= y
     }
 
     /// The tile for a matmul of these sizes: the remembered winner of its class, else
@@ -257,12 +266,12 @@ impl Shared {
         self.queue.write_buffer(&params, 0, bytemuck::bytes_of(&p));
         let mut timings = Vec::new();
         let mut failure = None;
-        for tile in MatmulTile::CANDIDATES {
+        for &tile in job.arith.candidates() {
             if !self.tile_fits(tile, job.arith) {
                 continue;
             }
             match self
-                .time_tile(tile, job.arith, [m, n], &params, &scratch)
+                .time_tile(tile, job.arith, [m, n, k], &params, &scratch)
                 .await
             {
                 Ok(us) => timings.push((tile, us)),
@@ -309,7 +318,7 @@ impl Shared {
         &self,
         tile: MatmulTile,
         arith: Arith,
-        [m, n]: [u64; 2],
+        [m, n, k]: [u64; 3],
         params: &wgpu::Buffer,
         [a, b, out]: &[wgpu::Buffer; 3],
     ) -> Result<f64> {
@@ -320,6 +329,7 @@ impl Shared {
             transpose_b: false,
             bias: false,
             activation: None,
+            vectors: arith == Arith::F16Coop && k % 4 == 0 && n % 4 == 0,
         };
         let (pipeline, layout) = {
             let mut st = self.state();

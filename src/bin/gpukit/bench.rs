@@ -395,13 +395,7 @@ pub fn run(args: &[String]) -> CliResult {
                 .tune_matmul_blocking(size, size, size, precision)
                 .map_err(|e| e.to_string())?
                 .map_or_else(
-                    || {
-                        if device.info().backend == Backend::Cuda {
-                            "cuBLAS".to_string()
-                        } else {
-                            "-".to_string()
-                        }
-                    },
+                    || ["-", "cuBLAS"][usize::from(device.info().backend == Backend::Cuda)].into(),
                     |r| r.best.to_string(),
                 );
             let (id, what, note) = match (precision, f32_tflops) {
@@ -424,7 +418,9 @@ pub fn run(args: &[String]) -> CliResult {
                     format!(
                         "{:.2}x the f32 figure; {}; tile {tile}",
                         tflops / f,
-                        if device.info().features.shader_f16 {
+                        if device.info().features.cooperative_matrix {
+                            "cooperative matrices"
+                        } else if device.info().features.shader_f16 {
                             "shader-f16"
                         } else {
                             "no shader-f16: f32 arithmetic on rounded inputs"

@@ -85,6 +85,7 @@ pub fn devices(json: bool) -> CliResult {
                 (f.shader_f16, "f16"),
                 (f.subgroups, "subgroups"),
                 (f.timestamp_query, "timestamps"),
+                (f.cooperative_matrix, "coop-matrix"),
             ]
             .into_iter()
             .filter_map(|(on, n)| on.then_some(n))
@@ -234,8 +235,8 @@ pub fn print_info(info: &DeviceInfo) {
         (
             "features",
             format!(
-                "shader-f16: {}, subgroups: {}, timestamp-query: {}",
-                f.shader_f16, f.subgroups, f.timestamp_query
+                "shader-f16: {}, subgroups: {}, timestamp-query: {}, cooperative-matrix: {}",
+                f.shader_f16, f.subgroups, f.timestamp_query, f.cooperative_matrix
             ),
         ),
         (

@@ -125,13 +125,19 @@ impl WgpuBackend {
             )?;
             return Ok(s.storage(out));
         }
-        let arith = Arith::of(spec.precision, s.shader_f16);
+        let mut arith = Arith::of(spec.precision, s.shader_f16, s.coop_matrix);
+        if let Some(tile) = spec.tile {
+            if !arith.has_tile(tile) {
+                // A tile the cooperative-matrix kernel lacks runs on the f16 tiles instead.
+                arith = Arith::of(spec.precision, s.shader_f16, false);
+            }
+        }
         let tile = match spec.tile {
             Some(tile) if !s.tile_fits(tile, arith) => {
                 return Err(Error::LimitExceeded {
                     what: format!("matmul tile {tile}'s workgroup memory"),
                     limit: "max_compute_workgroup_storage_size",
-                    needed: u64::from(tile.workgroup_bytes(arith == Arith::F16)),
+                    needed: u64::from(arith.workgroup_bytes(tile)),
                     max: u64::from(s.limits.max_compute_workgroup_storage_size),
                 })
             }
@@ -181,6 +187,12 @@ impl WgpuBackend {
             transpose_b: spec.transpose_b,
             bias: cb.is_some(),
             activation: spec.activation,
+            // Whole vec4 rows: the binding offsets are 0 and the batch strides multiples of 4.
+            vectors: arith == Arith::F16Coop
+                && !spec.transpose_a
+                && !spec.transpose_b
+                && k % 4 == 0
+                && n % 4 == 0,
         };
         s.dispatch_grid(
             &mut st,

@@ -57,6 +57,7 @@ fn every_kernel() -> Vec<Kernel> {
                 transpose_b,
                 bias,
                 activation,
+                vectors: false,
             });
         }
     }
@@ -69,6 +70,20 @@ fn every_kernel() -> Vec<Kernel> {
                 transpose_b: true,
                 bias: true,
                 activation: Some(Activation::Silu),
+                vectors: false,
+            });
+        }
+    }
+    for &tile in Arith::F16Coop.candidates() {
+        for vectors in [false, true] {
+            k.push(Kernel::Matmul {
+                tile,
+                arith: Arith::F16Coop,
+                transpose_a: vectors,
+                transpose_b: false,
+                bias: true,
+                activation: Some(Activation::Gelu),
+                vectors,
             });
         }
     }
@@ -199,7 +214,7 @@ fn every_shader_parses_and_validates() {
     for shader in Shader::ALL {
         // matmul.wgsl is a template: its specialisations are validated below.
         let caps = match shader {
-            Shader::Matmul => continue,
+            Shader::Matmul | Shader::MatmulCoop => continue,
             Shader::GemvSubgroup => naga::valid::Capabilities::SUBGROUP,
             _ => naga::valid::Capabilities::empty(),
         };
@@ -213,7 +228,7 @@ fn every_shader_parses_and_validates() {
 fn every_matmul_specialisation_validates() {
     for tile in MatmulTile::CANDIDATES {
         for arith in [Arith::F32, Arith::F16, Arith::F16Rounded] {
-            let source = matmul_source(tile, arith).unwrap();
+            let source = matmul_source(tile, arith, false).unwrap();
             let caps = if arith == Arith::F16 {
                 naga::valid::Capabilities::SHADER_FLOAT16
             } else {
@@ -223,8 +238,23 @@ fn every_matmul_specialisation_validates() {
             assert_eq!(source.starts_with("enable f16;"), arith == Arith::F16);
         }
     }
+    for &tile in Arith::F16Coop.candidates() {
+        for vectors in [false, true] {
+            let source = matmul_source(tile, Arith::F16Coop, vectors).unwrap();
+            let caps = naga::valid::Capabilities::SHADER_FLOAT16
+                | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+            validate(&format!("matmul {tile} cooperative"), &source, caps);
+            assert!(!source.contains("// @"), "{tile}: a template line is left");
+            // One accumulator per 16 x 16 block: 2 x (BN / 32) subgroups of (BM / 32) x 2.
+            let last = format!("var acc_{}_1 ", tile.tile_m() / 32 - 1);
+            assert!(source.contains(&last), "{tile}: {last} missing");
+            assert_eq!(source.contains("array<vec4<f32>>"), vectors);
+            assert_eq!(source.contains("fn load_a("), !vectors);
+        }
+    }
+    assert!(matmul_source(MatmulTile::new(8, 8, 8), Arith::F16Coop, false).is_err());
     // One named accumulator per row and vec4 column, and no loop-indexed arrays.
-    let source = matmul_source(MatmulTile::new(8, 8, 16), Arith::F16).unwrap();
+    let source = matmul_source(MatmulTile::new(8, 8, 16), Arith::F16, false).unwrap();
     assert!(source.contains("var acc_7_1 ") && !source.contains("acc_8_0"));
     assert!(source.contains("var part_7_1 "));
     assert!(!source
@@ -244,10 +274,19 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
         let ep =
             ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
         let [x, y, z] = ep.workgroup_size;
+        // The cooperative-matrix kernel (native only) sizes its workgroups by its tile.
+        let threads = match kernel {
+            Kernel::Matmul { arith, tile, .. } => arith.threads(tile),
+            _ => 256,
+        };
+        assert!(
+            threads <= 256,
+            "{kernel:?}: WebGPU guarantees 256 invocations, no more"
+        );
         assert_eq!(
             x * y * z,
-            256,
-            "{kernel:?}: WebGPU guarantees 256 invocations, no more"
+            threads,
+            "{kernel:?}: the workgroup size the code assumes"
         );
         if !matches!(kernel, Kernel::Matmul { .. } | Kernel::Conv2d { .. }) {
             assert_eq!(
