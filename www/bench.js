@@ -9,15 +9,36 @@ const MM = quick ? 128 : 1024;
 const D1 = quick ? 1 << 18 : 1 << 22;
 const D2 = quick ? 128 : 512;
 const RUNS = quick ? 3 : 7;
+// C1: conv2d 3x3, padding 1, [batch, channels, side, side] -> channels; A1: causal attention.
+const [CB, CC, CS] = quick ? [2, 16, 24] : [8, 64, 56];
+const [AH, AS, AD] = quick ? [4, 128, 32] : [16, 1024, 64];
 
 const matmulRef = (a, b, n) => { const o = new Float64Array(n * n); for (let i = 0; i < n; i++) for (let p = 0; p < n; p++) { const v = a[i * n + p]; for (let j = 0; j < n; j++) o[i * n + j] += v * b[p * n + j]; } return o; };
 const sig = (v) => 1 / (1 + Math.exp(-v));
+// The first `count` outputs of conv2d (3x3, padding 1, stride 1) and of causal attention.
+const convRef = (x, w, count) => Array.from({ length: count }, (_, i) => {
+  const [o, y, xx] = [Math.floor(i / (CS * CS)) % CC, Math.floor(i / CS) % CS, i % CS], n = Math.floor(i / (CC * CS * CS));
+  let acc = 0;
+  for (let c = 0; c < CC; c++) for (let ky = 0; ky < 3; ky++) for (let kx = 0; kx < 3; kx++) {
+    const [iy, ix] = [y + ky - 1, xx + kx - 1];
+    if (iy >= 0 && iy < CS && ix >= 0 && ix < CS) acc += x[((n * CC + c) * CS + iy) * CS + ix] * w[((o * CC + c) * 3 + ky) * 3 + kx];
+  }
+  return acc;
+});
+const attnRef = (q, k, v, count) => Array.from({ length: count }, (_, i) => {
+  const [row, d] = [Math.floor(i / AD), i % AD], h = Math.floor(row / AS), qi = row % AS, base = h * AS * AD;
+  const s = Array.from({ length: qi + 1 }, (_, j) => { let dot = 0; for (let e = 0; e < AD; e++) dot += q[base + qi * AD + e] * k[base + j * AD + e]; return dot / Math.sqrt(AD); });
+  const m = Math.max(...s), p = s.map((x) => Math.exp(x - m)), sum = p.reduce((x, y) => x + y, 0);
+  return p.reduce((acc, pj, j) => acc + pj * v[base + j * AD + d], 0) / sum;
+});
 const d3ops = (i) => i % 3; // relu, scale(1.01), sigmoid: 100 of them in turn
 
 function workloads(gpu, raw, tf) {
   const a = random(N, 1), b = random(N, 2), m1 = random(MM * MM, 3), m2 = random(MM * MM, 4);
   const small = random(1024, 5), small2 = random(1024, 6), d3 = random(4096, 7);
   const dA = random(D1, 8), dB = random(D1, 9), q1 = random(D2 * D2, 10), q2 = random(D2 * D2, 11);
+  const cx = random(CB * CC * CS * CS, 12), cw = random(CC * CC * 9, 13);
+  const [aq, ak, av] = [14, 15, 16].map((seed) => random(AH * AS * AD, seed));
   const gk = (f) => async () => { const t = f(); const r = await t.read(); t.dispose(); return r; };
   const rawRun = (make) => async () => { const enc = raw.device.createCommandEncoder(); const [out, n, bufs] = make(enc); const r = await raw.finishAndRead(enc, out, n); bufs.forEach((x) => x.destroy()); return r; };
   const tfRun = (f) => tf && (async () => { const r = tf.tidy(f); const d = await r.data(); r.dispose(); return d; });
@@ -59,6 +80,10 @@ function workloads(gpu, raw, tf) {
       gpukit: async () => { let t = gpu.tensor(d3, [4096]); const first = t; for (let i = 0; i < 100; i++) { const n = [() => t.relu(), () => t.scale(1.01), () => t.sigmoid()][d3ops(i)](); if (t !== first) t.dispose(); t = n; } const r = await t.read(); t.dispose(); first.dispose(); return r; },
       raw: rawRun(rawD3),
       tfjs: tfRun(() => { let t = tf.tensor1d(d3); for (let i = 0; i < 100; i++) t = [() => tf.relu(t), () => tf.mul(t, 1.01), () => tf.sigmoid(t)][d3ops(i)](); return t; }) },
+    { id: "C1", name: `conv2d 3x3, [${CB}, ${CC}, ${CS}, ${CS}] -> ${CC} channels, on the device`, flops: 2 * CB * CC * CS * CS * CC * 9, resident: true, ref: () => convRef(cx, cw, 1024),
+      gpukit: resident(() => { const x = gpu.tensor(cx, [CB, CC, CS, CS]), w = gpu.tensor(cw, [CC, CC, 3, 3]); return { step: () => x.conv2d(w, { padding: [1, 1] }), sync: () => gpu.synchronize(), free: () => { x.dispose(); w.dispose(); } }; }) },
+    { id: "A1", name: `causal attention, ${AH} heads x ${AS} x ${AD}, on the device`, flops: 2 * AH * AS * AS * AD, resident: true, ref: () => attnRef(aq, ak, av, 1024),
+      gpukit: resident(() => { const [q, k, v] = [aq, ak, av].map((d) => gpu.tensor(d, [1, AH, AS, AD])); return { step: () => q.attention(k, v, { causal: true }), sync: () => gpu.synchronize(), free: () => [q, k, v].forEach((t) => t.dispose()) }; }) },
   ];
 }
 
@@ -160,6 +185,12 @@ async function runAll(gpu, raw, tf) {
   }
   document.getElementById("progress").textContent = `done (${quick ? "quick sizes" : "full sizes"}, median of ${RUNS} runs)`;
   window.gpukitBench = results;
+  // The autotuner's choice for each matmul size class this adapter ran (tuned at the waits).
+  window.gpukitTuning = gpu.tuning();
+  document.getElementById("tuning").textContent = window.gpukitTuning.length
+    ? "matmul autotuner on this adapter (us per matmul; * = chosen):\n" + window.gpukitTuning.map((r) =>
+      `${r.class} [${r.shape.join(", ")}]: ` + r.timingsUs.map(([t, us]) => `${t} ${us.toFixed(0)}${t === r.best ? "*" : ""}`).join(", ")).join("\n")
+    : "no matmul was tuned (the CPU backend has no tiles)";
   document.body.dataset.status = "done";
 }
 

@@ -58,6 +58,18 @@ impl JsGpu {
         js_sys::JSON::parse(&text).map_err(|_| JsError::new("info could not be converted"))
     }
 
+    /// What the matmul autotuner measured on this adapter, one record per size class tuned so
+    /// far: `class`, the `shape` timed, the `best` tile, and `timingsUs`, each tile with
+    /// microseconds per matmul. First uses run the default tile; their classes are tuned at
+    /// the next `synchronize()` or read. Empty on the CPU backend.
+    #[wasm_bindgen(unchecked_return_type = "TuneRecord[]")]
+    pub fn tuning(&self) -> Result<JsValue, JsError> {
+        let records: Vec<options::JsTuneRecord> =
+            self.device.tuning().iter().map(Into::into).collect();
+        let text = serde_json::to_string(&records).map_err(js_error)?;
+        js_sys::JSON::parse(&text).map_err(|_| JsError::new("tuning could not be converted"))
+    }
+
     /// A tensor holding a copy of `data` (row-major) with this shape.
     pub fn tensor(
         &self,

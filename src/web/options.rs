@@ -100,6 +100,18 @@ export interface GpuInfo {
   /** Whether the CPU backend was built with SIMD128 (always, in the npm package). */
   simd128: boolean;
 }
+
+/** What the matmul autotuner measured for one size class on this adapter. */
+export interface TuneRecord {
+  /** The size class, e.g. "f32 m:513-2048 n:513-2048 k:513-2048". */
+  class: string;
+  /** The sizes timed: [m, n, k]. */
+  shape: [number, number, number];
+  /** The fastest tile, "MxNxK" (outputs per workgroup, k per step). */
+  best: string;
+  /** Each tile timed, with microseconds per matmul. */
+  timingsUs: [string, number][];
+}
 "#;
 
 /// Parses an options object: `undefined`/`null` is the default; anything else must be an
@@ -351,6 +363,31 @@ struct JsPolicy {
     summary: String,
     elementwise_gpu_from: Option<usize>,
     matmul_gpu_from: Option<usize>,
+}
+
+/// A `TuneRecord` for JS: tiles as "MxNxK" strings.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct JsTuneRecord {
+    class: String,
+    shape: [u64; 3],
+    best: String,
+    timings_us: Vec<(String, f64)>,
+}
+
+impl From<&crate::TuneRecord> for JsTuneRecord {
+    fn from(r: &crate::TuneRecord) -> JsTuneRecord {
+        JsTuneRecord {
+            class: r.class.clone(),
+            shape: r.shape,
+            best: r.best.to_string(),
+            timings_us: r
+                .timings_us
+                .iter()
+                .map(|(t, us)| (t.to_string(), *us))
+                .collect(),
+        }
+    }
 }
 
 impl From<&crate::DeviceInfo> for JsInfo {
