@@ -47,6 +47,7 @@ mod policy;
 mod profile;
 mod quant;
 mod slice;
+mod small_sort;
 mod tensor;
 #[cfg(web)]
 mod web;

@@ -240,7 +240,7 @@ impl Profiler {
                 }
             })
             .collect();
-        out.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+        crate::small_sort::sort_small_by(&mut out, |a, b| a.total_us > b.total_us);
         Ok(out)
     }
 

@@ -138,12 +138,16 @@ impl MatmulTile {
         (self.tile_m() + self.tile_n()) * self.depth * elem
     }
 
+    /// Whether the f32 and f16 tile kernels have this configuration.
+    pub(crate) fn supported(self) -> bool {
+        matches!(self.rows, 4 | 8)
+            && matches!(self.cols, 4 | 8)
+            && matches!(self.depth, 8 | 16 | 32)
+    }
+
     /// Ok when the kernel has this configuration.
     pub fn check(self) -> Result<()> {
-        let ok = matches!(self.rows, 4 | 8)
-            && matches!(self.cols, 4 | 8)
-            && matches!(self.depth, 8 | 16 | 32);
-        if ok {
+        if self.supported() {
             Ok(())
         } else {
             Err(Error::InvalidArgument {

@@ -64,10 +64,28 @@ impl JsGpu {
     /// the next `synchronize()` or read. Empty on the CPU backend.
     #[wasm_bindgen(unchecked_return_type = "TuneRecord[]")]
     pub fn tuning(&self) -> Result<JsValue, JsError> {
-        let records: Vec<options::JsTuneRecord> =
-            self.device.tuning().iter().map(Into::into).collect();
-        let text = serde_json::to_string(&records).map_err(js_error)?;
-        js_sys::JSON::parse(&text).map_err(|_| JsError::new("tuning could not be converted"))
+        // Built with js_sys, not serde_json: formatting floats would add ryu to the package.
+        let set = |o: &js_sys::Object, k: &str, v: JsValue| {
+            js_sys::Reflect::set(o, &k.into(), &v)
+                .map(drop)
+                .map_err(|_| JsError::new("tuning could not be converted"))
+        };
+        let records = Array::new();
+        for r in self.device.tuning() {
+            let o = js_sys::Object::new();
+            set(&o, "class", r.class.as_str().into())?;
+            let shape: Array = r.shape.iter().map(|&v| JsValue::from(v as f64)).collect();
+            set(&o, "shape", shape.into())?;
+            set(&o, "best", r.best.to_string().into())?;
+            let timings: Array = r
+                .timings_us
+                .iter()
+                .map(|(t, us)| JsValue::from(Array::of2(&t.to_string().into(), &(*us).into())))
+                .collect();
+            set(&o, "timingsUs", timings.into())?;
+            records.push(&o);
+        }
+        Ok(records.into())
     }
 
     /// A tensor holding a copy of `data` (row-major) with this shape.

@@ -365,31 +365,6 @@ struct JsPolicy {
     matmul_gpu_from: Option<usize>,
 }
 
-/// A `TuneRecord` for JS: tiles as "MxNxK" strings.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct JsTuneRecord {
-    class: String,
-    shape: [u64; 3],
-    best: String,
-    timings_us: Vec<(String, f64)>,
-}
-
-impl From<&crate::TuneRecord> for JsTuneRecord {
-    fn from(r: &crate::TuneRecord) -> JsTuneRecord {
-        JsTuneRecord {
-            class: r.class.clone(),
-            shape: r.shape,
-            best: r.best.to_string(),
-            timings_us: r
-                .timings_us
-                .iter()
-                .map(|(t, us)| (t.to_string(), *us))
-                .collect(),
-        }
-    }
-}
-
 impl From<&crate::DeviceInfo> for JsInfo {
     fn from(i: &crate::DeviceInfo) -> JsInfo {
         JsInfo {

@@ -49,7 +49,7 @@ impl Arith {
                     && matches!(tile.cols, 4 | 8)
                     && matches!(tile.depth, 16 | 32)
             }
-            _ => tile.check().is_ok(),
+            _ => tile.supported(),
         }
     }
 
@@ -94,7 +94,17 @@ fn coop_threads(tile: MatmulTile) -> u32 {
 /// k and n are multiples of 4 and neither operand is transposed.
 pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith, vectors: bool) -> Result<String> {
     if arith == Arith::F16Coop {
+        // Cooperative matrices are native-only (`adapter::cooperative_matrix`): the browser
+        // package carries neither this template nor its generator.
+        #[cfg(native)]
         return coop_source(tile, vectors);
+        #[cfg(web)]
+        let _ = (tile, vectors);
+        #[cfg(web)]
+        return Err(Error::ShaderCompilation {
+            shader: Shader::MatmulCoop.file(),
+            detail: "cooperative matrices are native-only".into(),
+        });
     }
     let f16 = arith == Arith::F16;
     let consts = [
@@ -186,9 +196,11 @@ pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith, vectors: bool) -> Re
         Some(out)
     };
     let prefix = if f16 { "enable f16;\n" } else { "" };
-    expand(Shader::Matmul, prefix, &consts, &[], generate, 5)
+    let shader = Shader::Matmul;
+    expand(shader, shader.source(), prefix, &consts, generate, 5)
 }
 
+#[cfg(native)]
 /// shaders/matmul_coop.wgsl specialised to a tile: BM x BN outputs per workgroup, k steps of
 /// BK (`tile.tile_m()`, `tile.tile_n()`, `tile.depth`; [`Arith::has_tile`] says which).
 pub(crate) fn coop_source(tile: MatmulTile, vectors: bool) -> Result<String> {
@@ -303,16 +315,11 @@ pub(crate) fn coop_source(tile: MatmulTile, vectors: bool) -> Result<String> {
         }
         Some(out)
     };
-    expand(
-        Shader::MatmulCoop,
-        "",
-        &consts,
-        &[("vectors", vectors)],
-        generate,
-        7,
-    )
+    let template = resolve(Shader::MatmulCoop, &[("vectors", vectors)])?;
+    expand(Shader::MatmulCoop, &template, "", &consts, generate, 7)
 }
 
+#[cfg(native)]
 /// A library part of matmul.wgsl: the lines after its `// @library NAME` line up to the next
 /// `// @library` line. matmul_coop.wgsl includes them.
 fn matmul_library(name: &str) -> Result<&'static str> {
@@ -329,22 +336,19 @@ fn matmul_library(name: &str) -> Result<&'static str> {
     })
 }
 
-/// A template's source with its `tile:` constant lines rewritten, each `// @generate WHAT
-/// ARG: ...` line replaced by `generate(WHAT, ARG)`'s statements at the line's indentation,
-/// each `// @include NAME` line by that part of matmul.wgsl, and of each `// @if FLAG` ...
-/// `// @else` ... `// @end` block only the side that `flags` selects. Errors if a line it
-/// rewrites is missing, or a @generate or flag is unknown, so a template edit cannot silently
-/// drop code.
+/// A template's source with its `tile:` constant lines rewritten and each `// @generate WHAT
+/// ARG: ...` line replaced by `generate(WHAT, ARG)`'s statements at the line's indentation.
+/// Errors if a line it rewrites is missing or a @generate is unknown, so a template edit
+/// cannot silently drop code.
 fn expand(
     shader: Shader,
+    template: &str,
     prefix: &str,
     consts: &[(&str, String)],
-    flags: &[(&str, bool)],
     generate: impl Fn(&str, &str) -> Option<Vec<String>>,
     generates: usize,
 ) -> Result<String> {
     use std::fmt::Write;
-    let template = shader.source();
     let fail = |detail: String| Error::ShaderCompilation {
         shader: shader.file(),
         detail: format!("template: {detail}"),
@@ -352,31 +356,8 @@ fn expand(
     let mut source = String::with_capacity(template.len() * 2);
     source.push_str(prefix);
     let (mut found, mut generated) = (0, 0);
-    // Inside an @if block: whether its current side is kept.
-    let mut keep: Option<bool> = None;
     for line in template.lines() {
         let trimmed = line.trim_start();
-        if let Some(rest) = trimmed.strip_prefix("// @if ") {
-            let flag = rest.split(':').next().unwrap_or("").trim();
-            let on = flags.iter().find(|(f, _)| *f == flag).map(|&(_, on)| on);
-            keep = Some(on.ok_or_else(|| fail(format!("unknown @if flag {flag:?}")))?);
-            continue;
-        }
-        if trimmed.starts_with("// @else") {
-            keep = keep.map(|k| !k);
-            continue;
-        }
-        if trimmed.starts_with("// @end") {
-            keep = None;
-            continue;
-        }
-        if keep == Some(false) {
-            continue;
-        }
-        if let Some(name) = trimmed.strip_prefix("// @include ") {
-            source.push_str(matmul_library(name.trim())?);
-            continue;
-        }
         if let Some(rest) = trimmed.strip_prefix("// @generate ") {
             let spec = rest.split(':').next().unwrap_or("");
             let (what, arg) = spec.split_once(' ').unwrap_or((spec, ""));
@@ -406,4 +387,37 @@ fn expand(
         )));
     }
     Ok(source)
+}
+
+/// matmul_coop.wgsl with each `// @include NAME` line replaced by that part of matmul.wgsl and,
+/// of each `// @if FLAG` ... `// @else` ... `// @end` block, only the side `flags` selects.
+/// (Native only, like the template: the browser package carries neither.)
+#[cfg(native)]
+fn resolve(shader: Shader, flags: &[(&str, bool)]) -> Result<String> {
+    let fail = |detail: String| Error::ShaderCompilation {
+        shader: shader.file(),
+        detail: format!("template: {detail}"),
+    };
+    let mut out = String::with_capacity(shader.source().len() * 2);
+    // Inside an @if block: whether its current side is kept.
+    let mut keep: Option<bool> = None;
+    for line in shader.source().lines() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("// @if ") {
+            let flag = rest.split(':').next().unwrap_or("").trim();
+            let on = flags.iter().find(|(f, _)| *f == flag).map(|&(_, on)| on);
+            keep = Some(on.ok_or_else(|| fail(format!("unknown @if flag {flag:?}")))?);
+        } else if trimmed.starts_with("// @else") {
+            keep = keep.map(|k| !k);
+        } else if trimmed.starts_with("// @end") {
+            keep = None;
+        } else if keep == Some(false) {
+        } else if let Some(name) = trimmed.strip_prefix("// @include ") {
+            out.push_str(matmul_library(name.trim())?);
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    Ok(out)
 }

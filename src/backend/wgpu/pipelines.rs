@@ -84,24 +84,34 @@ impl Shader {
 
     pub(crate) fn source(self) -> &'static str {
         match self {
-            Shader::Unary => include_str!("../../../shaders/unary.wgsl"),
-            Shader::Binary => include_str!("../../../shaders/binary.wgsl"),
-            Shader::BinaryBroadcast => include_str!("../../../shaders/binary_broadcast.wgsl"),
-            Shader::Reduce => include_str!("../../../shaders/reduce.wgsl"),
-            Shader::Softmax => include_str!("../../../shaders/softmax.wgsl"),
-            Shader::Matmul => include_str!("../../../shaders/matmul.wgsl"),
-            Shader::MatmulCoop => include_str!("../../../shaders/matmul_coop.wgsl"),
-            Shader::Norm => include_str!("../../../shaders/norm.wgsl"),
-            Shader::Copy => include_str!("../../../shaders/copy.wgsl"),
-            Shader::Embedding => include_str!("../../../shaders/embedding.wgsl"),
-            Shader::Rope => include_str!("../../../shaders/rope.wgsl"),
-            Shader::Attention => include_str!("../../../shaders/attention.wgsl"),
-            Shader::TopK => include_str!("../../../shaders/topk.wgsl"),
-            Shader::QMatmul => include_str!("../../../shaders/qmatmul.wgsl"),
-            Shader::Conv2d => include_str!("../../../shaders/conv2d.wgsl"),
-            Shader::Pool2d => include_str!("../../../shaders/pool2d.wgsl"),
-            Shader::Gemv => include_str!("../../../shaders/gemv.wgsl"),
-            Shader::GemvSubgroup => include_str!("../../../shaders/gemv_subgroup.wgsl"),
+            Shader::Unary => include_str!(concat!(env!("OUT_DIR"), "/shaders/unary.wgsl")),
+            Shader::Binary => include_str!(concat!(env!("OUT_DIR"), "/shaders/binary.wgsl")),
+            Shader::BinaryBroadcast => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/binary_broadcast.wgsl"))
+            }
+            Shader::Reduce => include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce.wgsl")),
+            Shader::Softmax => include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl")),
+            Shader::Matmul => include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul.wgsl")),
+            // Cooperative matrices are native-only: the browser package leaves the text out.
+            #[cfg(native)]
+            Shader::MatmulCoop => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_coop.wgsl"))
+            }
+            #[cfg(web)]
+            Shader::MatmulCoop => "",
+            Shader::Norm => include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl")),
+            Shader::Copy => include_str!(concat!(env!("OUT_DIR"), "/shaders/copy.wgsl")),
+            Shader::Embedding => include_str!(concat!(env!("OUT_DIR"), "/shaders/embedding.wgsl")),
+            Shader::Rope => include_str!(concat!(env!("OUT_DIR"), "/shaders/rope.wgsl")),
+            Shader::Attention => include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl")),
+            Shader::TopK => include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl")),
+            Shader::QMatmul => include_str!(concat!(env!("OUT_DIR"), "/shaders/qmatmul.wgsl")),
+            Shader::Conv2d => include_str!(concat!(env!("OUT_DIR"), "/shaders/conv2d.wgsl")),
+            Shader::Pool2d => include_str!(concat!(env!("OUT_DIR"), "/shaders/pool2d.wgsl")),
+            Shader::Gemv => include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv.wgsl")),
+            Shader::GemvSubgroup => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv_subgroup.wgsl"))
+            }
         }
     }
 }

@@ -235,7 +235,7 @@ impl Shared {
             .get(&self.adapter_key)
             .map(|c| c.values().cloned().collect())
             .unwrap_or_default();
-        v.sort_by(|a, b| a.class.cmp(&b.class));
+        crate::small_sort::sort_small_by(&mut v, |a, b| a.class < b.class);
         v
     }
 
