@@ -37,6 +37,7 @@ const TK: u32 = 16u; // tile: k per workgroup-memory tile
 const SPLIT: bool = false; // tile: sum each k tile in T, then in f32 (the f16 variant)
 const ROUND16: bool = false; // tile: round inputs to f16, f32 arithmetic (no shader-f16)
 
+// @library params: shared with matmul_coop.wgsl (its @include lines)
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
 override HAS_BIAS: bool = false;
@@ -54,6 +55,7 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
+// @library end of params
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;

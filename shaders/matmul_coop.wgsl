@@ -38,23 +38,7 @@ const THREADS: u32 = 64u * WN;
 const LDA: u32 = BK + 8u;
 const LDB: u32 = BN + 8u;
 
-override TRANS_A: bool = false;
-override TRANS_B: bool = false;
-override HAS_BIAS: bool = false;
-override ACT: u32 = 0u;
-
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    a_stride: u32,
-    b_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
+// @include params
 // @if vectors: rows of A and B hold whole vec4s (k and n multiples of 4, neither transposed)
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;

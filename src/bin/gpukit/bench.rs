@@ -31,6 +31,30 @@ pub(crate) struct Row {
     pub(crate) note: String,
 }
 
+impl Row {
+    /// A row of gpukit's figure alone (no raw floor or peer beside it).
+    fn new(
+        id: &'static str,
+        workload: String,
+        value: f64,
+        unit: &'static str,
+        runs: usize,
+        note: impl Into<String>,
+    ) -> Row {
+        Row {
+            id,
+            workload,
+            value: Some(value),
+            unit,
+            raw: None,
+            slowdown_vs_raw: None,
+            peer: None,
+            runs,
+            note: note.into(),
+        }
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -140,16 +164,9 @@ pub fn run(args: &[String]) -> CliResult {
     let runs = if o.quick { 5 } else { 20 };
     let m = (1 << 20) / div;
     let mut rows = Vec::new();
-    let round_trip = |id, workload: String, times: Vec<f64>, note: &str| Row {
-        id,
-        workload,
-        runs: times.len(),
-        value: Some(median(times) * 1e6),
-        unit: "us",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        note: note.into(),
+    let round_trip = |id, workload: String, times: Vec<f64>, note: &str| {
+        let runs = times.len();
+        Row::new(id, workload, median(times) * 1e6, "us", runs, note)
     };
 
     let (a, b) = (data(m, 1), data(m, 2));
@@ -316,17 +333,14 @@ pub fn run(args: &[String]) -> CliResult {
         device.synchronize_blocking()
     })?;
     let gbs = |secs: f64| 12.0 * n1 as f64 / (secs / reps as f64) / 1e9;
-    let mut d1 = Row {
-        id: "D1",
-        workload: format!("add on device-resident {n1}-element tensors"),
-        value: Some(gbs(median(t.clone()))),
-        unit: "GB/s",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: format!("{reps} adds then synchronize; bytes read + written"),
-    };
+    let mut d1 = Row::new(
+        "D1",
+        format!("add on device-resident {n1}-element tensors"),
+        gbs(median(t.clone())),
+        "GB/s",
+        t.len(),
+        format!("{reps} adds then synchronize; bytes read + written"),
+    );
     if let Some(r) = &raw {
         match r.d1(n1, reps, 5) {
             Ok(rt) => {
@@ -471,17 +485,14 @@ pub fn run(args: &[String]) -> CliResult {
         device.synchronize_blocking()
     })?;
     let per = median(t.clone()) / 10.0;
-    rows.push(Row {
-        id: "G1",
-        workload: format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
-        value: Some(per * 1e6),
-        unit: "us",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: format!("{:.0} GB/s of weights", (gn * gn * 4) as f64 / per / 1e9),
-    });
+    rows.push(Row::new(
+        "G1",
+        format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
+        per * 1e6,
+        "us",
+        t.len(),
+        format!("{:.0} GB/s of weights", (gn * gn * 4) as f64 / per / 1e9),
+    ));
 
     // conv2d: a ResNet-style 3x3 layer, 64 -> 64 channels on 56 x 56, batch 8 (1/8 the pixels
     // with --quick).
@@ -501,17 +512,14 @@ pub fn run(args: &[String]) -> CliResult {
         device.synchronize_blocking()
     })?;
     let flops = 2.0 * (cn * 64 * side * side * 64 * 9) as f64;
-    rows.push(Row {
-        id: "C1",
-        workload: format!("conv2d 3x3, [{cn}, 64, {side}, {side}] -> 64 channels"),
-        value: Some(flops / median(t.clone()) / 1e12),
-        unit: "TFLOP/s",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: "implicit GEMM, device-resident".into(),
-    });
+    rows.push(Row::new(
+        "C1",
+        format!("conv2d 3x3, [{cn}, 64, {side}, {side}] -> 64 channels"),
+        flops / median(t.clone()) / 1e12,
+        "TFLOP/s",
+        t.len(),
+        "implicit GEMM, device-resident",
+    ));
 
     // Quantized GEMV: one token through a Q4_1 4096 x 4096 layer (1024 with --quick).
     let qn = if o.quick { 1024 } else { 4096 };
@@ -537,21 +545,18 @@ pub fn run(args: &[String]) -> CliResult {
         device.synchronize_blocking()
     })?;
     let per = median(t.clone()) / 10.0;
-    rows.push(Row {
-        id: "Q1",
-        workload: format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
-        value: Some(per * 1e6),
-        unit: "us",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: format!(
+    rows.push(Row::new(
+        "Q1",
+        format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
+        per * 1e6,
+        "us",
+        t.len(),
+        format!(
             "{:.0} GB/s of weights ({:.1} MB as GGUF)",
             bytes.len() as f64 / per / 1e9,
             bytes.len() as f64 / 1e6
         ),
-    });
+    ));
 
     let heads = 16;
     let hd = 64;
@@ -579,22 +584,19 @@ pub fn run(args: &[String]) -> CliResult {
             device.synchronize_blocking()
         })?;
         let peak = device.memory_stats().peak_live_bytes.saturating_sub(before);
-        rows.push(Row {
-            id: "A1",
-            workload: format!("causal attention, 16 heads x {seq} x 64, batch 1"),
-            value: Some(median(t.clone()) * 1e6),
-            unit: "us",
-            raw: None,
-            slowdown_vs_raw: None,
-            peer: None,
-            runs: t.len(),
-            note: format!(
+        rows.push(Row::new(
+            "A1",
+            format!("causal attention, 16 heads x {seq} x 64, batch 1"),
+            median(t.clone()) * 1e6,
+            "us",
+            t.len(),
+            format!(
                 "peak extra memory {:.1} MiB (inputs {:.1} MiB; a stored score matrix would be {:.0} MiB)",
                 peak as f64 / 1048576.0,
                 3.0 * len as f64 * 4.0 / 1048576.0,
                 (heads * seq * seq * 4) as f64 / 1048576.0
             ),
-        });
+        ));
     }
 
     let x3 = device
@@ -613,17 +615,14 @@ pub fn run(args: &[String]) -> CliResult {
         }
         t.read_blocking().map(drop)
     })?;
-    rows.push(Row {
-        id: "D3",
-        workload: "100 chained elementwise ops on 4096 elements, one read".into(),
-        value: Some(median(t.clone()) * 1e6 / 100.0),
-        unit: "us/op",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: "total time including the one read back, divided by 100".into(),
-    });
+    rows.push(Row::new(
+        "D3",
+        "100 chained elementwise ops on 4096 elements, one read".into(),
+        median(t.clone()) * 1e6 / 100.0,
+        "us/op",
+        t.len(),
+        "total time including the one read back, divided by 100",
+    ));
 
     // D3 recorded as a batch (fused into one kernel) and as a replayed graph.
     let x3h = data(4096, 7);
@@ -647,31 +646,25 @@ pub fn run(args: &[String]) -> CliResult {
         let (b, _) = d3_batch()?;
         b.run_blocking().map(drop)
     })?;
-    rows.push(Row {
-        id: "D3b",
-        workload: "D3 as one batch (fused), one read".into(),
-        value: Some(median(t.clone()) * 1e6 / 100.0),
-        unit: "us/op",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: "recording, planning, one fused kernel and the read back, divided by 100".into(),
-    });
+    rows.push(Row::new(
+        "D3b",
+        "D3 as one batch (fused), one read".into(),
+        median(t.clone()) * 1e6 / 100.0,
+        "us/op",
+        t.len(),
+        "recording, planning, one fused kernel and the read back, divided by 100",
+    ));
     let (b, x3v) = d3_batch().map_err(|e| e.to_string())?;
     let mut graph = b.compile().map_err(|e| e.to_string())?;
     let t = time(3, runs, || graph.run_blocking(&[(x3v, &x3h[..])]).map(drop))?;
-    rows.push(Row {
-        id: "D3g",
-        workload: "D3 as a compiled graph, new data each run".into(),
-        value: Some(median(t.clone()) * 1e6 / 100.0),
-        unit: "us/op",
-        raw: None,
-        slowdown_vs_raw: None,
-        peer: None,
-        runs: t.len(),
-        note: "input write, replay and the read back, divided by 100".into(),
-    });
+    rows.push(Row::new(
+        "D3g",
+        "D3 as a compiled graph, new data each run".into(),
+        median(t.clone()) * 1e6 / 100.0,
+        "us/op",
+        t.len(),
+        "input write, replay and the read back, divided by 100",
+    ));
     drop(graph);
 
     if let Some(p) = &profiler {
