@@ -1,8 +1,11 @@
 // Matmul with GGUF-quantized weights, dequantised in the kernel: out[r, c] = sum_e x[r, e] *
 // W[c, e], W stored as unpacked blocks of 32 along e: f32 scales (and mins), quants in u32
 // words in element order (src/quant.rs). FORMAT: 0 Q8_0, 1 Q4_0, 2 Q4_1.
-// `main`: 8 outputs per workgroup, 32 lanes per output striding over e (coalesced on x and on
-// the quant words), then a 5-step sum. `dequant`: one invocation per weight element.
+// `main`: 8 outputs per workgroup, 32 lanes per output striding over the row's quant words
+// (32 consecutive words per step, so reads are coalesced). A lane unpacks a whole word (4
+// bytes of Q8_0, 8 nibbles of Q4), dequantises it into one or two vec4s with the block's scale
+// (and min) exactly as `weight` does, and takes their dot products with the matching vec4s
+// of x; then a 5-step sum. `dequant`: one invocation per weight element.
 
 override FORMAT: u32 = 0u;
 
@@ -16,7 +19,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
+// k is a multiple of 32, so each row of x is whole vec4s.
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> scales: array<f32>;
 @group(0) @binding(3) var<storage, read> mins: array<f32>;
 @group(0) @binding(4) var<storage, read> words: array<u32>;
@@ -62,11 +66,40 @@ fn main(
     let r = g / groups_per_row;
     let lane = lid % 32u;
     let c = (g % groups_per_row) * 8u + lid / 32u;
-    let k = params.k;
+    let blocks = params.k / 32u;
+    // Words per block: 8 of four bytes (Q8_0), 4 of eight nibbles (Q4_0, Q4_1).
+    let wpb = select(4u, 8u, FORMAT == 0u);
+    let row_words = blocks * wpb;
+    // x's row as vec4s; a word holds elements 32 / wpb * w onwards.
+    let xr = r * (params.k / 4u);
     var acc = 0.0;
     if (c < params.n) {
-        for (var e = lane; e < k; e = e + 32u) {
-            acc = fma(x[r * k + e], weight(c, e), acc);
+        for (var w = lane; w < row_words; w = w + 32u) {
+            let b = c * blocks + w / wpb;
+            let word = words[c * row_words + w];
+            let d = vec4<f32>(scales[b]);
+            switch FORMAT {
+                case 0u: {
+                    let q = vec4<i32>(
+                        bitcast<i32>(word << 24u) >> 24u,
+                        bitcast<i32>(word << 16u) >> 24u,
+                        bitcast<i32>(word << 8u) >> 24u,
+                        bitcast<i32>(word) >> 24u,
+                    );
+                    acc = acc + dot(x[xr + w], d * vec4<f32>(q));
+                }
+                case 1u: {
+                    let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
+                    let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
+                    acc = acc + dot(x[xr + 2u * w], d * (lo - 8.0)) + dot(x[xr + 2u * w + 1u], d * (hi - 8.0));
+                }
+                default: {
+                    let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
+                    let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
+                    let mn = vec4<f32>(mins[b]);
+                    acc = acc + dot(x[xr + 2u * w], fma(d, lo, mn)) + dot(x[xr + 2u * w + 1u], fma(d, hi, mn));
+                }
+            }
         }
     }
     partial[lid] = acc;

@@ -1284,6 +1284,8 @@ pub async fn quantized(dev: &Device) {
             (3, 65, 96),
             (1, 33, 4096),
             (5, 1, 64),
+            // 37 blocks: rows of words that are not a multiple of the 32 lanes.
+            (2, 9, 1184),
         ]
         .into_iter()
         .enumerate()
@@ -1321,6 +1323,31 @@ pub async fn quantized(dev: &Device) {
                 &want,
             );
         }
+    }
+    // NaN and infinities in x reach the outputs of their rows as in the f64 reference.
+    for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
+        let (m, n, k) = (3usize, 5usize, 64usize);
+        let mut rng = Rng::new(9700);
+        let w = rng.vec(n * k, -1.0, 1.0);
+        let mut x = rng.vec(m * k, -1.0, 1.0);
+        x[3] = f32::NAN;
+        x[k + 40] = f32::INFINITY;
+        x[2 * k + 7] = f32::NEG_INFINITY;
+        let bytes = oracle::quantize(&w, format);
+        let wq = dev.quantized(&bytes, format, n, k).unwrap();
+        let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let got = dev.tensor(&x, &[m, k]).unwrap().matmul_quant(&wq).unwrap();
+        let want = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
+        assert!(want.iter().all(|(v, _)| !v.is_finite()));
+        check(
+            &format!("{format:?} matmul_quant with NaN and infinities"),
+            &|i| format!("{i}"),
+            &got.read().await.unwrap(),
+            &want,
+        );
     }
     let bytes = oracle::quantize(&[0.5; 64], QuantFormat::Q8_0);
     assert!(matches!(

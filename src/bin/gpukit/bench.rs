@@ -55,6 +55,10 @@ impl Row {
     }
 }
 
+/// GEMVs per synchronize in G1 and Q1: each takes microseconds, so one submit and wait (about
+/// 80 us on an H100) would otherwise be a large part of the figure.
+const GEMV_REPS: usize = 100;
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -472,19 +476,22 @@ pub fn run(args: &[String]) -> CliResult {
 
     // GEMV: one token through an f32 linear layer [4096, 4096] (1024 with --quick).
     let gn = if o.quick { 1024 } else { 4096 };
-    let gw = device
-        .tensor(&data(gn * gn, 19), &[gn, gn])
+    // Two weights in turn (128 MiB): more than a GPU's L2 holds, as a model's layers would be.
+    let gw = [19, 21]
+        .into_iter()
+        .map(|seed| device.tensor(&data(gn * gn, seed), &[gn, gn]))
+        .collect::<gpukit::Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
     let gx = device
         .tensor(&data(gn, 20), &[1, gn])
         .map_err(|e| e.to_string())?;
     let t = time(2, runs, || {
-        for _ in 0..10 {
-            drop(gx.linear(&gw, None, None)?);
+        for i in 0..GEMV_REPS {
+            drop(gx.linear(&gw[i % gw.len()], None, None)?);
         }
         device.synchronize_blocking()
     })?;
-    let per = median(t.clone()) / 10.0;
+    let per = median(t.clone()) / GEMV_REPS as f64;
     rows.push(Row::new(
         "G1",
         format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
@@ -532,19 +539,21 @@ pub fn run(args: &[String]) -> CliResult {
             (0..16u32).map(|i| ((b as u32).wrapping_mul(2654435761).rotate_left(i) & 0xff) as u8),
         );
     }
-    let wq = device
-        .quantized(&bytes, fmt, qn, qn)
+    // Eight weights in turn (84 MB at 4096), so they are read from memory, not the L2.
+    let wq = (0..8)
+        .map(|_| device.quantized(&bytes, fmt, qn, qn))
+        .collect::<gpukit::Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
     let xq = device
         .tensor(&data(qn, 18), &[1, qn])
         .map_err(|e| e.to_string())?;
     let t = time(2, runs, || {
-        for _ in 0..10 {
-            drop(xq.matmul_quant(&wq)?);
+        for i in 0..GEMV_REPS {
+            drop(xq.matmul_quant(&wq[i % wq.len()])?);
         }
         device.synchronize_blocking()
     })?;
-    let per = median(t.clone()) / 10.0;
+    let per = median(t.clone()) / GEMV_REPS as f64;
     rows.push(Row::new(
         "Q1",
         format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
