@@ -2,10 +2,11 @@
 // W[c, e], W stored as unpacked blocks of 32 along e: f32 scales (and mins), quants in u32
 // words in element order (src/quant.rs). FORMAT: 0 Q8_0, 1 Q4_0, 2 Q4_1.
 // `main`: 8 outputs per workgroup, 32 lanes per output striding over the row's quant words
-// (32 consecutive words per step, so reads are coalesced). A lane unpacks a whole word (4
-// bytes of Q8_0, 8 nibbles of Q4), dequantises it into one or two vec4s with the block's scale
-// (and min) exactly as `weight` does, and takes their dot products with the matching vec4s
-// of x; then a 5-step sum. `dequant`: one invocation per weight element.
+// (the 32 lanes read 32 consecutive words, so reads are coalesced; each lane takes four words
+// 32 apart per step). A lane unpacks a whole word (4 bytes of Q8_0, 8 nibbles of Q4),
+// dequantises it into one or two vec4s with the block's scale (and min) exactly as `weight`
+// does, and takes their dot products with the matching vec4s of x; then a 5-step sum.
+// `dequant`: one invocation per weight element.
 
 override FORMAT: u32 = 0u;
 
@@ -51,6 +52,44 @@ fn weight(row: u32, e: u32) -> f32 {
     return v;
 }
 
+// Words per block: 8 of four bytes (Q8_0), 4 of eight nibbles (Q4_0, Q4_1).
+fn words_per_block() -> u32 {
+    return select(4u, 8u, FORMAT == 0u);
+}
+
+// Word w of weight row c dequantised (as `weight` does, exactly) and dotted with the matching
+// elements of x's row r: word w holds elements 32 / words_per_block() * w onwards.
+fn part(r: u32, c: u32, w: u32) -> f32 {
+    let wpb = words_per_block();
+    let blocks = params.k / 32u;
+    let b = c * blocks + w / wpb;
+    let word = words[c * blocks * wpb + w];
+    let d = vec4<f32>(scales[b]);
+    let xr = r * (params.k / 4u);
+    switch FORMAT {
+        case 0u: {
+            let q = vec4<i32>(
+                bitcast<i32>(word << 24u) >> 24u,
+                bitcast<i32>(word << 16u) >> 24u,
+                bitcast<i32>(word << 8u) >> 24u,
+                bitcast<i32>(word) >> 24u,
+            );
+            return dot(x[xr + w], d * vec4<f32>(q));
+        }
+        case 1u: {
+            let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
+            let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
+            return dot(x[xr + 2u * w], d * (lo - 8.0)) + dot(x[xr + 2u * w + 1u], d * (hi - 8.0));
+        }
+        default: {
+            let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
+            let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
+            let mn = vec4<f32>(mins[b]);
+            return dot(x[xr + 2u * w], fma(d, lo, mn)) + dot(x[xr + 2u * w + 1u], fma(d, hi, mn));
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -66,40 +105,20 @@ fn main(
     let r = g / groups_per_row;
     let lane = lid % 32u;
     let c = (g % groups_per_row) * 8u + lid / 32u;
-    let blocks = params.k / 32u;
-    // Words per block: 8 of four bytes (Q8_0), 4 of eight nibbles (Q4_0, Q4_1).
-    let wpb = select(4u, 8u, FORMAT == 0u);
-    let row_words = blocks * wpb;
-    // x's row as vec4s; a word holds elements 32 / wpb * w onwards.
-    let xr = r * (params.k / 4u);
     var acc = 0.0;
     if (c < params.n) {
-        for (var w = lane; w < row_words; w = w + 32u) {
-            let b = c * blocks + w / wpb;
-            let word = words[c * row_words + w];
-            let d = vec4<f32>(scales[b]);
-            switch FORMAT {
-                case 0u: {
-                    let q = vec4<i32>(
-                        bitcast<i32>(word << 24u) >> 24u,
-                        bitcast<i32>(word << 16u) >> 24u,
-                        bitcast<i32>(word << 8u) >> 24u,
-                        bitcast<i32>(word) >> 24u,
-                    );
-                    acc = acc + dot(x[xr + w], d * vec4<f32>(q));
-                }
-                case 1u: {
-                    let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
-                    let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
-                    acc = acc + dot(x[xr + 2u * w], d * (lo - 8.0)) + dot(x[xr + 2u * w + 1u], d * (hi - 8.0));
-                }
-                default: {
-                    let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
-                    let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
-                    let mn = vec4<f32>(mins[b]);
-                    acc = acc + dot(x[xr + 2u * w], fma(d, lo, mn)) + dot(x[xr + 2u * w + 1u], fma(d, hi, mn));
-                }
-            }
+        let row_words = (params.k / 32u) * words_per_block();
+        let last = row_words - 1u;
+        // Four words per lane per step, loaded before any is used, so four loads are in
+        // flight (one at a time left the loop waiting on memory); clamped indices past the
+        // row's end are read but their parts are dropped.
+        for (var w = lane; w < row_words; w = w + 128u) {
+            let p0 = part(r, c, w);
+            let p1 = part(r, c, min(w + 32u, last));
+            let p2 = part(r, c, min(w + 64u, last));
+            let p3 = part(r, c, min(w + 96u, last));
+            acc = acc + p0 + select(0.0, p1, w + 32u < row_words)
+                + select(0.0, p2, w + 64u < row_words) + select(0.0, p3, w + 96u < row_words);
         }
     }
     partial[lid] = acc;
