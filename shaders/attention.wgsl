@@ -143,3 +143,177 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         out[((b * params.hq + h) * params.sq + i) * dv + lid] = r;
     }
 }
+
+// `main_tiled`, for d and dv up to 64: a workgroup takes BQ query rows of one head, so each
+// key and value row it loads serves BQ queries instead of one. Keys advance BK at a time:
+//   1. the tile's keys and values are copied to workgroup memory (key rows padded by one
+//      float, so the 16 rows a step reads fall in different banks);
+//   2. invocation (r, c) scores query r against key c of the tile, or -inf where masked;
+//   3. one invocation per query row takes the tile's maximum, turns the scores into
+//      probabilities in place and updates the row's running maximum and denominator;
+//   4. invocation (r, c) rescales its four accumulators (columns c, c + 16, c + 32, c + 48 of
+//      query r's output) and adds the tile's probabilities times the value rows.
+// Rows of one block see different numbers of keys under CAUSAL; the tiles run up to what the
+// block's last row sees, and a row's scores past its own limit are -inf. Workgroup memory:
+// 13.6 KB, within WebGPU's default 16 KB.
+const BQ: u32 = 16u;
+const BK: u32 = 16u;
+const DT: u32 = 64u;
+
+var<workgroup> q_tile: array<f32, BQ * DT>;
+var<workgroup> k_tile: array<f32, BK * (DT + 1u)>;
+var<workgroup> v_tile: array<f32, BK * DT>;
+var<workgroup> p_tile: array<f32, BQ * BK>;
+var<workgroup> row_max: array<f32, BQ>;
+var<workgroup> row_sum: array<f32, BQ>;
+var<workgroup> row_scale: array<f32, BQ>;
+
+// How many keys query row i sees (0 for a row past the end).
+fn visible_keys(i: u32, b: u32) -> u32 {
+    if (i >= params.sq) {
+        return 0u;
+    }
+    var n = params.sk;
+    if (CAUSAL) {
+        n = min(n, i + 1u + (params.sk - min(params.sk, params.sq)));
+    }
+    if (HAS_LENS) {
+        n = min(n, lens[b]);
+    }
+    return n;
+}
+
+@compute @workgroup_size(256)
+fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i0 = wid.x * BQ; // first query row of the block
+    let h = wid.y;
+    let b = wid.z;
+    let d = params.d;
+    let dv = params.dv;
+    let kvh = h / (params.hq / params.hkv);
+    let q_base = ((b * params.hq + h) * params.sq + i0) * d;
+    let k_base = (b * params.hkv + kvh) * params.sk * d;
+    let v_base = (b * params.hkv + kvh) * params.sk * dv;
+    let neg_inf = bitcast<f32>(neg_inf_bits);
+    let r = lid / BK; // query row of the block (scores and output)
+    let c = lid % BK; // key of the tile (scores), first output column (output)
+    let i = i0 + r;
+    let mine = visible_keys(i, b);
+
+    if (lid == 0u) {
+        // Visible keys grow with the row: the block's last row sees the most.
+        visible_shared = visible_keys(min(i0 + BQ, params.sq) - 1u, b);
+    }
+    let rows = min(BQ, params.sq - i0);
+    for (var t = lid; t < BQ * d; t = t + WG) {
+        let row = t / d;
+        var val = 0.0;
+        if (row < rows) {
+            val = q[q_base + t];
+        }
+        q_tile[row * DT + t % d] = val;
+    }
+    if (lid < BQ) {
+        row_max[lid] = neg_inf;
+        row_sum[lid] = 0.0;
+    }
+    let keys = workgroupUniformLoad(&visible_shared);
+
+    var acc0 = 0.0;
+    var acc1 = 0.0;
+    var acc2 = 0.0;
+    var acc3 = 0.0;
+    for (var tile = 0u; tile < keys; tile = tile + BK) {
+        let n = min(BK, params.sk - tile);
+        for (var t = lid; t < BK * d; t = t + WG) {
+            let row = t / d;
+            var val = 0.0;
+            if (row < n) {
+                val = k[k_base + tile * d + t];
+            }
+            k_tile[row * (DT + 1u) + t % d] = val;
+        }
+        for (var t = lid; t < BK * dv; t = t + WG) {
+            let row = t / dv;
+            var val = 0.0;
+            if (row < n) {
+                val = v[v_base + tile * dv + t];
+            }
+            v_tile[row * DT + t % dv] = val;
+        }
+        workgroupBarrier();
+
+        var s = neg_inf;
+        if (tile + c < mine) {
+            var dot = 0.0;
+            for (var e = 0u; e < d; e = e + 1u) {
+                dot = fma(q_tile[r * DT + e], k_tile[c * (DT + 1u) + e], dot);
+            }
+            s = dot * params.scale;
+        }
+        p_tile[r * BK + c] = s;
+        workgroupBarrier();
+
+        if (lid < BQ) {
+            let old = row_max[lid];
+            var m = old;
+            for (var t = 0u; t < BK; t = t + 1u) {
+                m = max(m, p_tile[lid * BK + t]);
+            }
+            var sum = 0.0;
+            var scale = 1.0;
+            // A row with no visible key yet keeps its zeros (and avoids -inf - -inf).
+            if (m != neg_inf) {
+                for (var t = 0u; t < BK; t = t + 1u) {
+                    let p = exp(p_tile[lid * BK + t] - m);
+                    p_tile[lid * BK + t] = p;
+                    sum = sum + p;
+                }
+                scale = exp(old - m);
+            } else {
+                for (var t = 0u; t < BK; t = t + 1u) {
+                    p_tile[lid * BK + t] = 0.0;
+                }
+            }
+            row_scale[lid] = scale;
+            row_sum[lid] = row_sum[lid] * scale + sum;
+            row_max[lid] = m;
+        }
+        workgroupBarrier();
+
+        let scale = row_scale[r];
+        var p0 = acc0 * scale;
+        var p1 = acc1 * scale;
+        var p2 = acc2 * scale;
+        var p3 = acc3 * scale;
+        for (var t = 0u; t < BK; t = t + 1u) {
+            let p = p_tile[r * BK + t];
+            p0 = fma(p, v_tile[t * DT + c], p0);
+            p1 = fma(p, v_tile[t * DT + c + 16u], p1);
+            p2 = fma(p, v_tile[t * DT + c + 32u], p2);
+            p3 = fma(p, v_tile[t * DT + c + 48u], p3);
+        }
+        acc0 = p0;
+        acc1 = p1;
+        acc2 = p2;
+        acc3 = p3;
+        workgroupBarrier();
+    }
+    if (i < params.sq) {
+        // A row with no visible key gets zeros.
+        let l = row_sum[r];
+        let o = ((b * params.hq + h) * params.sq + i) * dv;
+        if (c < dv) {
+            out[o + c] = select(0.0, acc0 / l, l > 0.0);
+        }
+        if (c + 16u < dv) {
+            out[o + c + 16u] = select(0.0, acc1 / l, l > 0.0);
+        }
+        if (c + 32u < dv) {
+            out[o + c + 32u] = select(0.0, acc2 / l, l > 0.0);
+        }
+        if (c + 48u < dv) {
+            out[o + c + 48u] = select(0.0, acc3 / l, l > 0.0);
+        }
+    }
+}

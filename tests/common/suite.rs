@@ -1132,13 +1132,19 @@ pub async fn attention(dev: &Device) {
         bool,
         Option<Vec<u32>>,
     );
-    let cases: [Case; 6] = [
+    // Heads up to 64 wide run on blocks of 16 query rows on wgpu, wider ones a row at a time:
+    // the cases cover both, partial blocks and key tiles, and rows without a visible key.
+    let cases: [Case; 10] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
         (2, 2, 1, 4, 10, 8, 8, true, Some(vec![3, 10])),
         (2, 1, 1, 3, 6, 4, 4, false, Some(vec![0, 6])),
         (1, 2, 1, 2, 300, 64, 64, false, None),
+        (1, 4, 2, 37, 53, 64, 64, true, None),
+        (2, 2, 2, 20, 40, 32, 48, true, Some(vec![17, 40])),
+        (1, 2, 1, 33, 21, 64, 64, true, Some(vec![5])),
+        (1, 2, 1, 5, 33, 128, 96, true, None),
     ];
     for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
         let seed = 9400 + ci as u64;

@@ -186,6 +186,8 @@ pub(crate) enum Kernel {
     Attention {
         causal: bool,
         lens: bool,
+        /// `main_tiled`: blocks of query rows (d and dv up to `ATTENTION_TILED_MAX_DIM`).
+        tiled: bool,
     },
     TopK,
     QMatmul {
@@ -290,7 +292,7 @@ impl Kernel {
             | Kernel::Copy
             | Kernel::Embedding
             | Kernel::Rope { .. }
-            | Kernel::Attention { .. }
+            | Kernel::Attention { tiled: false, .. }
             | Kernel::TopK
             | Kernel::QMatmul { dequant: false, .. }
             | Kernel::Conv2d { .. }
@@ -298,6 +300,7 @@ impl Kernel {
             | Kernel::Gemv { .. }
             | Kernel::Fused { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
+            Kernel::Attention { tiled: true, .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -358,7 +361,7 @@ impl Kernel {
                 ("ACT", activation.map_or(0, |a| a as u32) as f64),
             ],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
-            Kernel::Attention { causal, lens } => {
+            Kernel::Attention { causal, lens, .. } => {
                 vec![
                     ("CAUSAL", causal as u32 as f64),
                     ("HAS_LENS", lens as u32 as f64),

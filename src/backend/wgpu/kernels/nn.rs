@@ -37,6 +37,11 @@ struct RopeParams {
     _pad: u32,
 }
 
+/// Head dimensions (d and dv) up to which attention runs on `main_tiled` (attention.wgsl's DT).
+const ATTENTION_TILED_MAX_DIM: u64 = 64;
+/// Query rows per workgroup of `main_tiled` (attention.wgsl's BQ).
+const ATTENTION_TILED_ROWS: u64 = 16;
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct AttentionParams {
@@ -370,16 +375,24 @@ impl Shared {
             lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
             whole(out, n),
         ];
+        // Small heads take blocks of query rows (one load of a key serves the block).
+        let tiled = d <= ATTENTION_TILED_MAX_DIM && dv <= ATTENTION_TILED_MAX_DIM;
         let kernel = Kernel::Attention {
             causal: a.causal,
             lens: lens.is_some(),
+            tiled,
+        };
+        let rows = if tiled {
+            sq.div_ceil(ATTENTION_TILED_ROWS)
+        } else {
+            sq
         };
         self.dispatch_grid(
             st,
             kernel,
             bytemuck::bytes_of(&p),
             &binds,
-            [sq as u32, hq as u32, b as u32],
+            [rows as u32, hq as u32, b as u32],
         )
     }
 }

@@ -31,10 +31,22 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: false,
             lens: false,
+            tiled: false,
         },
         Kernel::Attention {
             causal: true,
             lens: true,
+            tiled: false,
+        },
+        Kernel::Attention {
+            causal: false,
+            lens: false,
+            tiled: true,
+        },
+        Kernel::Attention {
+            causal: true,
+            lens: true,
+            tiled: true,
         },
     ]);
     for activation in [
