@@ -1292,6 +1292,9 @@ pub async fn quantized(dev: &Device) {
             (5, 1, 64),
             // 37 blocks: rows of words that are not a multiple of the 32 lanes.
             (2, 9, 1184),
+            // More rows than a GEMV takes (wgpu and CUDA dequantise, then multiply).
+            (9, 7, 32),
+            (37, 65, 160),
         ]
         .into_iter()
         .enumerate()

@@ -33,7 +33,7 @@ pub(crate) struct Row {
 
 impl Row {
     /// A row of gpukit's figure alone (no raw floor or peer beside it).
-    fn new(
+    pub(crate) fn new(
         id: &'static str,
         workload: String,
         value: f64,
@@ -55,11 +55,7 @@ impl Row {
     }
 }
 
-/// GEMVs per synchronize in G1 and Q1: each takes microseconds, so one submit and wait (about
-/// 80 us on an H100) would otherwise be a large part of the figure.
-const GEMV_REPS: usize = 100;
-
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
@@ -72,7 +68,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs `f` `warm` times untimed, then `runs` times timed; returns seconds per run.
-fn time(
+pub(crate) fn time(
     warm: usize,
     runs: usize,
     mut f: impl FnMut() -> gpukit::Result<()>,
@@ -90,7 +86,7 @@ fn time(
 }
 
 /// Random data in [-2, 2), never zeros (the same generator as the CPU benchmark).
-fn data(n: usize, seed: u64) -> Vec<f32> {
+pub(crate) fn data(n: usize, seed: u64) -> Vec<f32> {
     gpukit::bench_cpu::data(n, seed)
 }
 
@@ -474,32 +470,7 @@ pub fn run(args: &[String]) -> CliResult {
         }
     }
 
-    // GEMV: one token through an f32 linear layer [4096, 4096] (1024 with --quick).
-    let gn = if o.quick { 1024 } else { 4096 };
-    // Two weights in turn (128 MiB): more than a GPU's L2 holds, as a model's layers would be.
-    let gw = [19, 21]
-        .into_iter()
-        .map(|seed| device.tensor(&data(gn * gn, seed), &[gn, gn]))
-        .collect::<gpukit::Result<Vec<_>>>()
-        .map_err(|e| e.to_string())?;
-    let gx = device
-        .tensor(&data(gn, 20), &[1, gn])
-        .map_err(|e| e.to_string())?;
-    let t = time(2, runs, || {
-        for i in 0..GEMV_REPS {
-            drop(gx.linear(&gw[i % gw.len()], None, None)?);
-        }
-        device.synchronize_blocking()
-    })?;
-    let per = median(t.clone()) / GEMV_REPS as f64;
-    rows.push(Row::new(
-        "G1",
-        format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
-        per * 1e6,
-        "us",
-        t.len(),
-        format!("{:.0} GB/s of weights", (gn * gn * 4) as f64 / per / 1e9),
-    ));
+    rows.extend(crate::bench_gemv::rows(&device, o.quick, runs)?);
 
     // conv2d: a ResNet-style 3x3 layer, 64 -> 64 channels on 56 x 56, batch 8 (1/8 the pixels
     // with --quick).
@@ -526,45 +497,6 @@ pub fn run(args: &[String]) -> CliResult {
         "TFLOP/s",
         t.len(),
         "implicit GEMM, device-resident",
-    ));
-
-    // Quantized GEMV: one token through a Q4_1 4096 x 4096 layer (1024 with --quick).
-    let qn = if o.quick { 1024 } else { 4096 };
-    let fmt = gpukit::QuantFormat::Q4_1;
-    let mut bytes = Vec::with_capacity(qn * qn / 32 * fmt.block_bytes());
-    for (b, noise) in (0..qn * qn / 32).zip(data(qn * qn / 32, 17)) {
-        bytes.extend(half::f16::from_f32(0.01 + noise.abs() * 0.01).to_le_bytes());
-        bytes.extend(half::f16::from_f32(-0.08).to_le_bytes());
-        bytes.extend(
-            (0..16u32).map(|i| ((b as u32).wrapping_mul(2654435761).rotate_left(i) & 0xff) as u8),
-        );
-    }
-    // Eight weights in turn (84 MB at 4096), so they are read from memory, not the L2.
-    let wq = (0..8)
-        .map(|_| device.quantized(&bytes, fmt, qn, qn))
-        .collect::<gpukit::Result<Vec<_>>>()
-        .map_err(|e| e.to_string())?;
-    let xq = device
-        .tensor(&data(qn, 18), &[1, qn])
-        .map_err(|e| e.to_string())?;
-    let t = time(2, runs, || {
-        for i in 0..GEMV_REPS {
-            drop(xq.matmul_quant(&wq[i % wq.len()])?);
-        }
-        device.synchronize_blocking()
-    })?;
-    let per = median(t.clone()) / GEMV_REPS as f64;
-    rows.push(Row::new(
-        "Q1",
-        format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
-        per * 1e6,
-        "us",
-        t.len(),
-        format!(
-            "{:.0} GB/s of weights ({:.1} MB as GGUF)",
-            bytes.len() as f64 / per / 1e9,
-            bytes.len() as f64 / 1e6
-        ),
     ));
 
     let heads = 16;

@@ -16,6 +16,8 @@ mod baseline_cuda;
 #[cfg(native)]
 mod bench;
 #[cfg(native)]
+mod bench_gemv;
+#[cfg(native)]
 mod bench_report;
 #[cfg(native)]
 mod cpu_bench;

@@ -8,7 +8,7 @@ use super::super::{WgpuBackend, WgpuStorage};
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::{Error, Result};
 use crate::ops::conv::ConvSpec;
-use crate::ops::matmul::MatmulSpec;
+use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
 use crate::quant::{QuantParts, BLOCK};
 
 /// Rows and columns of the output tile of one conv2d workgroup (shaders/conv2d.wgsl).
@@ -210,6 +210,32 @@ impl WgpuBackend {
         w: QuantParts<'_, WgpuStorage>,
         m: usize,
     ) -> Result<WgpuStorage> {
+        let weights = (w.rows * w.cols) as u64;
+        let fits = self.shared.check_binding("", weights).is_ok();
+        if m as u64 > GEMV_MAX_ROWS && weights > 0 && fits {
+            // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
+            // of reading every weight once per row. The f32 copy lives until the product is
+            // recorded; its buffer goes back to the pool after the submit. A copy larger than
+            // one binding allows (128 MiB in browsers) stays on the per-row kernel.
+            let (n, k) = (w.rows, w.cols);
+            let weights = self.encode_dequantize(w)?;
+            let spec = MatmulSpec {
+                dims: MatmulDims {
+                    batch: 1,
+                    m,
+                    k,
+                    n,
+                    a_stride: 0,
+                    b_stride: 0,
+                },
+                transpose_a: false,
+                transpose_b: true,
+                activation: None,
+                precision: Precision::F32,
+                tile: None,
+            };
+            return self.encode_matmul(x, &weights, None, spec);
+        }
         let (m, n) = (m as u64, w.rows as u64);
         self.quant_kernel(Some(x), w, m * n, m)
     }
