@@ -170,11 +170,16 @@ fn main(
     // @generate declare: acc_R_C (row R, vec4 column C) in f32; part_R_C in T when SPLIT
 
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
-        // A tile: TILE_M rows x TK; consecutive invocations read consecutive k of one row.
+        // A tile: TILE_M rows x TK; consecutive invocations read consecutive k of one row
+        // (consecutive rows of one k when A is stored transposed), so reads are coalesced.
         for (var i = 0u; i < TILE_M * TK / 256u; i = i + 1u) {
             let e = tid + i * 256u;
-            let r = e / TK;
-            let kk = e % TK;
+            var r = e / TK;
+            var kk = e % TK;
+            if (TRANS_A) {
+                r = e % TILE_M;
+                kk = e / TILE_M;
+            }
             let gr = row0 + r;
             let gk = k0 + kk;
             var v = 0.0;
@@ -183,11 +188,17 @@ fn main(
             }
             a_tile[kk * AV + r / 4u][r % 4u] = stage(v);
         }
-        // B tile: TK x TILE_N columns; consecutive invocations read consecutive columns.
+        // B tile: TK x TILE_N columns; consecutive invocations read consecutive columns
+        // (consecutive k of one column when B is stored transposed, as a linear layer's
+        // weight is).
         for (var i = 0u; i < TILE_N * TK / 256u; i = i + 1u) {
             let e = tid + i * 256u;
-            let kk = e / TILE_N;
-            let c = e % TILE_N;
+            var kk = e / TILE_N;
+            var c = e % TILE_N;
+            if (TRANS_B) {
+                kk = e % TK;
+                c = e / TK;
+            }
             let gk = k0 + kk;
             let gc = col0 + c;
             var v = 0.0;
