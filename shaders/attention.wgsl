@@ -144,29 +144,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
-// `main_tiled`, for d and dv up to 64: a workgroup takes BQ query rows of one head, so each
-// key and value row it loads serves BQ queries instead of one. Keys advance BK at a time:
+// `main_tiled`, for d and dv up to 128: a workgroup takes a block of query rows of one head,
+// so each key and value row it loads serves the whole block. Heads up to 64 wide take blocks
+// of 16 rows and tiles of 16 keys; wider ones (WIDE) 8 and 8, in the same workgroup memory
+// (13.6 KB, within WebGPU's default 16 KB). Per tile of keys:
 //   1. the tile's keys and values are copied to workgroup memory (key rows padded by one
-//      float, so the 16 rows a step reads fall in different banks);
-//   2. invocation (r, c) scores query r against key c of the tile, or -inf where masked;
-//   3. one invocation per query row takes the tile's maximum, turns the scores into
-//      probabilities in place and updates the row's running maximum and denominator;
-//   4. invocation (r, c) rescales its four accumulators (columns c, c + 16, c + 32, c + 48 of
-//      query r's output) and adds the tile's probabilities times the value rows.
+//      float, so the rows a step reads fall in different banks);
+//   2. each (query, key) pair's dot product is split over 256 / (rows x keys) invocations
+//      (1, or 4 when WIDE), each summing its part of d; a whole product is masked and scaled
+//      by its invocation;
+//   3. one invocation per query row (adding the parts, masking and scaling when WIDE) takes
+//      the tile's maximum, turns the scores into probabilities and updates the row's running
+//      maximum and denominator;
+//   4. each invocation rescales its four accumulators (four columns of one query's output,
+//      256 / rows apart) and adds the tile's probabilities times the value rows.
 // Rows of one block see different numbers of keys under CAUSAL; the tiles run up to what the
-// block's last row sees, and a row's scores past its own limit are -inf. Workgroup memory:
-// 13.6 KB, within WebGPU's default 16 KB.
-const BQ: u32 = 16u;
-const BK: u32 = 16u;
-const DT: u32 = 64u;
+// block's last row sees, and a row's scores past its own limit are -inf.
+override WIDE: bool = false;
 
-var<workgroup> q_tile: array<f32, BQ * DT>;
-var<workgroup> k_tile: array<f32, BK * (DT + 1u)>;
-var<workgroup> v_tile: array<f32, BK * DT>;
-var<workgroup> p_tile: array<f32, BQ * BK>;
-var<workgroup> row_max: array<f32, BQ>;
-var<workgroup> row_sum: array<f32, BQ>;
-var<workgroup> row_scale: array<f32, BQ>;
+const TQ: u32 = 16u; // rows per block (8 when WIDE)
+const TK: u32 = 16u; // keys per tile (8 when WIDE)
+const TD: u32 = 64u; // head width (128 when WIDE)
+
+var<workgroup> q_tile: array<f32, TQ * TD>;
+var<workgroup> k_tile: array<f32, TK * (TD + 1u)>;
+var<workgroup> v_tile: array<f32, TK * TD>;
+var<workgroup> p_tile: array<f32, TQ * TK>;
+var<workgroup> dot_parts: array<f32, WG>;
+var<workgroup> row_max: array<f32, TQ>;
+var<workgroup> row_sum: array<f32, TQ>;
+var<workgroup> row_scale: array<f32, TQ>;
 
 // How many keys query row i sees (0 for a row past the end).
 fn visible_keys(i: u32, b: u32) -> u32 {
@@ -185,7 +192,12 @@ fn visible_keys(i: u32, b: u32) -> u32 {
 
 @compute @workgroup_size(256)
 fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i0 = wid.x * BQ; // first query row of the block
+    // Block shape: rows x keys per tile, and the row stride of the q and v tiles.
+    let bq = select(TQ, TQ / 2u, WIDE);
+    let bk = select(TK, TK / 2u, WIDE);
+    let dt = select(TD, 2u * TD, WIDE);
+    let kt = dt + 1u;
+    let i0 = wid.x * bq; // first query row of the block
     let h = wid.y;
     let b = wid.z;
     let d = params.d;
@@ -195,25 +207,38 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let k_base = (b * params.hkv + kvh) * params.sk * d;
     let v_base = (b * params.hkv + kvh) * params.sk * dv;
     let neg_inf = bitcast<f32>(neg_inf_bits);
-    let r = lid / BK; // query row of the block (scores and output)
-    let c = lid % BK; // key of the tile (scores), first output column (output)
-    let i = i0 + r;
-    let mine = visible_keys(i, b);
+    // Scores: pair (sr, sc) of the tile, part `part` of its dot product.
+    let split = WG / (bq * bk);
+    let pair = lid / split;
+    let part = lid % split;
+    let sr = pair / bk;
+    let sc = pair % bk;
+    let chunk = (d + split - 1u) / split;
+    let e0 = min(d, part * chunk);
+    let e1 = min(d, e0 + chunk);
+    // Keys the scored query row sees.
+    let scored = visible_keys(i0 + sr, b);
+    // Output: row `orow` of the block, columns ocol + j * per_row for j < 4.
+    let per_row = WG / bq;
+    let orow = lid / per_row;
+    let ocol = lid % per_row;
 
     if (lid == 0u) {
         // Visible keys grow with the row: the block's last row sees the most.
-        visible_shared = visible_keys(min(i0 + BQ, params.sq) - 1u, b);
+        visible_shared = visible_keys(min(i0 + bq, params.sq) - 1u, b);
     }
-    let rows = min(BQ, params.sq - i0);
-    for (var t = lid; t < BQ * d; t = t + WG) {
+    let rows = min(bq, params.sq - i0);
+    for (var t = lid; t < bq * d; t = t + WG) {
         let row = t / d;
         var val = 0.0;
         if (row < rows) {
             val = q[q_base + t];
         }
-        q_tile[row * DT + t % d] = val;
+        q_tile[row * dt + t % d] = val;
     }
-    if (lid < BQ) {
+    var mine = 0u;
+    if (lid < bq) {
+        mine = visible_keys(i0 + lid, b);
         row_max[lid] = neg_inf;
         row_sum[lid] = 0.0;
     }
@@ -223,56 +248,72 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     var acc1 = 0.0;
     var acc2 = 0.0;
     var acc3 = 0.0;
-    for (var tile = 0u; tile < keys; tile = tile + BK) {
-        let n = min(BK, params.sk - tile);
-        for (var t = lid; t < BK * d; t = t + WG) {
+    for (var tile = 0u; tile < keys; tile = tile + bk) {
+        let n = min(bk, params.sk - tile);
+        for (var t = lid; t < bk * d; t = t + WG) {
             let row = t / d;
             var val = 0.0;
             if (row < n) {
                 val = k[k_base + tile * d + t];
             }
-            k_tile[row * (DT + 1u) + t % d] = val;
+            k_tile[row * kt + t % d] = val;
         }
-        for (var t = lid; t < BK * dv; t = t + WG) {
+        for (var t = lid; t < bk * dv; t = t + WG) {
             let row = t / dv;
             var val = 0.0;
             if (row < n) {
                 val = v[v_base + tile * dv + t];
             }
-            v_tile[row * DT + t % dv] = val;
+            v_tile[row * dt + t % dv] = val;
         }
         workgroupBarrier();
 
-        var s = neg_inf;
-        if (tile + c < mine) {
-            var dot = 0.0;
-            for (var e = 0u; e < d; e = e + 1u) {
-                dot = fma(q_tile[r * DT + e], k_tile[c * (DT + 1u) + e], dot);
+        var dot = 0.0;
+        for (var e = e0; e < e1; e = e + 1u) {
+            dot = fma(q_tile[sr * dt + e], k_tile[sc * kt + e], dot);
+        }
+        if (split == 1u) {
+            // The whole dot product: the invocation masks and scales it itself.
+            var s = neg_inf;
+            if (tile + sc < scored) {
+                s = dot * params.scale;
             }
-            s = dot * params.scale;
+            p_tile[sr * bk + sc] = s;
+        } else {
+            dot_parts[lid] = dot;
         }
-        p_tile[r * BK + c] = s;
         workgroupBarrier();
 
-        if (lid < BQ) {
+        if (lid < bq) {
             let old = row_max[lid];
             var m = old;
-            for (var t = 0u; t < BK; t = t + 1u) {
-                m = max(m, p_tile[lid * BK + t]);
+            for (var t = 0u; t < bk; t = t + 1u) {
+                if (split > 1u) {
+                    var s = neg_inf;
+                    if (tile + t < mine) {
+                        var sum = 0.0;
+                        for (var p = 0u; p < split; p = p + 1u) {
+                            sum = sum + dot_parts[(lid * bk + t) * split + p];
+                        }
+                        s = sum * params.scale;
+                    }
+                    p_tile[lid * bk + t] = s;
+                }
+                m = max(m, p_tile[lid * bk + t]);
             }
             var sum = 0.0;
             var scale = 1.0;
             // A row with no visible key yet keeps its zeros (and avoids -inf - -inf).
             if (m != neg_inf) {
-                for (var t = 0u; t < BK; t = t + 1u) {
-                    let p = exp(p_tile[lid * BK + t] - m);
-                    p_tile[lid * BK + t] = p;
+                for (var t = 0u; t < bk; t = t + 1u) {
+                    let p = exp(p_tile[lid * bk + t] - m);
+                    p_tile[lid * bk + t] = p;
                     sum = sum + p;
                 }
                 scale = exp(old - m);
             } else {
-                for (var t = 0u; t < BK; t = t + 1u) {
-                    p_tile[lid * BK + t] = 0.0;
+                for (var t = 0u; t < bk; t = t + 1u) {
+                    p_tile[lid * bk + t] = 0.0;
                 }
             }
             row_scale[lid] = scale;
@@ -281,17 +322,18 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         }
         workgroupBarrier();
 
-        let scale = row_scale[r];
+        let scale = row_scale[orow];
         var p0 = acc0 * scale;
         var p1 = acc1 * scale;
         var p2 = acc2 * scale;
         var p3 = acc3 * scale;
-        for (var t = 0u; t < BK; t = t + 1u) {
-            let p = p_tile[r * BK + t];
-            p0 = fma(p, v_tile[t * DT + c], p0);
-            p1 = fma(p, v_tile[t * DT + c + 16u], p1);
-            p2 = fma(p, v_tile[t * DT + c + 32u], p2);
-            p3 = fma(p, v_tile[t * DT + c + 48u], p3);
+        for (var t = 0u; t < bk; t = t + 1u) {
+            let p = p_tile[orow * bk + t];
+            let vr = t * dt + ocol;
+            p0 = fma(p, v_tile[vr], p0);
+            p1 = fma(p, v_tile[vr + per_row], p1);
+            p2 = fma(p, v_tile[vr + 2u * per_row], p2);
+            p3 = fma(p, v_tile[vr + 3u * per_row], p3);
         }
         acc0 = p0;
         acc1 = p1;
@@ -299,21 +341,17 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         acc3 = p3;
         workgroupBarrier();
     }
+    let i = i0 + orow;
     if (i < params.sq) {
         // A row with no visible key gets zeros.
-        let l = row_sum[r];
+        let l = row_sum[orow];
         let o = ((b * params.hq + h) * params.sq + i) * dv;
-        if (c < dv) {
-            out[o + c] = select(0.0, acc0 / l, l > 0.0);
-        }
-        if (c + 16u < dv) {
-            out[o + c + 16u] = select(0.0, acc1 / l, l > 0.0);
-        }
-        if (c + 32u < dv) {
-            out[o + c + 32u] = select(0.0, acc2 / l, l > 0.0);
-        }
-        if (c + 48u < dv) {
-            out[o + c + 48u] = select(0.0, acc3 / l, l > 0.0);
+        let accs = array<f32, 4>(acc0, acc1, acc2, acc3);
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let col = ocol + j * per_row;
+            if (col < dv) {
+                out[o + col] = select(0.0, accs[j] / l, l > 0.0);
+            }
         }
     }
 }

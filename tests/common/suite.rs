@@ -1132,9 +1132,10 @@ pub async fn attention(dev: &Device) {
         bool,
         Option<Vec<u32>>,
     );
-    // Heads up to 64 wide run on blocks of 16 query rows on wgpu, wider ones a row at a time:
-    // the cases cover both, partial blocks and key tiles, and rows without a visible key.
-    let cases: [Case; 10] = [
+    // On wgpu, heads up to 64 wide run on blocks of 16 query rows, up to 128 on blocks of 8,
+    // wider ones a row at a time: the cases cover all three, partial blocks and key tiles, d not
+    // a multiple of the dot product's parts, and rows without a visible key.
+    let cases: [Case; 13] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -1145,6 +1146,9 @@ pub async fn attention(dev: &Device) {
         (2, 2, 2, 20, 40, 32, 48, true, Some(vec![17, 40])),
         (1, 2, 1, 33, 21, 64, 64, true, Some(vec![5])),
         (1, 2, 1, 5, 33, 128, 96, true, None),
+        (2, 2, 1, 19, 45, 96, 128, true, Some(vec![30, 45])),
+        (1, 1, 1, 9, 12, 97, 72, false, None),
+        (1, 2, 2, 7, 19, 160, 130, false, None),
     ];
     for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
         let seed = 9400 + ci as u64;

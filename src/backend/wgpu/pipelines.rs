@@ -186,8 +186,10 @@ pub(crate) enum Kernel {
     Attention {
         causal: bool,
         lens: bool,
-        /// `main_tiled`: blocks of query rows (d and dv up to `ATTENTION_TILED_MAX_DIM`).
+        /// `main_tiled`: blocks of query rows (heads up to 128 wide).
         tiled: bool,
+        /// `main_tiled`'s blocks for heads 65-128 wide (WIDE).
+        wide: bool,
     },
     TopK,
     QMatmul {
@@ -361,10 +363,13 @@ impl Kernel {
                 ("ACT", activation.map_or(0, |a| a as u32) as f64),
             ],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
-            Kernel::Attention { causal, lens, .. } => {
+            Kernel::Attention {
+                causal, lens, wide, ..
+            } => {
                 vec![
                     ("CAUSAL", causal as u32 as f64),
                     ("HAS_LENS", lens as u32 as f64),
+                    ("WIDE", wide as u32 as f64),
                 ]
             }
             Kernel::Matmul {

@@ -499,9 +499,14 @@ pub fn run(args: &[String]) -> CliResult {
         "implicit GEMM, device-resident",
     ));
 
-    let heads = 16;
-    let hd = 64;
-    for seq in [1024usize, 2048, 4096] {
+    // A1: the shape (16 heads of 64) at three lengths; A2: LLaMA-7B's heads (32 of 128).
+    let shapes = [
+        ("A1", 16, 64, 1024usize),
+        ("A1", 16, 64, 2048),
+        ("A1", 16, 64, 4096),
+        ("A2", 32, 128, 2048),
+    ];
+    for (id, heads, hd, seq) in shapes {
         let seq = seq / if o.quick { 32 } else { 1 };
         let len = heads * seq * hd;
         let q = device
@@ -526,8 +531,8 @@ pub fn run(args: &[String]) -> CliResult {
         })?;
         let peak = device.memory_stats().peak_live_bytes.saturating_sub(before);
         rows.push(Row::new(
-            "A1",
-            format!("causal attention, 16 heads x {seq} x 64, batch 1"),
+            id,
+            format!("causal attention, {heads} heads x {seq} x {hd}, batch 1"),
             median(t.clone()) * 1e6,
             "us",
             t.len(),

@@ -37,10 +37,9 @@ struct RopeParams {
     _pad: u32,
 }
 
-/// Head dimensions (d and dv) up to which attention runs on `main_tiled` (attention.wgsl's DT).
-const ATTENTION_TILED_MAX_DIM: u64 = 64;
-/// Query rows per workgroup of `main_tiled` (attention.wgsl's BQ).
-const ATTENTION_TILED_ROWS: u64 = 16;
+/// The widest head (d and dv) `main_tiled` takes in blocks of 16 query rows (attention.wgsl's
+/// TD); up to twice that it takes blocks of 8 (WIDE).
+const ATTENTION_NARROW_MAX: u64 = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -375,17 +374,21 @@ impl Shared {
             lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
             whole(out, n),
         ];
-        // Small heads take blocks of query rows (one load of a key serves the block).
-        let tiled = d <= ATTENTION_TILED_MAX_DIM && dv <= ATTENTION_TILED_MAX_DIM;
+        // Heads up to 128 wide take blocks of query rows (one load of a key serves the block):
+        // 16 rows up to 64 wide, 8 above.
+        let width = d.max(dv);
+        let tiled = width <= 2 * ATTENTION_NARROW_MAX;
+        let wide = width > ATTENTION_NARROW_MAX;
         let kernel = Kernel::Attention {
             causal: a.causal,
             lens: lens.is_some(),
             tiled,
+            wide,
         };
-        let rows = if tiled {
-            sq.div_ceil(ATTENTION_TILED_ROWS)
-        } else {
-            sq
+        let rows = match (tiled, wide) {
+            (false, _) => sq,
+            (true, false) => sq.div_ceil(16),
+            (true, true) => sq.div_ceil(8),
         };
         self.dispatch_grid(
             st,

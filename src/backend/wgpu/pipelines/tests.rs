@@ -32,21 +32,25 @@ fn every_kernel() -> Vec<Kernel> {
             causal: false,
             lens: false,
             tiled: false,
+            wide: false,
         },
         Kernel::Attention {
             causal: true,
             lens: true,
             tiled: false,
+            wide: false,
         },
         Kernel::Attention {
             causal: false,
             lens: false,
             tiled: true,
+            wide: false,
         },
         Kernel::Attention {
             causal: true,
             lens: true,
             tiled: true,
+            wide: true,
         },
     ]);
     for activation in [
