@@ -66,28 +66,26 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
     let word = words[c * blocks * wpb + w];
     let d = vec4<f32>(scales[b]);
     let xr = r * (params.k / 4u);
-    switch FORMAT {
-        case 0u: {
-            let q = vec4<i32>(
-                bitcast<i32>(word << 24u) >> 24u,
-                bitcast<i32>(word << 16u) >> 24u,
-                bitcast<i32>(word << 8u) >> 24u,
-                bitcast<i32>(word) >> 24u,
-            );
-            return dot(x[xr + w], d * vec4<f32>(q));
-        }
-        case 1u: {
-            let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
-            let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
-            return dot(x[xr + 2u * w], d * (lo - 8.0)) + dot(x[xr + 2u * w + 1u], d * (hi - 8.0));
-        }
-        default: {
-            let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
-            let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
-            let mn = vec4<f32>(mins[b]);
-            return dot(x[xr + 2u * w], fma(d, lo, mn)) + dot(x[xr + 2u * w + 1u], fma(d, hi, mn));
-        }
+    if (FORMAT == 0u) {
+        let q = vec4<i32>(
+            bitcast<i32>(word << 24u) >> 24u,
+            bitcast<i32>(word << 16u) >> 24u,
+            bitcast<i32>(word << 8u) >> 24u,
+            bitcast<i32>(word) >> 24u,
+        );
+        return dot(x[xr + w], d * vec4<f32>(q));
     }
+    // Q4: nibbles 0-3 are elements 0-3 of the word, nibbles 4-7 elements 4-7.
+    let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
+    let hi = vec4<f32>((vec4<u32>(word) >> vec4<u32>(16u, 20u, 24u, 28u)) & vec4<u32>(0xfu));
+    var w_lo = d * (lo - 8.0);
+    var w_hi = d * (hi - 8.0);
+    if (FORMAT == 2u) {
+        let mn = vec4<f32>(mins[b]);
+        w_lo = fma(d, lo, mn);
+        w_hi = fma(d, hi, mn);
+    }
+    return dot(x[xr + 2u * w], w_lo) + dot(x[xr + 2u * w + 1u], w_hi);
 }
 
 @compute @workgroup_size(256)

@@ -147,6 +147,37 @@ impl Layout {
     }
 }
 
+/// How attention.wgsl groups query rows per workgroup, by head width (d and dv).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum AttentionBlocks {
+    /// `main_tiled`, 16 rows: heads up to 64 wide.
+    Narrow,
+    /// `main_tiled` with WIDE, 8 rows: heads 65-128 wide.
+    Wide,
+    /// `main`, one row: wider heads.
+    Row,
+}
+
+impl AttentionBlocks {
+    /// The blocking for heads of width `d.max(dv)`.
+    pub(crate) fn for_width(width: u64) -> AttentionBlocks {
+        match width {
+            0..=64 => AttentionBlocks::Narrow,
+            65..=128 => AttentionBlocks::Wide,
+            _ => AttentionBlocks::Row,
+        }
+    }
+
+    /// Query rows per workgroup.
+    pub(crate) fn rows(self) -> u64 {
+        match self {
+            AttentionBlocks::Narrow => 16,
+            AttentionBlocks::Wide => 8,
+            AttentionBlocks::Row => 1,
+        }
+    }
+}
+
 /// One pipeline: a kernel and its specialisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
@@ -186,10 +217,7 @@ pub(crate) enum Kernel {
     Attention {
         causal: bool,
         lens: bool,
-        /// `main_tiled`: blocks of query rows (heads up to 128 wide).
-        tiled: bool,
-        /// `main_tiled`'s blocks for heads 65-128 wide (WIDE).
-        wide: bool,
+        blocks: AttentionBlocks,
     },
     TopK,
     QMatmul {
@@ -294,7 +322,10 @@ impl Kernel {
             | Kernel::Copy
             | Kernel::Embedding
             | Kernel::Rope { .. }
-            | Kernel::Attention { tiled: false, .. }
+            | Kernel::Attention {
+                blocks: AttentionBlocks::Row,
+                ..
+            }
             | Kernel::TopK
             | Kernel::QMatmul { dequant: false, .. }
             | Kernel::Conv2d { .. }
@@ -302,7 +333,7 @@ impl Kernel {
             | Kernel::Gemv { .. }
             | Kernel::Fused { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
-            Kernel::Attention { tiled: true, .. } => "main_tiled",
+            Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats => "stats",
@@ -364,12 +395,14 @@ impl Kernel {
             ],
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Attention {
-                causal, lens, wide, ..
+                causal,
+                lens,
+                blocks,
             } => {
                 vec![
                     ("CAUSAL", causal as u32 as f64),
                     ("HAS_LENS", lens as u32 as f64),
-                    ("WIDE", wide as u32 as f64),
+                    ("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64),
                 ]
             }
             Kernel::Matmul {

@@ -1,7 +1,7 @@
 //! The token-by-token workloads of `gpukit bench`: G1 (an f32 linear layer), Q1 (a Q4_1
 //! layer) for one token, and Q2 (the Q4_1 layer for a 512-token prompt).
 
-use gpukit::{Device, QuantFormat, QuantTensor};
+use gpukit::{Device, QuantFormat, QuantTensor, Tensor};
 
 use crate::bench::{data, median, time, Row};
 
@@ -24,6 +24,22 @@ fn q4_1_bytes(n: usize) -> Vec<u8> {
     bytes
 }
 
+/// Seconds per GEMV: the median of `runs` timed rounds (after 2 untimed) of GEMV_REPS calls
+/// of `gemv(i)` and one synchronize.
+fn per_gemv(
+    device: &Device,
+    runs: usize,
+    mut gemv: impl FnMut(usize) -> gpukit::Result<Tensor>,
+) -> Result<f64, String> {
+    let t = time(2, runs, || {
+        for i in 0..GEMV_REPS {
+            drop(gemv(i)?);
+        }
+        device.synchronize_blocking()
+    })?;
+    Ok(median(t) / GEMV_REPS as f64)
+}
+
 pub(crate) fn rows(device: &Device, quick: bool, runs: usize) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     // G1: one token through an f32 linear layer [4096, 4096] (1024 with --quick). Two weights
@@ -37,19 +53,13 @@ pub(crate) fn rows(device: &Device, quick: bool, runs: usize) -> Result<Vec<Row>
     let gx = device
         .tensor(&data(gn, 20), &[1, gn])
         .map_err(|e| e.to_string())?;
-    let t = time(2, runs, || {
-        for i in 0..GEMV_REPS {
-            drop(gx.linear(&gw[i % gw.len()], None, None)?);
-        }
-        device.synchronize_blocking()
-    })?;
-    let per = median(t.clone()) / GEMV_REPS as f64;
+    let per = per_gemv(device, runs, |i| gx.linear(&gw[i % gw.len()], None, None))?;
     rows.push(Row::new(
         "G1",
         format!("f32 GEMV, one token through a linear [{gn}, {gn}]"),
         per * 1e6,
         "us",
-        t.len(),
+        runs,
         format!("{:.0} GB/s of weights", (gn * gn * 4) as f64 / per / 1e9),
     ));
     drop(gw);
@@ -65,19 +75,13 @@ pub(crate) fn rows(device: &Device, quick: bool, runs: usize) -> Result<Vec<Row>
     let xq = device
         .tensor(&data(qn, 18), &[1, qn])
         .map_err(|e| e.to_string())?;
-    let t = time(2, runs, || {
-        for i in 0..GEMV_REPS {
-            drop(xq.matmul_quant(&wq[i % wq.len()])?);
-        }
-        device.synchronize_blocking()
-    })?;
-    let per = median(t.clone()) / GEMV_REPS as f64;
+    let per = per_gemv(device, runs, |i| xq.matmul_quant(&wq[i % wq.len()]))?;
     rows.push(Row::new(
         "Q1",
         format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
         per * 1e6,
         "us",
-        t.len(),
+        runs,
         format!(
             "{:.0} GB/s of weights ({:.1} MB as GGUF)",
             bytes.len() as f64 / per / 1e9,

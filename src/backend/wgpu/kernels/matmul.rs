@@ -211,8 +211,7 @@ impl WgpuBackend {
         m: usize,
     ) -> Result<WgpuStorage> {
         let weights = (w.rows * w.cols) as u64;
-        let fits = self.shared.check_binding("", weights).is_ok();
-        if m as u64 > GEMV_MAX_ROWS && weights > 0 && fits {
+        if m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights) {
             // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
             // of reading every weight once per row. The f32 copy lives until the product is
             // recorded; its buffer goes back to the pool after the submit. A copy larger than

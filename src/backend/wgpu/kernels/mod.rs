@@ -63,9 +63,14 @@ impl Shared {
         (self.limits.max_storage_buffer_binding_size / align * align / 4).max(4)
     }
 
+    /// Whether `elements` f32s fit one storage binding.
+    fn fits_binding(&self, elements: u64) -> bool {
+        (elements * 4).next_multiple_of(16) <= self.limits.max_storage_buffer_binding_size
+    }
+
     fn check_binding(&self, what: &str, elements: u64) -> Result<()> {
         let needed = (elements * 4).next_multiple_of(16);
-        if needed > self.limits.max_storage_buffer_binding_size {
+        if !self.fits_binding(elements) {
             return Err(Error::LimitExceeded {
                 what: what.to_string(),
                 limit: "max_storage_buffer_binding_size",

@@ -3,6 +3,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::super::pipelines::AttentionBlocks;
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::{Error, Result};
@@ -36,10 +37,6 @@ struct RopeParams {
     seq: u32,
     _pad: u32,
 }
-
-/// The widest head (d and dv) `main_tiled` takes in blocks of 16 query rows (attention.wgsl's
-/// TD); up to twice that it takes blocks of 8 (WIDE).
-const ATTENTION_NARROW_MAX: u64 = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -374,22 +371,14 @@ impl Shared {
             lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
             whole(out, n),
         ];
-        // Heads up to 128 wide take blocks of query rows (one load of a key serves the block):
-        // 16 rows up to 64 wide, 8 above.
-        let width = d.max(dv);
-        let tiled = width <= 2 * ATTENTION_NARROW_MAX;
-        let wide = width > ATTENTION_NARROW_MAX;
+        // Heads up to 128 wide take blocks of query rows (one load of a key serves the block).
+        let blocks = AttentionBlocks::for_width(d.max(dv));
         let kernel = Kernel::Attention {
             causal: a.causal,
             lens: lens.is_some(),
-            tiled,
-            wide,
+            blocks,
         };
-        let rows = match (tiled, wide) {
-            (false, _) => sq,
-            (true, false) => sq.div_ceil(16),
-            (true, true) => sq.div_ceil(8),
-        };
+        let rows = sq.div_ceil(blocks.rows());
         self.dispatch_grid(
             st,
             kernel,

@@ -31,26 +31,17 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: false,
             lens: false,
-            tiled: false,
-            wide: false,
+            blocks: AttentionBlocks::Row,
         },
         Kernel::Attention {
             causal: true,
             lens: true,
-            tiled: false,
-            wide: false,
-        },
-        Kernel::Attention {
-            causal: false,
-            lens: false,
-            tiled: true,
-            wide: false,
+            blocks: AttentionBlocks::Narrow,
         },
         Kernel::Attention {
             causal: true,
             lens: true,
-            tiled: true,
-            wide: true,
+            blocks: AttentionBlocks::Wide,
         },
     ]);
     for activation in [
