@@ -7,11 +7,27 @@
 // At the end out[d] = acc / l. Grouped-query attention: query head h reads key/value head
 // h / (hq / hkv). CAUSAL hides keys after the query (aligned to the end when sk > sq, as with a
 // KV cache); HAS_LENS hides keys at or beyond the batch entry's length. A query with no visible
-// key gets zeros. Requires d, dv <= 256.
+// key gets zeros. NaN follows the CPU backend: a NaN or +inf score, or a row whose visible
+// scores are all -inf, gives a NaN row. Scores are checked on their bits (WGSL lets compilers
+// assume no NaN or infinity, and `max` may drop a NaN): a NaN score becomes +inf, which `max`
+// keeps, and a row whose running maximum is not finite at the end is NaN. Requires d, dv <= 256.
 
 // Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
 // compiler rejects a bitcast of constant bits that would give one.
 var<private> neg_inf_bits: u32 = 0xff800000u;
+var<private> pos_inf_bits: u32 = 0x7f800000u;
+var<private> nan_bits: u32 = 0x7fc00000u;
+
+fn is_finite(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+// A score, with NaN turned into +inf so that the running maximum keeps it.
+fn score(dot: f32) -> f32 {
+    let s = dot * params.scale;
+    let nan = (bitcast<u32>(s) & 0x7fffffffu) > 0x7f800000u;
+    return select(s, bitcast<f32>(pos_inf_bits), nan);
+}
 
 override CAUSAL: bool = false;
 override HAS_LENS: bool = false;
@@ -113,15 +129,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var e = 0u; e < d; e = e + 1u) {
                 dot = fma(q_row[e], k[kj + e], dot);
             }
-            s = dot * params.scale;
+            s = score(dot);
         }
         let m_new = max(m, workgroup_max(lid, s));
+        // Only finite maxima are used: -inf (nothing seen yet) scales nothing, +inf makes the
+        // row NaN at the end.
+        let usable = is_finite(m_new);
         var p = 0.0;
-        if (j < visible) {
+        if (j < visible && usable) {
             p = exp(s - m_new);
         }
         probs[lid] = p;
-        let correction = exp(m - m_new);
+        var correction = 0.0;
+        if (usable && is_finite(m)) {
+            correction = exp(m - m_new);
+        }
         l = l * correction + workgroup_sum(lid, p);
         m = m_new;
         // workgroup_sum's barriers also published probs.
@@ -137,8 +159,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     if (lid < dv) {
         var r = 0.0;
-        if (l > 0.0) {
-            r = acc / l;
+        if (visible > 0u) {
+            r = select(bitcast<f32>(nan_bits), acc / l, is_finite(m));
         }
         out[((b * params.hq + h) * params.sq + i) * dv + lid] = r;
     }
@@ -276,7 +298,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             // The whole dot product: the invocation masks and scales it itself.
             var s = neg_inf;
             if (tile + sc < scored) {
-                s = dot * params.scale;
+                s = score(dot);
             }
             p_tile[sr * bk + sc] = s;
         } else {
@@ -295,7 +317,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
                         for (var p = 0u; p < split; p = p + 1u) {
                             sum = sum + dot_parts[(lid * bk + t) * split + p];
                         }
-                        s = sum * params.scale;
+                        s = score(sum);
                     }
                     p_tile[lid * bk + t] = s;
                 }
@@ -303,14 +325,15 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             }
             var sum = 0.0;
             var scale = 1.0;
-            // A row with no visible key yet keeps its zeros (and avoids -inf - -inf).
-            if (m != neg_inf) {
+            // A row with no finite maximum yet keeps its zeros (-inf: nothing seen, which also
+            // avoids -inf - -inf; +inf: the row ends NaN).
+            if (is_finite(m)) {
                 for (var t = 0u; t < bk; t = t + 1u) {
                     let p = exp(p_tile[lid * bk + t] - m);
                     p_tile[lid * bk + t] = p;
                     sum = sum + p;
                 }
-                scale = exp(old - m);
+                scale = select(0.0, exp(old - m), is_finite(old));
             } else {
                 for (var t = 0u; t < bk; t = t + 1u) {
                     p_tile[lid * bk + t] = 0.0;
@@ -343,14 +366,20 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
     let i = i0 + orow;
     if (i < params.sq) {
-        // A row with no visible key gets zeros.
+        // A row with no visible key gets zeros; one whose maximum is not finite, NaN.
         let l = row_sum[orow];
+        let finite = is_finite(row_max[orow]);
+        let seen = visible_keys(i, b) > 0u;
         let o = ((b * params.hq + h) * params.sq + i) * dv;
         let accs = array<f32, 4>(acc0, acc1, acc2, acc3);
         for (var j = 0u; j < 4u; j = j + 1u) {
             let col = ocol + j * per_row;
             if (col < dv) {
-                out[o + col] = select(0.0, accs[j] / l, l > 0.0);
+                var r = 0.0;
+                if (seen) {
+                    r = select(bitcast<f32>(nan_bits), accs[j] / l, finite);
+                }
+                out[o + col] = r;
             }
         }
     }

@@ -395,7 +395,7 @@ impl Device {
     /// Uploads `data` as a tensor of `shape` (`data.len()` must be the product of `shape`).
     /// The copy is enqueued; this returns at once.
     pub fn tensor(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        let n = self.check_output("tensor", shape)?;
         if n != data.len() {
             return Err(Error::shape(
                 "tensor",
@@ -406,6 +406,16 @@ impl Device {
         }
         let storage = self.inner.backend.upload(data)?;
         Ok(Tensor::new(self.clone(), storage, shape.to_vec()))
+    }
+
+    /// Checks that a tensor of `shape` can exist on this device, before anything is allocated:
+    /// its element count fits `usize` (see [`crate::shape`]) and its bytes the device's largest
+    /// buffer (`max_buffer`: the adapter's limit, the GPU's memory, or the host's memory for
+    /// the CPU backend). Every op calls it for its output. Returns the element count.
+    pub(crate) fn check_output(&self, op: &'static str, shape: &[usize]) -> Result<usize> {
+        let n = crate::shape::numel(op, shape)?;
+        crate::shape::bytes(op, shape, n, 4, self.info().limits.max_buffer)?;
+        Ok(n)
     }
 
     /// A one-element tensor of shape `[]`, for broadcasting.

@@ -46,6 +46,7 @@ pub mod ops;
 mod policy;
 mod profile;
 mod quant;
+mod shape;
 mod slice;
 mod small_sort;
 mod tensor;

@@ -163,7 +163,10 @@ impl QuantTensor {
 
     /// The f32 matrix these blocks encode, `[rows, cols]`.
     pub fn dequantize(&self) -> Result<Tensor> {
-        let work = crate::profile::Work::elements(self.rows * self.cols, 1);
+        let n = self
+            .device
+            .check_output("dequantize", &[self.rows, self.cols])?;
+        let work = crate::profile::Work::elements(n, 1);
         let storage = self
             .device
             .op("dequantize", work)
@@ -213,7 +216,10 @@ impl Device {
                 reason: format!("cols ({cols}) must be a multiple of the block size {BLOCK}"),
             });
         }
-        let expected = rows * cols / BLOCK * format.block_bytes();
+        // The shape must be a valid tensor shape (its f32 form exists when dequantized).
+        crate::shape::numel("quantized", &[rows, cols])?;
+        let blocks = crate::shape::mul("quantized", rows, cols / BLOCK)?;
+        let expected = crate::shape::mul("quantized", blocks, format.block_bytes())?;
         if bytes.len() != expected {
             return Err(Error::InvalidArgument {
                 op: "quantized",
@@ -261,15 +267,14 @@ impl Tensor {
             ));
         }
         let m: usize = lead.iter().product();
-        let storage = self
-            .device()
-            .op(
-                "matmul_quant",
-                crate::profile::Work::Flops(2.0 * m as f64 * (w.rows * w.cols) as f64),
-            )
-            .matmul_quant(self.storage(), w.parts(), m)?;
         let mut shape = lead.to_vec();
         shape.push(w.rows);
+        self.device().check_output("matmul_quant", &shape)?;
+        let flops = 2.0 * m as f64 * w.rows as f64 * w.cols as f64;
+        let storage = self
+            .device()
+            .op("matmul_quant", crate::profile::Work::Flops(flops))
+            .matmul_quant(self.storage(), w.parts(), m)?;
         Ok(self.with_storage(storage, shape))
     }
 }

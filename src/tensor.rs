@@ -92,7 +92,7 @@ impl Tensor {
 
     /// The same data seen with another shape of the same number of elements (no copy).
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        if shape.iter().product::<usize>() != self.len() {
+        if crate::shape::numel("reshape", shape)? != self.len() {
             return Err(Error::shape(
                 "reshape",
                 &self.shape,

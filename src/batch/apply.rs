@@ -63,7 +63,7 @@ impl Batch {
                     .into(),
             });
         }
-        Ok(self.push_apply(name, inputs, out.shape().to_vec(), Rc::new(f)))
+        self.push_apply(name, inputs, out.shape().to_vec(), Rc::new(f))
     }
 
     fn push_apply(
@@ -72,7 +72,7 @@ impl Batch {
         inputs: &[Value],
         shape: Vec<usize>,
         f: ApplyFn,
-    ) -> Value {
+    ) -> Result<Value> {
         let op = Op::Apply(Apply {
             name,
             inputs: inputs.to_vec(),
@@ -184,6 +184,6 @@ impl Batch {
             }
         }
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| t[0].matmul_quant(&w));
-        Ok(self.push_apply("matmul_quant", &[x], shape, f))
+        self.push_apply("matmul_quant", &[x], shape, f)
     }
 }

@@ -283,12 +283,17 @@ impl Batch {
         Ok(self.node(v, op)?.shape.clone())
     }
 
-    fn push(&mut self, op: Op, shape: Vec<usize>, tensor: Option<Tensor>) -> Value {
+    /// Records a node. A value the batch computes must be able to exist on the device: its
+    /// shape is checked as an op's output is (see `Device::check_output`).
+    fn push(&mut self, op: Op, shape: Vec<usize>, tensor: Option<Tensor>) -> Result<Value> {
+        if tensor.is_none() {
+            self.device.check_output(op.name(), &shape)?;
+        }
         self.nodes.push(Node { op, shape, tensor });
-        Value {
+        Ok(Value {
             batch: self.id,
             index: self.nodes.len() - 1,
-        }
+        })
     }
 
     /// The shape of a value.
@@ -299,7 +304,7 @@ impl Batch {
     /// Host data to upload; in a [`Graph`] its data can be replaced at each run.
     pub fn upload(&mut self, data: &[f32], shape: &[usize]) -> Result<Value> {
         let t = self.device.tensor(data, shape)?;
-        Ok(self.push(Op::Input, shape.to_vec(), Some(t)))
+        self.push(Op::Input, shape.to_vec(), Some(t))
     }
 
     /// A device tensor (of this batch's device) for the batch to read.
@@ -307,7 +312,7 @@ impl Batch {
         if !t.device().same(&self.device) {
             return Err(Error::DeviceMismatch { op: "batch tensor" });
         }
-        Ok(self.push(Op::Tensor, t.shape().to_vec(), Some(t.clone())))
+        self.push(Op::Tensor, t.shape().to_vec(), Some(t.clone()))
     }
 
     /// Marks a value to be read back by `run`.
@@ -323,14 +328,14 @@ impl Batch {
     pub fn unary(&mut self, op: UnaryOp, x: Value) -> Result<Value> {
         op.validate()?;
         let shape = self.shape_of(x, op.name())?;
-        Ok(self.push(Op::Unary(op, x), shape, None))
+        self.push(Op::Unary(op, x), shape, None)
     }
 
     /// `op(a, b)` elementwise, with a scalar or a row broadcast on either side.
     pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value> {
         let (sa, sb) = (self.shape_of(a, op.name())?, self.shape_of(b, op.name())?);
         let shape = broadcast(op.name(), &sa, &sb)?.shape;
-        Ok(self.push(Op::Binary(op, a, b), shape, None))
+        self.push(Op::Binary(op, a, b), shape, None)
     }
 
     /// relu.
@@ -398,7 +403,7 @@ impl Batch {
                 ));
             }
         }
-        Ok(self.push(Op::Matmul(a, b, o), shape, None))
+        self.push(Op::Matmul(a, b, o), shape, None)
     }
 
     /// A linear layer, `act(x x weight^T + bias)` with `weight` stored `[out, in]`.
@@ -432,26 +437,26 @@ impl Batch {
     /// softmax along the last axis.
     pub fn softmax(&mut self, x: Value) -> Result<Value> {
         let shape = self.last_axis(x, "softmax")?;
-        Ok(self.push(Op::Softmax { x, log: false }, shape, None))
+        self.push(Op::Softmax { x, log: false }, shape, None)
     }
 
     /// log_softmax along the last axis.
     pub fn log_softmax(&mut self, x: Value) -> Result<Value> {
         let shape = self.last_axis(x, "log_softmax")?;
-        Ok(self.push(Op::Softmax { x, log: true }, shape, None))
+        self.push(Op::Softmax { x, log: true }, shape, None)
     }
 
     /// A reduction of every element, to shape `[]`.
     pub fn reduce(&mut self, op: ReduceOp, x: Value) -> Result<Value> {
         self.node(x, "reduce")?;
-        Ok(self.push(Op::Reduce { op, x, last: false }, vec![], None))
+        self.push(Op::Reduce { op, x, last: false }, vec![], None)
     }
 
     /// A reduction along the last axis.
     pub fn reduce_last(&mut self, op: ReduceOp, x: Value) -> Result<Value> {
         let mut shape = self.last_axis(x, "reduce_last")?;
         shape.pop();
-        Ok(self.push(Op::Reduce { op, x, last: true }, shape, None))
+        self.push(Op::Reduce { op, x, last: true }, shape, None)
     }
 
     /// `sum(a * b)` of two tensors of equal length, to shape `[]`.
@@ -460,7 +465,7 @@ impl Batch {
         if sa.iter().product::<usize>() != sb.iter().product::<usize>() {
             return Err(Error::shape("dot", &sa, &sb, "(equal lengths)"));
         }
-        Ok(self.push(Op::Dot(a, b), vec![], None))
+        self.push(Op::Dot(a, b), vec![], None)
     }
 
     fn norm(
@@ -492,7 +497,7 @@ impl Batch {
             eps,
             rms,
         };
-        Ok(self.push(node, shape, None))
+        self.push(node, shape, None)
     }
 
     /// layer_norm of each row, then `* weight + bias`.
@@ -520,10 +525,10 @@ impl Batch {
     /// The same data in another shape of the same length.
     pub fn reshape(&mut self, x: Value, shape: &[usize]) -> Result<Value> {
         let s = self.shape_of(x, "reshape")?;
-        if s.iter().product::<usize>() != shape.iter().product::<usize>() {
+        if crate::shape::numel("reshape", &s)? != crate::shape::numel("reshape", shape)? {
             return Err(Error::shape("reshape", &s, shape, "(equal element counts)"));
         }
-        Ok(self.push(Op::Reshape(x), shape.to_vec(), None))
+        self.push(Op::Reshape(x), shape.to_vec(), None)
     }
 
     /// Swaps two axes.
@@ -536,7 +541,7 @@ impl Batch {
             });
         }
         s.swap(a, b);
-        Ok(self.push(Op::Transpose(x, a, b), s, None))
+        self.push(Op::Transpose(x, a, b), s, None)
     }
 
     /// Runs everything recorded: one submission, one read back of every output.

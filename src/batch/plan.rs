@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::{missing, Batch, BatchResult, Node, Op, Value};
 use crate::backend::{BackendImpl, Storage};
 use crate::error::{Error, Result};
-use crate::ops::fused::{Expr, MAX_INPUTS};
+use crate::ops::fused::{Expr, MAX_FUSED_OPS, MAX_INPUTS};
 use crate::ops::{Activation, BinaryOp, MatmulOptions, UnaryOp};
 use crate::tensor::Tensor;
 
@@ -18,8 +18,8 @@ pub(super) struct Plan {
     folded: Vec<bool>,
     /// Matmul nodes that absorb a following node: (matmul, bias, activation) by absorber.
     epilogue: HashMap<usize, (usize, Option<Value>, Option<Activation>)>,
-    /// The last node reading each node.
-    last_use: Vec<usize>,
+    /// The nodes whose last reader is each node (`last_use` inverted, so freeing is linear).
+    dies_at: Vec<Vec<usize>>,
     kernels: usize,
 }
 
@@ -99,8 +99,10 @@ impl Plan {
             if folded[i] || epilogue.contains_key(&i) || !is_elementwise(&batch.nodes[i].op) {
                 continue;
             }
-            let mut leaves = Vec::new();
-            let expr = build_expr(batch, i, true, &fusable, &mut leaves, &mut folded);
+            let (expr, leaves, inlined) = build_expr(batch, i, &fusable);
+            for k in inlined {
+                folded[k] = true;
+            }
             fused.insert(i, (expr, leaves));
         }
         // Values read by folded nodes are read by their kernel's node: extend lifetimes.
@@ -124,11 +126,17 @@ impl Plan {
                 !folded[i] && !matches!(batch.nodes[i].op, Op::Input | Op::Tensor | Op::Reshape(_))
             })
             .count();
+        let mut dies_at = vec![Vec::new(); n];
+        for (k, &at) in last_use.iter().enumerate() {
+            if at != k && at < n {
+                dies_at[at].push(k);
+            }
+        }
         Ok(Plan {
             fused,
             folded,
             epilogue,
-            last_use,
+            dies_at,
             kernels,
         })
     }
@@ -181,12 +189,7 @@ impl Plan {
             };
             live.insert(i, t);
             // Free what this node read last (the planner's reuse).
-            let dead: Vec<usize> = live
-                .keys()
-                .copied()
-                .filter(|&k| self.last_use[k] == i && k != i)
-                .collect();
-            for k in dead {
+            for &k in &self.dies_at[i] {
                 if !matches!(batch.nodes[k].op, Op::Input | Op::Tensor) {
                     live.remove(&k);
                 }
@@ -270,8 +273,8 @@ impl Plan {
             }
             live += bytes(i);
             peak = peak.max(live);
-            for k in 0..i {
-                if self.last_use[k] == i && !self.folded[k] && batch.nodes[k].tensor.is_none() {
+            for &k in &self.dies_at[i] {
+                if !self.folded[k] && batch.nodes[k].tensor.is_none() {
                     live -= bytes(k);
                 }
             }
@@ -294,61 +297,121 @@ fn is_elementwise(op: &Op) -> bool {
     matches!(op, Op::Unary(..) | Op::Binary(..))
 }
 
-/// The expression computing node `i`; single-use elementwise inputs of the same length are
-/// inlined (and marked folded), anything else becomes a leaf.
+/// How one fusion root's expression is being built: its leaves, the nodes it has inlined (in
+/// order, with their expressions, so a value read twice is expanded the same way twice), and
+/// the ops it may still add.
+struct Fusion<'b, F> {
+    batch: &'b Batch,
+    single: &'b F,
+    leaves: Vec<usize>,
+    inlined: Vec<usize>,
+    memo: HashMap<usize, (Expr, usize)>,
+    budget: usize,
+    max_leaves: usize,
+}
+
+impl<F: Fn(usize) -> bool> Fusion<'_, F> {
+    /// The expression of root `i`. A root's children always fit, at worst as leaves (at most
+    /// two, and the first keeps a leaf free for the second), so the fallbacks never run.
+    fn root(&mut self, i: usize) -> Expr {
+        self.budget -= 1;
+        match &self.batch.nodes[i].op {
+            Op::Unary(op, x) => {
+                let x = self.child(x.index, i).unwrap_or(Expr::Input(0));
+                Expr::Unary(*op, Box::new(x))
+            }
+            Op::Binary(op, a, b) => {
+                // The first operand leaves a leaf free for the second.
+                self.max_leaves = MAX_INPUTS - 1;
+                let ea = self.child(a.index, i).unwrap_or(Expr::Input(0));
+                self.max_leaves = MAX_INPUTS;
+                let eb = self.child(b.index, i).unwrap_or(Expr::Input(0));
+                Expr::Binary(*op, Box::new(ea), Box::new(eb))
+            }
+            _ => Expr::Input(0),
+        }
+    }
+
+    /// Input `v` of node `parent`: inlined when it is a single-use elementwise node of the
+    /// same length and its subtree fits the leaves and the op budget, else a leaf. `None` when
+    /// not even a leaf fits (the caller then becomes a leaf itself).
+    fn child(&mut self, v: usize, parent: usize) -> Option<Expr> {
+        if let Some((e, size)) = self.memo.get(&v) {
+            if *size <= self.budget {
+                self.budget -= size;
+                return Some(e.clone());
+            }
+            return None;
+        }
+        let nodes = &self.batch.nodes;
+        let inlinable = nodes[v].len() == nodes[parent].len()
+            && is_elementwise(&nodes[v].op)
+            && (self.single)(v)
+            && !self.leaves.contains(&v);
+        if inlinable && self.budget > 0 {
+            let saved = (self.leaves.len(), self.inlined.len(), self.budget);
+            if let Some(e) = self.inline(v) {
+                let size = saved.2 - self.budget;
+                self.inlined.push(v);
+                self.memo.insert(v, (e.clone(), size));
+                return Some(e);
+            }
+            // Roll back what the failed attempt added.
+            self.leaves.truncate(saved.0);
+            for k in self.inlined.drain(saved.1..) {
+                self.memo.remove(&k);
+            }
+            self.budget = saved.2;
+        }
+        self.leaf(v)
+    }
+
+    /// The expression of inlined node `v`, or `None` if it does not fit.
+    fn inline(&mut self, v: usize) -> Option<Expr> {
+        self.budget -= 1;
+        match &self.batch.nodes[v].op {
+            Op::Unary(op, x) => Some(Expr::Unary(*op, Box::new(self.child(x.index, v)?))),
+            Op::Binary(op, a, b) => {
+                let ea = self.child(a.index, v)?;
+                let eb = self.child(b.index, v)?;
+                Some(Expr::Binary(*op, Box::new(ea), Box::new(eb)))
+            }
+            _ => None,
+        }
+    }
+
+    fn leaf(&mut self, v: usize) -> Option<Expr> {
+        if let Some(k) = self.leaves.iter().position(|&l| l == v) {
+            return Some(Expr::Input(k));
+        }
+        if self.leaves.len() >= self.max_leaves {
+            return None;
+        }
+        self.leaves.push(v);
+        Some(Expr::Input(self.leaves.len() - 1))
+    }
+}
+
+/// The expression computing fusion root `i`, its leaves, and the nodes it inlined. At most
+/// [`MAX_FUSED_OPS`] ops (counting a value inlined twice twice) go into one kernel, so the
+/// expression's depth is bounded: a chain of any length becomes a series of kernels, planned
+/// without recursion deeper than that.
 fn build_expr(
     batch: &Batch,
     i: usize,
-    root: bool,
     single: &impl Fn(usize) -> bool,
-    leaves: &mut Vec<usize>,
-    folded: &mut [bool],
-) -> Expr {
-    let node = &batch.nodes[i];
-    // A value read twice by one expression (`add(s, s)`) is inlined twice: it is pure.
-    let inline = root || (is_elementwise(&node.op) && single(i));
-    let leaf = |j: usize, leaves: &mut Vec<usize>| {
-        let k = leaves.iter().position(|&l| l == j).unwrap_or_else(|| {
-            leaves.push(j);
-            leaves.len() - 1
-        });
-        Expr::Input(k)
+) -> (Expr, Vec<usize>, Vec<usize>) {
+    let mut f = Fusion {
+        batch,
+        single,
+        leaves: Vec::new(),
+        inlined: Vec::new(),
+        memo: HashMap::new(),
+        budget: MAX_FUSED_OPS,
+        max_leaves: MAX_INPUTS,
     };
-    if !inline {
-        return leaf(i, leaves);
-    }
-    // Inline only while the leaves fit one kernel.
-    let child = |v: Value, leaves: &mut Vec<usize>, folded: &mut [bool]| {
-        let same_len = batch.nodes[v.index].len() == node.len();
-        let fits = leaves.len() < MAX_INPUTS;
-        if same_len && fits && is_elementwise(&batch.nodes[v.index].op) && single(v.index) {
-            let e = build_expr(batch, v.index, false, single, leaves, folded);
-            if let Expr::Input(_) = e {
-                e
-            } else {
-                folded[v.index] = true;
-                e
-            }
-        } else {
-            let k = leaves
-                .iter()
-                .position(|&l| l == v.index)
-                .unwrap_or_else(|| {
-                    leaves.push(v.index);
-                    leaves.len() - 1
-                });
-            Expr::Input(k)
-        }
-    };
-    match &node.op {
-        Op::Unary(op, x) => Expr::Unary(*op, Box::new(child(*x, leaves, folded))),
-        Op::Binary(op, a, b) => {
-            let ea = child(*a, leaves, folded);
-            let eb = child(*b, leaves, folded);
-            Expr::Binary(*op, Box::new(ea), Box::new(eb))
-        }
-        _ => leaf(i, leaves),
-    }
+    let expr = f.root(i);
+    (expr, f.leaves, f.inlined)
 }
 
 /// Runs one unfused node through the tensor API.

@@ -96,8 +96,8 @@ impl Tensor {
             causal: options.causal,
             scale,
         };
-        let flops =
-            2.0 * (spec.batch * spec.hq * spec.sq) as f64 * (spec.sk * (spec.d + spec.dv)) as f64;
+        let out = self.device().check_output("attention", &[b, hq, sq, dv])?;
+        let flops = 2.0 * (out / dv.max(1)) as f64 * sk as f64 * (d + dv) as f64;
         let work = crate::profile::Work::Flops(if spec.causal { flops / 2.0 } else { flops });
         let storage = self.device().op("attention", work).attention(
             self.storage(),

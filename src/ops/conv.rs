@@ -74,14 +74,16 @@ fn out_size(
     pad: usize,
     dil: usize,
 ) -> Result<usize> {
-    let span = dil * (k.max(1) - 1) + 1;
-    if stride == 0 || dil == 0 || input + 2 * pad < span {
+    use crate::shape::{add, mul};
+    let span = add(op, mul(op, dil, k.max(1) - 1)?, 1)?;
+    let padded = add(op, input, mul(op, 2, pad)?)?;
+    if stride == 0 || dil == 0 || padded < span {
         return Err(Error::InvalidArgument {
             op,
             reason: format!("a window of {span} (kernel {k}, dilation {dil}) with stride {stride} does not fit {input} + 2 x {pad} padding"),
         });
     }
-    Ok((input + 2 * pad - span) / stride + 1)
+    Ok((padded - span) / stride + 1)
 }
 
 fn nchw(op: &'static str, t: &Tensor) -> Result<[usize; 4]> {
@@ -163,8 +165,9 @@ impl Tensor {
             ow,
             opts,
         };
+        let out = self.device().check_output("conv2d", &[n, o, oh, ow])?;
         let depth = (spec.c / spec.opts.groups.max(1)) * spec.kh * spec.kw;
-        let flops = 2.0 * (spec.n * spec.o * spec.oh * spec.ow) as f64 * depth as f64;
+        let flops = 2.0 * out as f64 * depth as f64;
         let work = crate::profile::Work::Flops(flops);
         let storage = self.device().op("conv2d", work).conv2d(
             self.storage(),
@@ -188,7 +191,7 @@ impl Tensor {
     fn pool2d(&self, op: &'static str, opts: Pool2dOptions, max: bool) -> Result<Tensor> {
         let [n, c, h, w] = nchw(op, self)?;
         let [kh, kw] = opts.kernel;
-        if kh == 0 || kw == 0 || opts.padding[0] * 2 > kh || opts.padding[1] * 2 > kw {
+        if kh == 0 || kw == 0 || opts.padding[0] > kh / 2 || opts.padding[1] > kw / 2 {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!(
@@ -208,7 +211,8 @@ impl Tensor {
             opts,
             max,
         };
-        let work = crate::profile::Work::elements(self.len() + n * c * oh * ow, 1);
+        let out = self.device().check_output(op, &[n, c, oh, ow])?;
+        let work = crate::profile::Work::Bytes(4.0 * (self.len() as f64 + out as f64));
         let storage = self.device().op(op, work).pool2d(self.storage(), spec)?;
         Ok(self.with_storage(storage, vec![n, c, oh, ow]))
     }

@@ -31,12 +31,10 @@ impl Tensor {
                 ),
             });
         }
+        let n = self.device().check_output("embedding", &[ids.len(), dim])?;
         let storage = self
             .device()
-            .op(
-                "embedding",
-                crate::profile::Work::elements(ids.len() * dim, 2),
-            )
+            .op("embedding", crate::profile::Work::elements(n, 2))
             .embedding(self.storage(), ids, dim)?;
         Ok(self.with_storage(storage, vec![ids.len(), dim]))
     }
@@ -93,11 +91,12 @@ impl Device {
             });
         }
         let half = dim / 2;
-        let (mut c, mut s) = (
-            Vec::with_capacity(seq * half),
-            Vec::with_capacity(seq * half),
-        );
-        for p in offset..offset + seq {
+        let end = crate::shape::add("rope_tables", offset, seq)?;
+        let n = self.check_output("rope_tables", &[seq, half])?;
+        // Both tables exist at once: twice the bytes of one must fit too.
+        self.check_output("rope_tables", &[2, seq, half])?;
+        let (mut c, mut s) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for p in offset..end {
             for j in 0..half {
                 let angle = p as f64 * base.powf(-2.0 * j as f64 / dim as f64);
                 c.push(angle.cos() as f32);

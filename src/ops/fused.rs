@@ -8,6 +8,11 @@ use crate::ops::{BinaryOp, UnaryOp};
 /// Inputs one fused kernel reads (the bind group layouts go up to four).
 pub(crate) const MAX_INPUTS: usize = 4;
 
+/// Ops one fused kernel computes at most. It bounds the depth of every expression, so the
+/// code that walks one (kernel generation, keys, the CPU evaluator) recurses at most this
+/// deep, and a generated kernel stays small enough to compile quickly.
+pub(crate) const MAX_FUSED_OPS: usize = 64;
+
 /// An elementwise expression. `Input(j)` reads input `j` at `i % len_j` (full, row or scalar).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Expr {

@@ -62,7 +62,7 @@ impl Tensor {
             .iter()
             .map(|(t, spec)| (t.storage(), spec.clone()))
             .collect();
-        let n = shape.iter().product();
+        let n = self.device().check_output("copy", &shape)?;
         let work = crate::profile::Work::elements(n, 2);
         let storage = self.device().op("copy", work).copy(&storages, n)?;
         Ok(self.with_storage(storage, shape))
@@ -162,7 +162,7 @@ impl Tensor {
             }
         }
         let mut shape = first.shape().to_vec();
-        shape[axis] = tensors.iter().map(|t| t.shape()[axis]).sum();
+        shape[axis] = crate::shape::sum("concat", tensors.iter().map(|t| t.shape()[axis]))?;
         let out_strides = strides(&shape);
         let mut offset = 0;
         let parts: Vec<(&Tensor, CopySpec)> = tensors

@@ -170,6 +170,13 @@ impl std::fmt::Display for MatmulTile {
     }
 }
 
+/// The longest k one wgpu matmul dispatch sums; longer products are split along k and the
+/// parts added. Mesa's llvmpipe (lavapipe) stops all the loops of one shader invocation
+/// together after 65,535 iterations, silently, and the tiled kernel's k loop runs k / 8 or
+/// k / 16 times; 2^18 keeps it at 32,768. On other adapters the split costs one add per 2^18
+/// of k, nothing next to the product.
+pub const WGPU_MAX_K: usize = 1 << 18;
+
 /// Everything a backend needs besides the buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MatmulSpec {
@@ -270,18 +277,55 @@ impl Tensor {
         if let Some(tile) = options.tile {
             tile.check()?;
         }
+        self.device().check_output("matmul", &shape)?;
+        if dims.k > WGPU_MAX_K && self.device().backend().wgpu().is_some() {
+            return self.matmul_split_k(rhs, options, dims.k);
+        }
         let bias = options.bias.map(Tensor::storage);
+        let d = spec.dims;
+        let flops = 2.0 * d.batch as f64 * d.m as f64 * d.n as f64 * d.k as f64;
         let storage = self
             .device()
-            .op(
-                "matmul",
-                crate::profile::Work::Flops(
-                    2.0 * (spec.dims.batch * spec.dims.m) as f64
-                        * (spec.dims.n * spec.dims.k) as f64,
-                ),
-            )
+            .op("matmul", crate::profile::Work::Flops(flops))
             .matmul(self.storage(), rhs.storage(), bias, spec)?;
         Ok(self.with_storage(storage, shape))
+    }
+
+    /// A product longer than [`WGPU_MAX_K`] on wgpu: the partial products of slices of k,
+    /// added, then the bias and the activation.
+    fn matmul_split_k(&self, rhs: &Tensor, options: MatmulOptions<'_>, k: usize) -> Result<Tensor> {
+        let (ra, rb) = (self.shape().len(), rhs.shape().len());
+        let a_axis = if options.transpose_a { ra - 2 } else { ra - 1 };
+        let b_axis = if options.transpose_b { rb - 1 } else { rb - 2 };
+        let plain = MatmulOptions {
+            bias: None,
+            activation: None,
+            ..options
+        };
+        let mut sum: Option<Tensor> = None;
+        for start in (0..k).step_by(WGPU_MAX_K) {
+            let range = start..(start + WGPU_MAX_K).min(k);
+            let a = self.slice(a_axis, range.clone())?;
+            let b = rhs.slice(b_axis, range)?;
+            let part = a.matmul_with(&b, plain)?;
+            sum = Some(match sum {
+                Some(s) => s.add(&part)?,
+                None => part,
+            });
+        }
+        let Some(mut out) = sum else {
+            return Err(Error::InvalidArgument {
+                op: "matmul",
+                reason: "a split product needs a non-empty k".into(),
+            });
+        };
+        if let Some(bias) = options.bias {
+            out = out.add(&bias.reshape(&[bias.len()])?)?;
+        }
+        if let Some(act) = options.activation {
+            out = out.unary(act.as_unary())?;
+        }
+        Ok(out)
     }
 
     /// A linear layer, `act(self x weight^T + bias)`, with `weight` stored `[out, in]` as in

@@ -69,6 +69,7 @@ impl Tensor {
                 shape: self.shape().to_vec(),
             });
         }
+        self.device().check_output(op.name(), &shape)?;
         let storage = self
             .device()
             .op(

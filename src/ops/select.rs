@@ -42,15 +42,14 @@ impl Tensor {
             });
         }
         let rows = lead.iter().product();
-        let (values, indices) = self
-            .device()
-            .op(
-                "topk",
-                crate::profile::Work::elements(rows * cols * k.max(1), 1),
-            )
-            .topk(self.storage(), rows, cols, k)?;
         let mut shape = lead.to_vec();
         shape.push(k);
+        self.device().check_output("topk", &shape)?;
+        let work = crate::profile::Work::Bytes(4.0 * self.len() as f64 * k.max(1) as f64);
+        let (values, indices) =
+            self.device()
+                .op("topk", work)
+                .topk(self.storage(), rows, cols, k)?;
         Ok((
             self.with_storage(values, shape.clone()),
             self.with_storage(indices, shape),

@@ -91,15 +91,20 @@ impl JsGpu {
     /// A tensor holding a copy of `data` (row-major) with this shape.
     pub fn tensor(
         &self,
-        data: &[f32],
+        #[wasm_bindgen(unchecked_param_type = "Float32Array")] data: JsValue,
         #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
     ) -> Result<JsTensor, JsError> {
+        let data = super::f32_data(&data, "tensor data")?;
         let shape = usizes(&shape, "shape")?;
-        JsTensor::wrap(self.device.tensor(data, &shape))
+        JsTensor::wrap(self.device.tensor(&data, &shape))
     }
 
     /// A tensor of shape [] holding `value`.
-    pub fn scalar(&self, value: f32) -> Result<JsTensor, JsError> {
+    pub fn scalar(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] value: JsValue,
+    ) -> Result<JsTensor, JsError> {
+        let value = super::data_number(&value, "scalar: value")?;
         JsTensor::wrap(self.device.scalar(value))
     }
 
@@ -107,8 +112,9 @@ impl JsGpu {
     pub fn concat(
         &self,
         #[wasm_bindgen(unchecked_param_type = "Tensor[]")] parts: JsValue,
-        axis: usize,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: JsValue,
     ) -> Result<JsTensor, JsError> {
+        let axis = super::index(&axis, "concat: axis")?;
         let parts = tensors(&parts, "concat parts")?;
         let refs: Vec<&Tensor> = parts.iter().collect();
         JsTensor::wrap(Tensor::concat(&refs, axis))
@@ -119,14 +125,22 @@ impl JsGpu {
     #[wasm_bindgen(js_name = ropeTables, unchecked_return_type = "[Tensor, Tensor]")]
     pub fn rope_tables(
         &self,
-        seq: usize,
-        dim: usize,
-        base: Option<f64>,
-        offset: Option<usize>,
+        #[wasm_bindgen(unchecked_param_type = "number")] seq: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] dim: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "number")] base: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "number")] offset: JsValue,
     ) -> Result<Array, JsError> {
+        let seq = super::index(&seq, "ropeTables: seq")?;
+        let dim = super::index(&dim, "ropeTables: dim")?;
+        let base = if base.is_undefined() || base.is_null() {
+            10000.0
+        } else {
+            super::number(&base, "ropeTables: base")? as f64
+        };
+        let offset = super::optional_index(&offset, "ropeTables: offset", 0)?;
         let (c, s) = self
             .device
-            .rope_tables(seq, dim, base.unwrap_or(10000.0), offset.unwrap_or(0))
+            .rope_tables(seq, dim, base, offset)
             .map_err(js_error)?;
         Ok(Array::of2(
             &JsTensor::new(c).into(),
@@ -137,14 +151,18 @@ impl JsGpu {
     /// A [rows, cols] weight from GGUF block bytes ("q8_0", "q4_0" or "q4_1").
     pub fn quantized(
         &self,
-        bytes: &[u8],
-        #[wasm_bindgen(unchecked_param_type = "QuantFormatName")] format: String,
-        rows: usize,
-        cols: usize,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "QuantFormatName")] format: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] rows: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] cols: JsValue,
     ) -> Result<JsQuantTensor, JsError> {
+        let format = super::string(&format, "quantized: format")?;
+        let rows = super::index(&rows, "quantized: rows")?;
+        let cols = super::index(&cols, "quantized: cols")?;
+        let bytes = super::byte_data(&bytes, "quantized: bytes")?;
         let format = options::quant_format(&format)?;
         self.device
-            .quantized(bytes, format, rows, cols)
+            .quantized(&bytes, format, rows, cols)
             .map(|inner| JsQuantTensor { inner })
             .map_err(js_error)
     }

@@ -58,14 +58,110 @@ fn init_once() {
         if log::set_logger(&LOGGER).is_ok() {
             log::set_max_level(log::LevelFilter::Warn);
         }
-        std::panic::set_hook(Box::new(|info| {
-            console_error(&format!("gpukit: internal error (please report): {info}"));
-        }));
+        // A panic would be a gpukit bug (every argument is checked first); should one happen,
+        // its message and place reach the console before the trap.
+        console_error_panic_hook::set_once();
     });
 }
 
 fn js_error(e: impl std::fmt::Display) -> JsError {
     JsError::new(&e.to_string())
+}
+
+/// The largest integer a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// A count, size, axis or batch value from JS: a number that is a non-negative integer no
+/// larger than `Number.MAX_SAFE_INTEGER` and than this build's `usize` (2^32 - 1 in wasm32).
+/// Strings, fractions, negatives, NaN and anything else are errors naming `what`.
+fn index(value: &JsValue, what: &str) -> Result<usize, JsError> {
+    match value.as_f64() {
+        Some(x) if x >= 0.0 && x.fract() == 0.0 && x <= MAX_SAFE_INTEGER => {
+            usize::try_from(x as u64).map_err(|_| {
+                JsError::new(&format!(
+                    "{what} is {x}, more than the largest size here ({})",
+                    usize::MAX
+                ))
+            })
+        }
+        _ => Err(JsError::new(&format!(
+            "{what} must be a non-negative integer, got {}",
+            describe(value)
+        ))),
+    }
+}
+
+/// [`index`], or `default` when the argument is `undefined` or `null`.
+fn optional_index(value: &JsValue, what: &str, default: usize) -> Result<usize, JsError> {
+    if value.is_undefined() || value.is_null() {
+        Ok(default)
+    } else {
+        index(value, what)
+    }
+}
+
+/// A parameter (a scale, an alpha, a base) from JS: a finite number that stays finite in f32.
+fn number(value: &JsValue, what: &str) -> Result<f32, JsError> {
+    match value.as_f64() {
+        Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(x as f32),
+        _ => Err(JsError::new(&format!(
+            "{what} must be a finite number, got {}",
+            describe(value)
+        ))),
+    }
+}
+
+/// A data value (`gpu.scalar`): any number, NaN and infinities included.
+fn data_number(value: &JsValue, what: &str) -> Result<f32, JsError> {
+    value
+        .as_f64()
+        .map(|x| x as f32)
+        .ok_or_else(|| JsError::new(&format!("{what} must be a number, got {}", describe(value))))
+}
+
+/// A bound (clip's min and max): a number, infinities allowed, NaN not.
+fn bound(value: &JsValue, what: &str) -> Result<f32, JsError> {
+    match value.as_f64() {
+        Some(x) if !x.is_nan() => Ok(x as f32),
+        _ => Err(JsError::new(&format!(
+            "{what} must be a number (not NaN), got {}",
+            describe(value)
+        ))),
+    }
+}
+
+/// A string argument (a format or layout name).
+fn string(value: &JsValue, what: &str) -> Result<String, JsError> {
+    value
+        .as_string()
+        .ok_or_else(|| JsError::new(&format!("{what} must be a string, got {}", describe(value))))
+}
+
+/// Tensor data: a `Float32Array` only (strings, plain arrays and other typed arrays would
+/// silently become NaN or reinterpreted values).
+fn f32_data(value: &JsValue, what: &str) -> Result<Vec<f32>, JsError> {
+    value
+        .dyn_ref::<js_sys::Float32Array>()
+        .map(js_sys::Float32Array::to_vec)
+        .ok_or_else(|| {
+            JsError::new(&format!(
+                "{what} must be a Float32Array, got {}",
+                describe(value)
+            ))
+        })
+}
+
+/// Raw bytes: a `Uint8Array` only.
+fn byte_data(value: &JsValue, what: &str) -> Result<Vec<u8>, JsError> {
+    value
+        .dyn_ref::<js_sys::Uint8Array>()
+        .map(js_sys::Uint8Array::to_vec)
+        .ok_or_else(|| {
+            JsError::new(&format!(
+                "{what} must be a Uint8Array, got {}",
+                describe(value)
+            ))
+        })
 }
 
 /// A list of non-negative integers (a shape, axes, ids) from a JS array or typed array.
@@ -79,13 +175,7 @@ fn usizes(value: &JsValue, what: &str) -> Result<Vec<usize>, JsError> {
     Array::from(value)
         .iter()
         .enumerate()
-        .map(|(i, v)| match v.as_f64() {
-            Some(x) if x >= 0.0 && x.fract() == 0.0 && x <= u32::MAX as f64 => Ok(x as usize),
-            _ => Err(JsError::new(&format!(
-                "{what}[{i}] must be a non-negative integer, got {}",
-                describe(&v)
-            ))),
-        })
+        .map(|(i, v)| index(&v, &format!("{what}[{i}]")))
         .collect()
 }
 

@@ -129,6 +129,27 @@ pub(crate) fn parse<T: DeserializeOwned + Default>(
             super::describe(value)
         )));
     }
+    // JSON turns NaN and infinities into null, which would read as "not given": refuse them
+    // first, at the top level and inside arrays (strides, padding, key lengths).
+    for entry in js_sys::Object::entries(value.unchecked_ref()).iter() {
+        let entry = js_sys::Array::from(&entry);
+        let (key, v) = (entry.get(0), entry.get(1));
+        let items: Vec<JsValue> = if js_sys::Array::is_array(&v) {
+            js_sys::Array::from(&v).iter().collect()
+        } else {
+            vec![v]
+        };
+        if items
+            .iter()
+            .any(|x| x.as_f64().is_some_and(|f| !f.is_finite()))
+        {
+            return Err(JsError::new(&format!(
+                "{what}: {} must be finite, got {}",
+                key.as_string().unwrap_or_default(),
+                super::describe(&entry.get(1))
+            )));
+        }
+    }
     let text = js_sys::JSON::stringify(value)
         .ok()
         .and_then(|s| s.as_string())

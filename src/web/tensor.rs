@@ -54,9 +54,17 @@ pub(crate) fn optional_tensor(value: &JsValue, what: &str) -> JsResult<Option<Te
         return Ok(None);
     }
     let not_a_tensor = || JsError::new(&format!("{what} must be a gpukit Tensor"));
-    // `_share` returns a second JS object for the same tensor; that one is taken, the caller's
-    // stays valid.
-    let share = property(value, "_share")
+    // Only a real Tensor: its prototype is Tensor's and it holds a wasm pointer. A look-alike
+    // object (`{ _share: () => other }`) must not hand over another tensor.
+    let proto = tensor_prototype();
+    let own = js_sys::Object::get_prototype_of(value);
+    let pointer = property(value, "__wbg_ptr").as_f64().unwrap_or(0.0);
+    if !value.is_object() || JsValue::from(own) != proto || pointer == 0.0 {
+        return Err(not_a_tensor());
+    }
+    // Tensor's own `_share` (not one the object defines) returns a second JS object for the
+    // same tensor; that one is taken, the caller's stays valid.
+    let share = property(&proto, "_share")
         .dyn_into::<js_sys::Function>()
         .map_err(|_| not_a_tensor())?;
     let shared = share.call0(value).map_err(|_| not_a_tensor())?;
@@ -64,6 +72,17 @@ pub(crate) fn optional_tensor(value: &JsValue, what: &str) -> JsResult<Option<Te
     t.inner
         .ok_or_else(|| JsError::new(&format!("{what} is a tensor that was disposed")))
         .map(Some)
+}
+
+/// `Tensor.prototype`, from a tensor made once for the purpose.
+fn tensor_prototype() -> JsValue {
+    thread_local! {
+        static PROTO: JsValue = {
+            let probe = JsValue::from(JsTensor { inner: None });
+            JsValue::from(js_sys::Object::get_prototype_of(&probe))
+        };
+    }
+    PROTO.with(Clone::clone)
 }
 
 /// Every tensor of a JS array (for concat).
@@ -156,10 +175,18 @@ impl JsTensor {
         self.op(Tensor::relu)
     }
     #[wasm_bindgen(js_name = leakyRelu)]
-    pub fn leaky_relu(&self, alpha: f32) -> JsResult<JsTensor> {
+    pub fn leaky_relu(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] alpha: JsValue,
+    ) -> JsResult<JsTensor> {
+        let alpha = super::number(&alpha, "leaky_relu: alpha")?;
         self.op(|t| t.leaky_relu(alpha))
     }
-    pub fn elu(&self, alpha: f32) -> JsResult<JsTensor> {
+    pub fn elu(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] alpha: JsValue,
+    ) -> JsResult<JsTensor> {
+        let alpha = super::number(&alpha, "elu: alpha")?;
         self.op(|t| t.elu(alpha))
     }
     pub fn sigmoid(&self) -> JsResult<JsTensor> {
@@ -178,10 +205,20 @@ impl JsTensor {
     pub fn gelu_tanh(&self) -> JsResult<JsTensor> {
         self.op(Tensor::gelu_tanh)
     }
-    pub fn clip(&self, min: f32, max: f32) -> JsResult<JsTensor> {
+    pub fn clip(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] min: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] max: JsValue,
+    ) -> JsResult<JsTensor> {
+        let min = super::bound(&min, "clip: min")?;
+        let max = super::bound(&max, "clip: max")?;
         self.op(|t| t.clip(min, max))
     }
-    pub fn scale(&self, s: f32) -> JsResult<JsTensor> {
+    pub fn scale(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] s: JsValue,
+    ) -> JsResult<JsTensor> {
+        let s = super::number(&s, "scale: s")?;
         self.op(|t| t.scale(s))
     }
     pub fn exp(&self) -> JsResult<JsTensor> {
@@ -324,11 +361,25 @@ impl JsTensor {
         self.op(|t| t.permute(&axes))
     }
     /// Swaps two axes.
-    pub fn transpose(&self, a: usize, b: usize) -> JsResult<JsTensor> {
+    pub fn transpose(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+    ) -> JsResult<JsTensor> {
+        let a = super::index(&a, "transpose: a")?;
+        let b = super::index(&b, "transpose: b")?;
         self.op(|t| t.transpose(a, b))
     }
     /// Elements `start..end` along `axis`.
-    pub fn slice(&self, axis: usize, start: usize, end: usize) -> JsResult<JsTensor> {
+    pub fn slice(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] start: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] end: JsValue,
+    ) -> JsResult<JsTensor> {
+        let axis = super::index(&axis, "slice: axis")?;
+        let start = super::index(&start, "slice: start")?;
+        let end = super::index(&end, "slice: end")?;
         self.op(|t| t.slice(axis, start..end))
     }
 
@@ -347,15 +398,20 @@ impl JsTensor {
         &self,
         cos: &JsTensor,
         sin: &JsTensor,
-        #[wasm_bindgen(unchecked_param_type = "RopeLayoutName")] layout: String,
+        #[wasm_bindgen(unchecked_param_type = "RopeLayoutName")] layout: JsValue,
     ) -> JsResult<JsTensor> {
+        let layout = super::string(&layout, "rope: layout")?;
         let layout = options::rope_layout(&layout)?;
         JsTensor::wrap(self.get()?.rope(cos.get()?, sin.get()?, layout))
     }
 
     /// The `k` largest elements of each row and their indices (as floats), largest first.
     #[wasm_bindgen(unchecked_return_type = "[Tensor, Tensor]")]
-    pub fn topk(&self, k: usize) -> JsResult<Array> {
+    pub fn topk(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] k: JsValue,
+    ) -> JsResult<Array> {
+        let k = super::index(&k, "topk: k")?;
         let (values, indices) = self.get()?.topk_last(k).map_err(js_error)?;
         Ok(pair(values, indices))
     }

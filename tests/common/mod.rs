@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod oracle;
+pub mod reliability;
 pub mod suite;
 
 /// Calls `$callback!($args.. [every test of the op suite])`: the one list of the suite's
@@ -14,7 +15,9 @@ macro_rules! with_suite_tests {
             dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
             matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
             topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16, batch_api,
-            batch_every_op,
+            batch_every_op, hostile_shapes, matmul_long_k, attention_special_values,
+            fused_special_values, batch_fusion_shapes, matmul_f16_small_rows,
+            random_batches_vs_eager,
         ]);
     };
 }

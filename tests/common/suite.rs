@@ -3,6 +3,8 @@
 //! the edge values in `EDGES`, and the sizes in `SIZES`; every result is compared with the f64
 //! oracle within the op's tolerance.
 
+pub use super::reliability::*;
+
 use super::oracle::{self, Tol};
 use super::{check, Rng, EDGES, SHAPE_2D, SIZES};
 use gpukit::{BinaryOp, Device, Error, ReduceOp, Tensor, UnaryOp};

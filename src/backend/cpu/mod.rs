@@ -56,7 +56,10 @@ impl CpuBackend {
             ),
             limits: DeviceLimits {
                 max_storage_binding: isize::MAX as u64,
-                max_buffer: isize::MAX as u64,
+                // The host limit: one tensor at most the machine's memory (isize::MAX where
+                // that is unknown, 2 GiB on wasm32). Larger outputs are LimitExceeded before
+                // anything is allocated, and every allocation is fallible (`zeros`).
+                max_buffer: system_memory().map_or(isize::MAX as u64, |m| m.min(isize::MAX as u64)),
                 workgroup_storage: 0,
                 invocations_per_workgroup: 1,
                 workgroups_per_dimension: u32::MAX,

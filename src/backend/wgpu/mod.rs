@@ -128,6 +128,10 @@ impl State {
 pub(crate) struct WgpuStorage {
     buffer: Option<wgpu::Buffer>,
     shared: Arc<Shared>,
+    /// Filled by `write_buffer` (an upload): inside a batch it is kept until the batch ends,
+    /// never handed to a later op of the batch, whose dispatch would overwrite it before a
+    /// graph replays the op that reads it (the write happens once, when recorded).
+    uploaded: bool,
 }
 
 impl WgpuStorage {
@@ -148,7 +152,11 @@ impl WgpuStorage {
 impl Drop for WgpuStorage {
     fn drop(&mut self) {
         if let Some(b) = self.buffer.take() {
-            self.shared.state().retire(b);
+            if self.uploaded {
+                self.shared.state().retire_upload(b);
+            } else {
+                self.shared.state().retire(b);
+            }
         }
     }
 }
@@ -320,6 +328,7 @@ impl Shared {
         WgpuStorage {
             buffer: Some(buffer),
             shared: self.clone(),
+            uploaded: false,
         }
     }
 
@@ -385,7 +394,11 @@ impl Shared {
             self.queue
                 .write_buffer(&buffer, 0, bytemuck::cast_slice(data));
         }
-        Ok(self.storage(buffer))
+        Ok(WgpuStorage {
+            buffer: Some(buffer),
+            shared: self.clone(),
+            uploaded: true,
+        })
     }
 
     /// A pooled buffer holding `bytes` (for non-f32 inputs such as token ids); the caller

@@ -44,10 +44,13 @@ pub(crate) const TENSOR_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
     .union(wgpu::BufferUsages::COPY_SRC)
     .union(wgpu::BufferUsages::COPY_DST);
 
-/// The smallest size class that holds `bytes`.
+/// The smallest size class that holds `bytes` (`u64::MAX`, larger than any device's
+/// `max_buffer_size`, when no power of two holds it).
 pub(crate) fn size_class(bytes: u64) -> u64 {
     let bytes = bytes.max(256);
-    let pow = bytes.next_power_of_two();
+    let Some(pow) = bytes.checked_next_power_of_two() else {
+        return u64::MAX;
+    };
     if pow == bytes {
         return bytes;
     }
@@ -169,5 +172,9 @@ mod tests {
             );
             assert_eq!(c % 64, 0);
         }
+        // Beyond 2^63 no power of two fits: the class is larger than any limit, not a wrap.
+        assert_eq!(size_class((1 << 63) + 1), u64::MAX);
+        assert_eq!(size_class(u64::MAX), u64::MAX);
+        assert_eq!(size_class(1 << 63), 1 << 63);
     }
 }

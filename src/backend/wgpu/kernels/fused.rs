@@ -53,16 +53,36 @@ const WGSL: Syntax = Syntax {
             f32_literal(p1)
         )
     },
-    binary: |op, a, b| {
-        let sym = match op {
-            BinaryOp::Add => "+",
-            BinaryOp::Sub => "-",
-            BinaryOp::Mul => "*",
-            BinaryOp::Div => "/",
-        };
-        format!("{a} {sym} {b}")
+    binary: |op, a, b| match op {
+        BinaryOp::Add => format!("{a} + {b}"),
+        BinaryOp::Mul => format!("{a} * {b}"),
+        BinaryOp::Sub => format!("ieee_sub({a}, {b})"),
+        BinaryOp::Div => format!("ieee_div({a}, {b})"),
     },
 };
+
+/// Subtraction and division that keep their IEEE results for infinities and NaN. In a fused
+/// kernel both sides of `x - x` or `x / x` can be one value, which shader compilers fold to 0
+/// and 1 (WGSL lets them assume no NaN or infinity); eager ops read two bindings and are not
+/// folded. The special cases are found on the bits, which no float rewrite touches.
+/// (`nan_bits` and `is_nan4` come from unary.wgsl's library, which precedes it.)
+const IEEE_LIBRARY: &str = "
+fn is_inf4(x: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) == vec4<u32>(0x7f800000u);
+}
+fn is_zero4(x: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) == vec4<u32>(0u);
+}
+fn ieee_sub(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    let same = bitcast<vec4<u32>>(a) == bitcast<vec4<u32>>(b);
+    let nan = is_nan4(a) | is_nan4(b) | (is_inf4(a) & same);
+    return select(a - b, vec4<f32>(bitcast<f32>(nan_bits)), nan);
+}
+fn ieee_div(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    let nan = is_nan4(a) | is_nan4(b) | (is_inf4(a) & is_inf4(b)) | (is_zero4(a) & is_zero4(b));
+    return select(a / b, vec4<f32>(bitcast<f32>(nan_bits)), nan);
+}
+";
 
 /// The WGSL of a fused kernel over `inputs` inputs.
 pub(crate) fn fused_source(expr: &Expr, inputs: usize) -> Result<String> {
@@ -85,6 +105,7 @@ pub(crate) fn fused_source(expr: &Expr, inputs: usize) -> Result<String> {
         inputs + 1
     );
     s.push_str(unary_library()?);
+    s.push_str(IEEE_LIBRARY);
     for j in 0..inputs {
         let _ = writeln!(
             s,

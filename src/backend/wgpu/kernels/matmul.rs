@@ -97,7 +97,15 @@ impl WgpuBackend {
         // kernel, 8 outputs per workgroup, instead of 64 x 64 tiles that would be mostly empty.
         let rows = batch * m;
         let rows_contiguous = batch == 1 || (d.b_stride == 0 && d.a_stride != 0);
-        if spec.transpose_b && !spec.transpose_a && rows_contiguous && rows <= GEMV_MAX_ROWS {
+        // The GEMV kernel multiplies in f32: a product that asks for rounded inputs (f16, bf16)
+        // takes the tiled kernel, which rounds them.
+        let exact = matches!(spec.precision, Precision::F32 | Precision::Tf32);
+        if spec.transpose_b
+            && !spec.transpose_a
+            && exact
+            && rows_contiguous
+            && rows <= GEMV_MAX_ROWS
+        {
             let p = MnkParams {
                 m: rows as u32,
                 n: n as u32,
