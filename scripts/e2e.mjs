@@ -2,7 +2,7 @@
 // SwiftShader) through playwright-core, and checks each page: the backend is WebGPU, the
 // playground verifies every op, the benchmark page draws its chart from verified results, and
 // the digit page classifies digits drawn with mouse events. Screenshots go to target/e2e/.
-import { mkdir } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { serve } from "./serve.mjs";
@@ -41,6 +41,23 @@ try {
     check(["webgpu", "cpu"].includes(backend), `index: automatic selection picked ${backend}`);
     check(errors.length === 0, `index: no page errors ${JSON.stringify(errors)}`);
     await page.screenshot({ path: `${shots}/index.png`, fullPage: true });
+    // Hostile calls (tests/npm/hostile.mjs, as in Node) against the WebGPU device: every one
+    // returns or fails with an Error, none traps, and the module still computes afterwards.
+    const source = (await readFile(new URL("../tests/npm/hostile.mjs", import.meta.url), "utf8"))
+      .replace("export async function hostile", "async function hostile");
+    const outcome = await page.evaluate(async (src) => {
+      const hostile = new Function(`${src}; return hostile;`)();
+      const gpukit = await import("/pkg/gpukit.js");
+      await gpukit.default();
+      const gpu = await gpukit.Gpu.create({ backend: "webgpu" });
+      try {
+        return await hostile(gpukit, gpu, "browser", 1500);
+      } catch (e) {
+        return { error: `${e?.constructor?.name}: ${e?.message ?? e}` };
+      }
+    }, source);
+    check(!outcome.error, `index: hostile JS calls on WebGPU ${JSON.stringify(outcome)}`);
+    check(errors.length === 0, `index: no page errors after the hostile calls ${JSON.stringify(errors)}`);
     await page.close();
   }
   // The playground on WebGPU: every op verified against the JS reference.

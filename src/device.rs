@@ -412,6 +412,7 @@ impl Device {
     /// its element count fits `usize` (see [`crate::shape`]) and its bytes the device's largest
     /// buffer (`max_buffer`: the adapter's limit, the GPU's memory, or the host's memory for
     /// the CPU backend). Every op calls it for its output. Returns the element count.
+    #[inline(never)]
     pub(crate) fn check_output(&self, op: &'static str, shape: &[usize]) -> Result<usize> {
         let n = crate::shape::numel(op, shape)?;
         crate::shape::bytes(op, shape, n, 4, self.info().limits.max_buffer)?;

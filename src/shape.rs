@@ -15,6 +15,8 @@ use crate::error::{Error, Result};
 /// The limit named when a size does not fit the machine's address range.
 const ADDRESS_RANGE: &str = "address range (usize)";
 
+#[cold]
+#[inline(never)]
 fn overflow(op: &'static str, what: String) -> Error {
     Error::LimitExceeded {
         what: format!("{op}: {what}"),
@@ -25,12 +27,14 @@ fn overflow(op: &'static str, what: String) -> Error {
 }
 
 /// `a * b`, or an error naming `op` when it overflows.
+#[inline(never)]
 pub(crate) fn mul(op: &'static str, a: usize, b: usize) -> Result<usize> {
     a.checked_mul(b)
         .ok_or_else(|| overflow(op, format!("{a} x {b} overflows")))
 }
 
 /// `a + b`, or an error naming `op` when it overflows.
+#[inline(never)]
 pub(crate) fn add(op: &'static str, a: usize, b: usize) -> Result<usize> {
     a.checked_add(b)
         .ok_or_else(|| overflow(op, format!("{a} + {b} overflows")))
@@ -40,6 +44,7 @@ pub(crate) fn add(op: &'static str, a: usize, b: usize) -> Result<usize> {
 /// overflows. Zero axes are left out of the check on purpose: a valid shape then has no
 /// sub-product (rows before a last axis, a plane, a batch) that overflows, even when it holds
 /// no elements.
+#[inline(never)]
 pub(crate) fn numel(op: &'static str, shape: &[usize]) -> Result<usize> {
     let nonzero = shape
         .iter()
@@ -56,6 +61,7 @@ pub(crate) fn numel(op: &'static str, shape: &[usize]) -> Result<usize> {
 }
 
 /// The sum of `parts`, or an error when it overflows.
+#[inline(never)]
 pub(crate) fn sum(op: &'static str, parts: impl IntoIterator<Item = usize>) -> Result<usize> {
     parts
         .into_iter()
@@ -65,6 +71,7 @@ pub(crate) fn sum(op: &'static str, parts: impl IntoIterator<Item = usize>) -> R
 
 /// Checks that a tensor of `elements` elements of `elem_bytes` bytes fits `max_bytes` (the
 /// device's largest buffer) and returns its size in bytes.
+#[inline(never)]
 pub(crate) fn bytes(
     op: &'static str,
     shape: &[usize],

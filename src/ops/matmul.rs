@@ -174,7 +174,7 @@ impl std::fmt::Display for MatmulTile {
 /// parts added. Mesa's llvmpipe (lavapipe) stops all the loops of one shader invocation
 /// together after 65,535 iterations, silently, and the tiled kernel's k loop runs k / 8 or
 /// k / 16 times; 2^18 keeps it at 32,768. On other adapters the split costs one add per 2^18
-/// of k, nothing next to the product.
+/// of k, nothing next to the product. (Natively: the browser's WebGPU never runs on lavapipe.)
 pub const WGPU_MAX_K: usize = 1 << 18;
 
 /// Everything a backend needs besides the buffers.
@@ -278,6 +278,7 @@ impl Tensor {
             tile.check()?;
         }
         self.device().check_output("matmul", &shape)?;
+        #[cfg(native)]
         if dims.k > WGPU_MAX_K && self.device().backend().wgpu().is_some() {
             return self.matmul_split_k(rhs, options, dims.k);
         }
@@ -292,7 +293,9 @@ impl Tensor {
     }
 
     /// A product longer than [`WGPU_MAX_K`] on wgpu: the partial products of slices of k,
-    /// added, then the bias and the activation.
+    /// added, then the bias and the activation. Native only: lavapipe is the one adapter that
+    /// needs it, and the browser's WebGPU never runs on it.
+    #[cfg(native)]
     fn matmul_split_k(&self, rhs: &Tensor, options: MatmulOptions<'_>, k: usize) -> Result<Tensor> {
         let (ra, rb) = (self.shape().len(), rhs.shape().len());
         let a_axis = if options.transpose_a { ra - 2 } else { ra - 1 };

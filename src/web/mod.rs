@@ -74,6 +74,7 @@ const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
 /// A count, size, axis or batch value from JS: a number that is a non-negative integer no
 /// larger than `Number.MAX_SAFE_INTEGER` and than this build's `usize` (2^32 - 1 in wasm32).
 /// Strings, fractions, negatives, NaN and anything else are errors naming `what`.
+#[inline(never)]
 fn index(value: &JsValue, what: &str) -> Result<usize, JsError> {
     match value.as_f64() {
         Some(x) if x >= 0.0 && x.fract() == 0.0 && x <= MAX_SAFE_INTEGER => {
@@ -92,6 +93,7 @@ fn index(value: &JsValue, what: &str) -> Result<usize, JsError> {
 }
 
 /// [`index`], or `default` when the argument is `undefined` or `null`.
+#[inline(never)]
 fn optional_index(value: &JsValue, what: &str, default: usize) -> Result<usize, JsError> {
     if value.is_undefined() || value.is_null() {
         Ok(default)
@@ -101,6 +103,7 @@ fn optional_index(value: &JsValue, what: &str, default: usize) -> Result<usize, 
 }
 
 /// A parameter (a scale, an alpha, a base) from JS: a finite number that stays finite in f32.
+#[inline(never)]
 fn number(value: &JsValue, what: &str) -> Result<f32, JsError> {
     match value.as_f64() {
         Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(x as f32),
@@ -112,6 +115,7 @@ fn number(value: &JsValue, what: &str) -> Result<f32, JsError> {
 }
 
 /// A data value (`gpu.scalar`): any number, NaN and infinities included.
+#[inline(never)]
 fn data_number(value: &JsValue, what: &str) -> Result<f32, JsError> {
     value
         .as_f64()
@@ -120,6 +124,7 @@ fn data_number(value: &JsValue, what: &str) -> Result<f32, JsError> {
 }
 
 /// A bound (clip's min and max): a number, infinities allowed, NaN not.
+#[inline(never)]
 fn bound(value: &JsValue, what: &str) -> Result<f32, JsError> {
     match value.as_f64() {
         Some(x) if !x.is_nan() => Ok(x as f32),
@@ -131,6 +136,7 @@ fn bound(value: &JsValue, what: &str) -> Result<f32, JsError> {
 }
 
 /// A string argument (a format or layout name).
+#[inline(never)]
 fn string(value: &JsValue, what: &str) -> Result<String, JsError> {
     value
         .as_string()
@@ -139,6 +145,7 @@ fn string(value: &JsValue, what: &str) -> Result<String, JsError> {
 
 /// Tensor data: a `Float32Array` only (strings, plain arrays and other typed arrays would
 /// silently become NaN or reinterpreted values).
+#[inline(never)]
 fn f32_data(value: &JsValue, what: &str) -> Result<Vec<f32>, JsError> {
     value
         .dyn_ref::<js_sys::Float32Array>()
@@ -152,6 +159,7 @@ fn f32_data(value: &JsValue, what: &str) -> Result<Vec<f32>, JsError> {
 }
 
 /// Raw bytes: a `Uint8Array` only.
+#[inline(never)]
 fn byte_data(value: &JsValue, what: &str) -> Result<Vec<u8>, JsError> {
     value
         .dyn_ref::<js_sys::Uint8Array>()
@@ -165,6 +173,7 @@ fn byte_data(value: &JsValue, what: &str) -> Result<Vec<u8>, JsError> {
 }
 
 /// A list of non-negative integers (a shape, axes, ids) from a JS array or typed array.
+#[inline(never)]
 fn usizes(value: &JsValue, what: &str) -> Result<Vec<usize>, JsError> {
     if !(Array::is_array(value) || ArrayBuffer::is_view(value)) {
         return Err(JsError::new(&format!(
@@ -180,6 +189,7 @@ fn usizes(value: &JsValue, what: &str) -> Result<Vec<usize>, JsError> {
 }
 
 /// A short description of a JS value for error messages.
+#[inline(never)]
 fn describe(value: &JsValue) -> String {
     if let Some(s) = value.as_string() {
         return format!("{s:?}");

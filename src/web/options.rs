@@ -129,8 +129,19 @@ pub(crate) fn parse<T: DeserializeOwned + Default>(
             super::describe(value)
         )));
     }
-    // JSON turns NaN and infinities into null, which would read as "not given": refuse them
-    // first, at the top level and inside arrays (strides, padding, key lengths).
+    refuse_non_finite(value, what)?;
+    let text = js_sys::JSON::stringify(value)
+        .ok()
+        .and_then(|s| s.as_string())
+        .ok_or_else(|| JsError::new(&format!("{what} could not be read as JSON")))?;
+    serde_json::from_str(&text).map_err(|e| JsError::new(&format!("{what}: {e}")))
+}
+
+/// JSON turns NaN and infinities into null, which would read as "not given": an option
+/// object's numbers must be finite, at the top level and inside arrays (strides, padding, key
+/// lengths). Not generic, so each option type's parser stays small.
+#[inline(never)]
+fn refuse_non_finite(value: &JsValue, what: &str) -> Result<(), JsError> {
     for entry in js_sys::Object::entries(value.unchecked_ref()).iter() {
         let entry = js_sys::Array::from(&entry);
         let (key, v) = (entry.get(0), entry.get(1));
@@ -150,11 +161,7 @@ pub(crate) fn parse<T: DeserializeOwned + Default>(
             )));
         }
     }
-    let text = js_sys::JSON::stringify(value)
-        .ok()
-        .and_then(|s| s.as_string())
-        .ok_or_else(|| JsError::new(&format!("{what} could not be read as JSON")))?;
-    serde_json::from_str(&text).map_err(|e| JsError::new(&format!("{what}: {e}")))
+    Ok(())
 }
 
 #[derive(Deserialize, Default)]

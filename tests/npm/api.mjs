@@ -3,6 +3,7 @@
 // op suite itself (every op at every edge) runs through wasm-bindgen-test in Node and Chromium.
 // Exits non-zero on the first failure.
 import assert from "node:assert/strict";
+import { hostile } from "./hostile.mjs";
 
 export async function run(gpukit, label) {
   const { Gpu } = gpukit;
@@ -208,5 +209,7 @@ export async function run(gpukit, label) {
   await assert.doesNotReject(kept.read());
   await gpu.synchronize();
   assert.ok(gpu.memoryStats().liveBytes >= 0);
+  const h = await hostile(gpukit, gpu, label);
+  console.log(`${label}: ${h.calls} hostile calls over ${h.methods} methods, ${h.thrown} refused with an Error, none trapped`);
   console.log(`${label}: JS API checks passed on ${info.backend} (${info.adapter})`);
 }

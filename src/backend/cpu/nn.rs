@@ -122,17 +122,11 @@ pub(super) fn embedding(table: &[f32], ids: &[u32], dim: usize) -> Vec<f32> {
 pub(super) fn topk(x: &[f32], rows: usize, cols: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
     let mut pairs = vec![(0.0f32, 0.0f32); rows * k];
     par::rows_mut(&mut pairs, k, |r0, block| {
-        let mut order: Vec<usize> = Vec::with_capacity(cols);
+        let mut order: Vec<usize> = Vec::with_capacity(k);
         for (r, dst) in block.chunks_exact_mut(k.max(1)).enumerate() {
             let row = &x[(r0 + r) * cols..(r0 + r + 1) * cols];
             let key = |i: usize| (std::cmp::Reverse(crate::ops::select::order_key(row[i])), i);
-            order.clear();
-            order.extend(0..cols);
-            if k < cols {
-                order.select_nth_unstable_by_key(k, |&i| key(i));
-                order.truncate(k);
-            }
-            order.sort_unstable_by_key(|&i| key(i));
+            crate::small_sort::smallest_k_by_key(0..cols, k, key, &mut order);
             for (d, &i) in dst.iter_mut().zip(&order) {
                 *d = (row[i], i as f32);
             }

@@ -284,6 +284,7 @@ pub(crate) async fn ranked(
             None => usable.push((adapter, info)),
         }
     }
-    usable.sort_by_key(|(_, info)| rank(info));
+    // A few adapters: the small stable sort, not the standard library's (kilobytes of wasm).
+    crate::small_sort::sort_small_by(&mut usable, |a, b| rank(&a.1) < rank(&b.1));
     (usable, rejected)
 }
