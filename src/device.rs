@@ -30,6 +30,7 @@ struct Inner {
     backend: BackendImpl,
     info: DeviceInfo,
     profile: crate::profile::State,
+    verify: crate::verify::Verifier,
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -100,6 +101,7 @@ impl Device {
                 backend: BackendImpl::Cpu(CpuBackend),
                 info: CpuBackend::info(format!("fallback: {reason}")),
                 profile: Default::default(),
+                verify: Default::default(),
             }),
         }
     }
@@ -111,6 +113,7 @@ impl Device {
                 backend: BackendImpl::Cpu(CpuBackend),
                 info: CpuBackend::info("internal: measuring the CPU backend".into()),
                 profile: Default::default(),
+                verify: Default::default(),
             }),
         }
     }
@@ -145,19 +148,29 @@ impl Device {
                 backend: BackendImpl::Meta,
                 info,
                 profile: Default::default(),
+                verify: Default::default(),
             }),
         }
     }
 
     fn from_parts(backend: BackendImpl, info: DeviceInfo) -> Device {
         warn_if_slow(&info);
-        Device {
+        let device = Device {
             inner: Arc::new(Inner {
                 backend,
                 info,
                 profile: Default::default(),
+                verify: Default::default(),
             }),
+        };
+        // GPUKIT_VERIFY=1 checks every op of a GPU device against the CPU backend.
+        #[cfg(native)]
+        if device.info().backend != Backend::Cpu
+            && std::env::var("GPUKIT_VERIFY").is_ok_and(|v| v.trim() == "1")
+        {
+            return device.with_verification();
         }
+        device
     }
 
     async fn automatic() -> Result<Device> {
@@ -378,6 +391,10 @@ impl Device {
         crate::profile::OpScope::new(self, name, work)
     }
 
+    pub(crate) fn verifier(&self) -> &crate::verify::Verifier {
+        &self.inner.verify
+    }
+
     pub(crate) fn profile_state(&self) -> &crate::profile::State {
         &self.inner.profile
     }
@@ -434,7 +451,8 @@ impl Device {
 
     /// Waits until all enqueued work has finished on the device.
     pub async fn synchronize(&self) -> Result<()> {
-        self.inner.backend.synchronize().await
+        self.inner.backend.synchronize().await?;
+        self.verify_pending().await
     }
 
     /// What the matmul autotuner measured on this device's adapter: one record per size class

@@ -113,6 +113,20 @@ pub enum Error {
         detail: String,
     },
 
+    /// Verification mode ([`crate::Device::with_verification`]) found an op whose result differs
+    /// from the CPU backend's beyond the op's tolerance.
+    #[error("verification failed: {op} on {backend} differs from the CPU backend for inputs of shapes {shapes:?}: {detail}. The device or its driver computes this op wrongly: report it with `gpukit info --json` and use another backend meanwhile")]
+    Verification {
+        /// The op.
+        op: &'static str,
+        /// The backend that computed it.
+        backend: Backend,
+        /// The shapes of its inputs.
+        shapes: Vec<Vec<usize>>,
+        /// The first element out of tolerance.
+        detail: String,
+    },
+
     /// The backend rejected a command (a wgpu validation error or a driver error).
     #[error("the {backend} backend rejected a command: {detail}. Please report it with `gpukit info --json`")]
     Backend {

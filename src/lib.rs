@@ -50,6 +50,7 @@ mod shape;
 mod slice;
 mod small_sort;
 mod tensor;
+pub mod verify;
 #[cfg(web)]
 mod web;
 
@@ -68,6 +69,7 @@ pub use policy::{Costs, DispatchPolicy, OpClass};
 pub use profile::{OpProfile, Profiler};
 pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};
+pub use verify::{VerifiedOp, VerifyReport};
 
 /// The WGSL sources of every kernel, by file name (for validation and inspection).
 pub fn shader_sources() -> Vec<(&'static str, &'static str)> {

@@ -563,7 +563,9 @@ impl Batch {
             }
             None => (plan.execute(self)?, None),
         };
-        plan.read(self, &values, taken).await
+        let result = plan.read(self, &values, taken).await?;
+        self.device.verify_pending().await?;
+        Ok(result)
     }
 
     /// Captures the batch as a [`Graph`] (the batch runs once while it is captured). On wgpu the
@@ -656,7 +658,12 @@ impl Graph {
                 ));
             }
         }
-        match (&self.captured, self.batch.device.backend()) {
+        // A replay bypasses the ops; under verification the graph runs its ops instead.
+        let captured = match self.batch.device.verifier().is_on() {
+            true => None,
+            false => self.captured.as_ref(),
+        };
+        match (captured, self.batch.device.backend()) {
             (Some(c), BackendImpl::Wgpu(b)) => {
                 // The only kind of replay in builds without CUDA.
                 #[allow(irrefutable_let_patterns)]

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::{missing, Batch, BatchResult, Node, Op, Value};
-use crate::backend::{BackendImpl, Storage};
+use crate::backend::BackendImpl;
 use crate::error::{Error, Result};
 use crate::ops::fused::{Expr, MAX_FUSED_OPS, MAX_INPUTS};
 use crate::ops::{Activation, BinaryOp, MatmulOptions, UnaryOp};
@@ -161,15 +161,7 @@ impl Plan {
                     .iter()
                     .map(|&l| live.get(&l).ok_or_else(missing))
                     .collect::<Result<Vec<_>>>()?;
-                let inputs: Vec<(&Storage, usize)> =
-                    ts.iter().map(|t| (t.storage(), t.len().max(1))).collect();
-                let work = crate::profile::Work::elements(node.len(), inputs.len() + 1);
-                let storage = batch
-                    .device
-                    .op("fused", work)
-                    .fused(expr, &inputs, node.len())
-                    .map_err(at)?;
-                Tensor::new(batch.device.clone(), storage, node.shape.clone())
+                crate::ops::fused::run(expr, &ts, node.len(), node.shape.clone()).map_err(at)?
             } else if let Some(&(mm, bias, act)) = self.epilogue.get(&i) {
                 let Op::Matmul(a, b, o) = &batch.nodes[mm].op else {
                     return Err(missing());

@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// Masks and scale of [`Tensor::attention`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -106,6 +107,16 @@ impl Tensor {
             options.key_lengths,
             spec,
         )?;
-        Ok(self.with_storage(storage, vec![b, hq, sq, dv]))
+        let out = self.with_storage(storage, vec![b, hq, sq, dv]);
+        let lens = options.key_lengths.map(<[u32]>::to_vec);
+        let (causal, scale) = (options.causal, options.scale);
+        out.verified("attention", [self, k, v], Tol::Accumulate, move |t| {
+            let options = AttentionOptions {
+                causal,
+                key_lengths: lens.as_deref(),
+                scale,
+            };
+            t[0].attention(t[1], t[2], options)
+        })
     }
 }

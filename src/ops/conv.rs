@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// Stride, padding, dilation and groups of [`Tensor::conv2d`] (height, width).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,7 +176,12 @@ impl Tensor {
             bias.map(Tensor::storage),
             spec,
         )?;
-        Ok(self.with_storage(storage, vec![n, o, oh, ow]))
+        let out = self.with_storage(storage, vec![n, o, oh, ow]);
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        out.verified_many("conv2d", &inputs, Tol::Accumulate, move |t| {
+            t[0].conv2d(t[1], t.get(2).copied(), opts)
+        })
     }
 
     /// Max over each window (NaN if the window holds one); padding is skipped.
@@ -214,6 +220,8 @@ impl Tensor {
         let out = self.device().check_output(op, &[n, c, oh, ow])?;
         let work = crate::profile::Work::Bytes(4.0 * (self.len() as f64 + out as f64));
         let storage = self.device().op(op, work).pool2d(self.storage(), spec)?;
-        Ok(self.with_storage(storage, vec![n, c, oh, ow]))
+        let out = self.with_storage(storage, vec![n, c, oh, ow]);
+        let tol = if max { Tol::Exact } else { Tol::Accumulate };
+        out.verified(op, [self], tol, move |t| t[0].pool2d(op, opts, max))
     }
 }

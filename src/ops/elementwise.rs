@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// A unary elementwise operation. Parameters travel with the variant.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -345,7 +346,8 @@ impl Tensor {
             .device()
             .op(op.name(), crate::profile::Work::elements(self.len(), 2))
             .unary(op, self.storage(), self.len())?;
-        Ok(self.with_storage(storage, self.shape().to_vec()))
+        let out = self.with_storage(storage, self.shape().to_vec());
+        out.verified(op.name(), [self], Tol::Elementwise, move |t| t[0].unary(op))
     }
 
     /// Applies a binary op with broadcasting (see [`BinaryOp`]); shapes that do not broadcast
@@ -361,7 +363,10 @@ impl Tensor {
             (rhs.storage(), bc.b_len),
             n,
         )?;
-        Ok(self.with_storage(storage, bc.shape))
+        let out = self.with_storage(storage, bc.shape);
+        out.verified(op.name(), [self, rhs], Tol::Elementwise, move |t| {
+            t[0].binary(op, t[1])
+        })
     }
 
     /// `x < 0 ? 0 : x`.

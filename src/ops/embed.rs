@@ -3,6 +3,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// Which elements RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,7 +37,11 @@ impl Tensor {
             .device()
             .op("embedding", crate::profile::Work::elements(n, 2))
             .embedding(self.storage(), ids, dim)?;
-        Ok(self.with_storage(storage, vec![ids.len(), dim]))
+        let out = self.with_storage(storage, vec![ids.len(), dim]);
+        let ids = ids.to_vec();
+        out.verified("embedding", [self], Tol::Exact, move |t| {
+            t[0].embedding(&ids)
+        })
     }
 
     /// Rotates pairs of the last axis by position: `self` is `[.., seq, dim]` (position = the
@@ -70,7 +75,10 @@ impl Tensor {
             [self.len(), seq, dim],
             layout,
         )?;
-        Ok(self.with_storage(storage, shape.to_vec()))
+        let out = self.with_storage(storage, shape.to_vec());
+        out.verified("rope", [self, cos, sin], Tol::Accumulate, move |t| {
+            t[0].rope(t[1], t[2], layout)
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! CPU backend evaluates it block by block.
 
 use crate::ops::{BinaryOp, UnaryOp};
+use crate::tensor::Tensor;
 
 /// Inputs one fused kernel reads (the bind group layouts go up to four).
 pub(crate) const MAX_INPUTS: usize = 4;
@@ -39,6 +40,33 @@ impl Expr {
             }
         }
     }
+}
+
+/// Runs `expr` over `inputs` on their device as one kernel: a batch's fused node, and
+/// verification's CPU copy of one. Input `j` is read at `i % inputs[j].len()`.
+pub(crate) fn run(
+    expr: &Expr,
+    inputs: &[&Tensor],
+    n: usize,
+    shape: Vec<usize>,
+) -> crate::error::Result<Tensor> {
+    let Some(first) = inputs.first() else {
+        return Err(crate::error::Error::InvalidArgument {
+            op: "fused",
+            reason: "a fused kernel needs an input".into(),
+        });
+    };
+    let storages: Vec<(&crate::backend::Storage, usize)> = inputs
+        .iter()
+        .map(|t| (t.storage(), t.len().max(1)))
+        .collect();
+    let work = crate::profile::Work::elements(n, inputs.len() + 1);
+    let storage = first.device().op("fused", work).fused(expr, &storages, n)?;
+    let out = first.with_storage(storage, shape);
+    let (expr, rerun_shape) = (expr.clone(), out.shape().to_vec());
+    out.verified_many("fused", inputs, crate::verify::Tol::Elementwise, move |t| {
+        run(&expr, t, n, rerun_shape.clone())
+    })
 }
 
 /// How a kernel language spells the pieces of a generated fused kernel.

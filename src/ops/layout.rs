@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// The most axes a layout op handles.
 pub const MAX_RANK: usize = 8;
@@ -65,7 +66,14 @@ impl Tensor {
         let n = self.device().check_output("copy", &shape)?;
         let work = crate::profile::Work::elements(n, 2);
         let storage = self.device().op("copy", work).copy(&storages, n)?;
-        Ok(self.with_storage(storage, shape))
+        let out = self.with_storage(storage, shape.clone());
+        let inputs: Vec<&Tensor> = parts.iter().map(|(t, _)| *t).collect();
+        let specs: Vec<CopySpec> = parts.iter().map(|(_, s)| s.clone()).collect();
+        out.verified_many("copy", &inputs, Tol::Exact, move |t| {
+            let parts: Vec<(&Tensor, CopySpec)> =
+                t.iter().copied().zip(specs.iter().cloned()).collect();
+            t[0].copies(&parts, shape.clone())
+        })
     }
 
     /// Reorders the axes: output axis `i` is input axis `axes[i]`.

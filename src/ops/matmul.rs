@@ -11,6 +11,7 @@
 use crate::error::{Error, Result};
 use crate::ops::UnaryOp;
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// An activation fused into the end of a matmul.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -289,7 +290,25 @@ impl Tensor {
             .device()
             .op("matmul", crate::profile::Work::Flops(flops))
             .matmul(self.storage(), rhs.storage(), bias, spec)?;
-        Ok(self.with_storage(storage, shape))
+        let out = self.with_storage(storage, shape);
+        let tol = match options.precision {
+            Precision::F32 => Tol::Accumulate,
+            _ => Tol::Reduced,
+        };
+        let mut inputs = vec![self, rhs];
+        inputs.extend(options.bias);
+        let (activation, precision) = (options.activation, options.precision);
+        out.verified_many("matmul", &inputs, tol, move |t| {
+            let options = MatmulOptions {
+                transpose_a: ta,
+                transpose_b: tb,
+                bias: t.get(2).copied(),
+                activation,
+                precision,
+                tile: None,
+            };
+            t[0].matmul_with(t[1], options)
+        })
     }
 
     /// A product longer than [`WGPU_MAX_K`] on wgpu: the partial products of slices of k,

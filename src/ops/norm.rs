@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// Which normalisation, over rows of what length.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,6 +86,15 @@ impl Tensor {
             bias.map(Tensor::storage),
             spec,
         )?;
-        Ok(self.with_storage(storage, self.shape().to_vec()))
+        let out = self.with_storage(storage, self.shape().to_vec());
+        let (has_w, has_b) = (weight.is_some(), bias.is_some());
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        out.verified_many(name, &inputs, Tol::Accumulate, move |t| {
+            let w = has_w.then(|| t[1]);
+            let b = has_b.then(|| t[1 + usize::from(has_w)]);
+            t[0].norm(op, rms, w, b, eps)
+        })
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// A reduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,7 +78,11 @@ impl Tensor {
                 crate::profile::Work::elements(rows * cols + rows, 1),
             )
             .reduce(op, self.storage(), rows, cols)?;
-        Ok(self.with_storage(storage, shape))
+        let rerun_shape = shape.clone();
+        let out = self.with_storage(storage, shape);
+        out.verified(op.name(), [self], Tol::Accumulate, move |t| {
+            t[0].reduce_rows(op, rows, cols, rerun_shape.clone())
+        })
     }
 
     /// Sum of all elements (shape `[]`).
@@ -128,6 +133,7 @@ impl Tensor {
             .device()
             .op("dot", crate::profile::Work::elements(self.len(), 2))
             .dot(self.storage(), rhs.storage(), self.len())?;
-        Ok(self.with_storage(storage, Vec::new()))
+        let out = self.with_storage(storage, Vec::new());
+        out.verified("dot", [self, rhs], Tol::Accumulate, |t| t[0].dot(t[1]))
     }
 }

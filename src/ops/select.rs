@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 /// Monotone map of an f32 to a u32 key: larger value, larger key; NaN is the largest.
 pub(crate) fn order_key(v: f32) -> u32 {
@@ -50,10 +51,15 @@ impl Tensor {
             self.device()
                 .op("topk", work)
                 .topk(self.storage(), rows, cols, k)?;
-        Ok((
-            self.with_storage(values, shape.clone()),
-            self.with_storage(indices, shape),
-        ))
+        let values = self.with_storage(values, shape.clone());
+        let indices = self.with_storage(indices, shape);
+        let values = values.verified("topk", [self], Tol::Exact, move |t| {
+            Ok(t[0].topk_last(k)?.0)
+        })?;
+        let indices = indices.verified("topk", [self], Tol::Exact, move |t| {
+            Ok(t[0].topk_last(k)?.1)
+        })?;
+        Ok((values, indices))
     }
 
     /// The column index (as f32) of each row's largest element: shape `[..]`.

@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+use crate::verify::Tol;
 
 impl Tensor {
     /// `exp(x - max) / sum(exp(x - max))` along the last axis.
@@ -35,6 +36,7 @@ impl Tensor {
                 crate::profile::Work::elements(self.len(), 3),
             )
             .softmax(self.storage(), rows, cols, log)?;
-        Ok(self.with_storage(storage, self.shape().to_vec()))
+        let out = self.with_storage(storage, self.shape().to_vec());
+        out.verified(op, [self], Tol::Accumulate, move |t| t[0].softmax_impl(log))
     }
 }

@@ -47,6 +47,10 @@ impl JsGpu {
             None if webgpu_supported().await => Device::new().await.map_err(js_error)?,
             None => Device::cpu_fallback("WebGPU is not available here (no navigator.gpu)"),
         };
+        let device = match o.verify {
+            Some(true) => device.with_verification(),
+            _ => device,
+        };
         Ok(JsGpu { device })
     }
 
@@ -56,6 +60,34 @@ impl JsGpu {
     pub fn info(&self) -> Result<JsValue, JsError> {
         let text = serde_json::to_string(&JsInfo::from(self.device.info())).map_err(js_error)?;
         js_sys::JSON::parse(&text).map_err(|_| JsError::new("info could not be converted"))
+    }
+
+    /// What verification mode has checked so far (`{ ops: [{ op, checked, elements, maxError,
+    /// tolerance }] }`), or `null` when it is off.
+    #[wasm_bindgen(js_name = verificationReport, unchecked_return_type = "VerifyReport | null")]
+    pub fn verification_report(&self) -> Result<JsValue, JsError> {
+        let Some(report) = self.device.verification_report() else {
+            return Ok(JsValue::NULL);
+        };
+        let ops = Array::new();
+        for o in report.ops {
+            let entry = js_sys::Object::new();
+            for (k, v) in [
+                ("op", JsValue::from_str(o.op)),
+                ("checked", JsValue::from(o.checked as f64)),
+                ("elements", JsValue::from(o.elements as f64)),
+                ("maxError", JsValue::from(o.max_error)),
+                ("tolerance", JsValue::from(o.tolerance)),
+            ] {
+                js_sys::Reflect::set(&entry, &k.into(), &v)
+                    .map_err(|_| JsError::new("the report could not be built"))?;
+            }
+            ops.push(&entry);
+        }
+        let out = js_sys::Object::new();
+        js_sys::Reflect::set(&out, &"ops".into(), &ops)
+            .map_err(|_| JsError::new("the report could not be built"))?;
+        Ok(out.into())
     }
 
     /// What the matmul autotuner measured on this adapter, one record per size class tuned so

@@ -15,6 +15,14 @@ export interface GpuOptions {
   /** "auto" (default): WebGPU when the browser has a usable adapter, else the CPU backend
    *  with a console warning; "webgpu": WebGPU or an error; "cpu": the CPU SIMD128 backend. */
   backend?: BackendChoice;
+  /** Verification mode: every op is computed again on the CPU backend and compared within
+   *  its tolerance at the next read; the first divergence rejects that read with an Error
+   *  naming the op. Slow (a read back and a CPU run per op): for checking a GPU or driver. */
+  verify?: boolean;
+}
+/** What verification mode checked, per op (`gpu.verificationReport()`). */
+export interface VerifyReport {
+  ops: { op: string; checked: number; elements: number; maxError: number; tolerance: number }[];
 }
 export type ActivationName = "relu" | "gelu" | "geluTanh" | "silu";
 export interface MatmulOptions {
@@ -168,6 +176,7 @@ fn refuse_non_finite(value: &JsValue, what: &str) -> Result<(), JsError> {
 #[serde(deny_unknown_fields)]
 pub(crate) struct GpuOptions {
     pub backend: Option<String>,
+    pub verify: Option<bool>,
 }
 
 impl GpuOptions {

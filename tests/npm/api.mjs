@@ -209,6 +209,15 @@ export async function run(gpukit, label) {
   await assert.doesNotReject(kept.read());
   await gpu.synchronize();
   assert.ok(gpu.memoryStats().liveBytes >= 0);
+  // Verification mode: ops checked against the CPU backend at the read, listed in the report.
+  const vgpu = await Gpu.create({ backend: "cpu", verify: true });
+  const vx = vgpu.tensor(rand(40), [5, 8]);
+  await vx.relu().softmax().sumLast().read();
+  const vreport = vgpu.verificationReport();
+  assert.deepEqual(vreport.ops.map((o) => o.op), ["relu", "softmax", "sum"]);
+  assert.ok(vreport.ops.every((o) => o.checked === 1 && o.maxError <= 1));
+  assert.equal(gpu.verificationReport(), null);
+  await assert.rejects(Gpu.create({ verify: "yes" }), /verify/);
   const h = await hostile(gpukit, gpu, label);
   console.log(`${label}: ${h.calls} hostile calls over ${h.methods} methods, ${h.thrown} refused with an Error, none trapped`);
   console.log(`${label}: JS API checks passed on ${info.backend} (${info.adapter})`);

@@ -6,6 +6,7 @@
 //! gpukit info     [--json]     the device Device::new() picks, why, and the recommendation
 //! gpukit bench    [--json] [--quick] [--backend NAME]
 //! gpukit bench-cpu [--json] [--quick]  the CPU backend beside a Rust loop and the gemm crate
+//! gpukit verify   [--json] [--backend NAME]  every op family checked against the CPU backend
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
 
@@ -25,6 +26,8 @@ mod cpu_bench;
 mod peer;
 #[cfg(native)]
 mod report;
+#[cfg(native)]
+mod verify;
 
 #[cfg(web)]
 fn main() {}
@@ -42,6 +45,7 @@ fn main() -> std::process::ExitCode {
         Some("info") => report::info(json),
         Some("bench") => bench::run(&args[1..]),
         Some("bench-cpu") => cpu_bench::run(&args[1..]),
+        Some("verify") => verify::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -58,7 +62,7 @@ fn main() -> std::process::ExitCode {
 }
 
 #[cfg(native)]
-const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu> [--json]
+const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu|verify> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
@@ -66,7 +70,10 @@ const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu> [--js
                     run the W and D workloads of PERFORMANCE.md on the chosen device
   bench-cpu [--quick]
                     the CPU backend's elementwise and matmul throughput beside a plain
-                    Rust loop and the gemm crate called directly";
+                    Rust loop and the gemm crate called directly
+  verify [--backend NAME]
+                    every op family on the chosen device in verification mode: each result
+                    computed again on the CPU backend and compared within the op's tolerance";
 
 /// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
 #[cfg(native)]
