@@ -37,10 +37,11 @@ fn strip_shaders() -> std::io::Result<()> {
 fn strip(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
+        // Indentation goes too (the browser package carries the text); marker lines stay whole.
         let code = if line.trim_start().starts_with("// @") {
             line
         } else {
-            line.split("//").next().unwrap_or("").trim_end()
+            line.split("//").next().unwrap_or("").trim()
         };
         if !code.trim().is_empty() {
             out.push_str(code);

@@ -31,6 +31,8 @@ struct Inner {
     info: DeviceInfo,
     profile: crate::profile::State,
     verify: crate::verify::Verifier,
+    /// Why the device was lost, once it is: every later call is `Error::DeviceLost`.
+    lost: std::sync::Mutex<Option<String>>,
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -102,6 +104,7 @@ impl Device {
                 info: CpuBackend::info(format!("fallback: {reason}")),
                 profile: Default::default(),
                 verify: Default::default(),
+                lost: Default::default(),
             }),
         }
     }
@@ -114,6 +117,7 @@ impl Device {
                 info: CpuBackend::info("internal: measuring the CPU backend".into()),
                 profile: Default::default(),
                 verify: Default::default(),
+                lost: Default::default(),
             }),
         }
     }
@@ -149,6 +153,7 @@ impl Device {
                 info,
                 profile: Default::default(),
                 verify: Default::default(),
+                lost: Default::default(),
             }),
         }
     }
@@ -161,6 +166,7 @@ impl Device {
                 info,
                 profile: Default::default(),
                 verify: Default::default(),
+                lost: Default::default(),
             }),
         };
         // GPUKIT_VERIFY=1 checks every op of a GPU device against the CPU backend.
@@ -431,6 +437,7 @@ impl Device {
     /// the CPU backend). Every op calls it for its output. Returns the element count.
     #[inline(never)]
     pub(crate) fn check_output(&self, op: &'static str, shape: &[usize]) -> Result<usize> {
+        self.check_lost()?;
         let n = crate::shape::numel(op, shape)?;
         crate::shape::bytes(op, shape, n, 4, self.info().limits.max_buffer)?;
         Ok(n)
@@ -451,8 +458,50 @@ impl Device {
 
     /// Waits until all enqueued work has finished on the device.
     pub async fn synchronize(&self) -> Result<()> {
-        self.inner.backend.synchronize().await?;
+        self.check_lost()?;
+        self.note_loss(self.inner.backend.synchronize().await)?;
         self.verify_pending().await
+    }
+
+    /// Destroys the device now: its memory is released and every later call on it or its
+    /// tensors is [`Error::DeviceLost`] (as after a driver reset). Other devices, and new ones
+    /// opened afterwards, are unaffected. On wgpu the adapter's device is destroyed; on CUDA
+    /// and the CPU the device stops accepting work and frees its pooled memory.
+    pub fn destroy(&self) {
+        let reason = "destroyed by Device::destroy";
+        self.set_lost(reason);
+        if let Some(b) = self.inner.backend.wgpu() {
+            b.destroy(reason);
+        }
+        #[cfg(cuda)]
+        if let Some(c) = self.inner.backend.cuda() {
+            c.release_cached_memory();
+        }
+    }
+
+    fn set_lost(&self, reason: &str) {
+        let mut lost = self.inner.lost.lock().unwrap_or_else(|e| e.into_inner());
+        lost.get_or_insert_with(|| reason.to_string());
+    }
+
+    /// `Error::DeviceLost` once the device is lost.
+    pub(crate) fn check_lost(&self) -> Result<()> {
+        let lost = self.inner.lost.lock().unwrap_or_else(|e| e.into_inner());
+        match &*lost {
+            Some(reason) => Err(Error::DeviceLost {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Remembers a loss the backend reported (a driver reset, a faulting kernel), so that
+    /// every later call fails the same way even where the backend would not notice.
+    pub(crate) fn note_loss<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(Error::DeviceLost { reason }) = &r {
+            self.set_lost(reason);
+        }
+        r
     }
 
     /// What the matmul autotuner measured on this device's adapter: one record per size class

@@ -109,11 +109,9 @@ impl Tensor {
     /// Copies the data back to the host. This is the one call that waits for the device:
     /// everything enqueued before it is submitted, and the result is mapped once.
     pub async fn read(&self) -> Result<Vec<f32>> {
-        let data = self
-            .device
-            .backend()
-            .read(&self.storage, self.len())
-            .await?;
+        self.device.check_lost()?;
+        let read = self.device.backend().read(&self.storage, self.len()).await;
+        let data = self.device.note_loss(read)?;
         self.device.verify_pending().await?;
         Ok(data)
     }

@@ -65,8 +65,10 @@ pub struct VerifyReport {
     pub ops: Vec<VerifiedOp>,
 }
 
-/// The checks of one op.
+/// The checks of one op (in JSON, as in JS: `op`, `checked`, `elements`, `maxError`,
+/// `tolerance`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct VerifiedOp {
     /// The op.
     pub op: &'static str,
@@ -128,20 +130,24 @@ impl Verifier {
             return Ok(());
         };
         for check in checks {
-            let mut cpu_inputs = Vec::with_capacity(check.inputs.len());
-            for t in &check.inputs {
-                let data = device.backend().read(t.storage(), t.len()).await?;
-                cpu_inputs.push(cpu.tensor(&data, t.shape())?);
+            // One read loop (one await: the read's state machine once in the package), the
+            // inputs then the output.
+            let mut host = Vec::with_capacity(check.inputs.len() + 1);
+            for t in check.inputs.iter().chain([&check.output]) {
+                host.push(device.backend().read(t.storage(), t.len()).await?);
             }
+            let got = host.pop().unwrap_or_default();
+            let cpu_inputs = check
+                .inputs
+                .iter()
+                .zip(&host)
+                .map(|(t, data)| cpu.tensor(data, t.shape()))
+                .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&Tensor> = cpu_inputs.iter().collect();
             let want_t = (check.rerun)(&refs)?;
-            let want = cpu.backend().read(want_t.storage(), want_t.len()).await?;
-            let got = device
-                .backend()
-                .read(check.output.storage(), check.output.len())
-                .await?;
+            let want = &want_t.storage().as_cpu()?.data()[..want_t.len()];
             let shapes = || check.inputs.iter().map(|t| t.shape().to_vec()).collect();
-            let error = compare(&got, &want, check.tol).map_err(|detail| Error::Verification {
+            let error = compare(&got, want, check.tol).map_err(|detail| Error::Verification {
                 op: check.op,
                 backend: device.info().backend,
                 shapes: shapes(),
@@ -203,7 +209,7 @@ fn compare(got: &[f32], want: &[f32], tol: Tol) -> std::result::Result<f64, Stri
         };
         if !ok {
             return Err(format!(
-                "element {i} is {g:e}, the CPU backend gives {w:e} (relative tolerance {:e})",
+                "element {i} is {g}, the CPU backend gives {w} (relative tolerance {})",
                 tol.relative()
             ));
         }
@@ -244,7 +250,9 @@ impl Device {
 
 impl Tensor {
     /// Records a check of this tensor, the result of `op` on `inputs`, when the device
-    /// verifies; `rerun` computes it again from the inputs' CPU copies.
+    /// verifies; `rerun` computes it again from the inputs' CPU copies. Generic only in the
+    /// closure, boxed at once: every op's check shares one recording function.
+    #[inline]
     pub(crate) fn verified<const N: usize>(
         self,
         op: &'static str,
@@ -252,20 +260,14 @@ impl Tensor {
         tol: Tol,
         rerun: impl Fn(&[&Tensor]) -> Result<Tensor> + Send + Sync + 'static,
     ) -> Result<Tensor> {
-        let verifier = self.device().verifier();
-        if verifier.is_on() {
-            verifier.record(Check {
-                op,
-                inputs: inputs.iter().map(|&t| t.clone()).collect(),
-                output: self.clone(),
-                tol,
-                rerun: Box::new(rerun),
-            });
+        if self.device().verifier().is_on() {
+            self.record_check(op, &inputs, tol, Box::new(rerun));
         }
         Ok(self)
     }
 
     /// [`Tensor::verified`] with inputs known only at run time (concat, batch kernels).
+    #[inline]
     pub(crate) fn verified_many(
         self,
         op: &'static str,
@@ -273,17 +275,21 @@ impl Tensor {
         tol: Tol,
         rerun: impl Fn(&[&Tensor]) -> Result<Tensor> + Send + Sync + 'static,
     ) -> Result<Tensor> {
-        let verifier = self.device().verifier();
-        if verifier.is_on() {
-            verifier.record(Check {
-                op,
-                inputs: inputs.iter().map(|&t| t.clone()).collect(),
-                output: self.clone(),
-                tol,
-                rerun: Box::new(rerun),
-            });
+        if self.device().verifier().is_on() {
+            self.record_check(op, inputs, tol, Box::new(rerun));
         }
         Ok(self)
+    }
+
+    #[inline(never)]
+    fn record_check(&self, op: &'static str, inputs: &[&Tensor], tol: Tol, rerun: Rerun) {
+        self.device().verifier().record(Check {
+            op,
+            inputs: inputs.iter().map(|&t| t.clone()).collect(),
+            output: self.clone(),
+            tol,
+            rerun,
+        });
     }
 }
 

@@ -104,13 +104,26 @@ impl Hybrid {
         inputs: &[&Storage],
         f: impl FnOnce(&BackendImpl, &[&Storage]) -> Result<R>,
     ) -> Result<R> {
+        let (backend, placed) = self.prepare(class, size, inputs)?;
+        let refs: Vec<&Storage> = placed.iter().map(Placed::get).collect();
+        f(backend, &refs)
+    }
+
+    /// The side an op runs on and its inputs placed there. Not generic and not inlined: every
+    /// op's `run` shares it (each inlined copy cost the browser package about 700 bytes).
+    #[inline(never)]
+    fn prepare<'a>(
+        &'a self,
+        class: OpClass,
+        size: usize,
+        inputs: &[&'a Storage],
+    ) -> Result<(&'a BackendImpl, Vec<Placed<'a>>)> {
         let side = self.side(class, size, inputs);
         let placed = inputs
             .iter()
             .map(|s| self.place(side, s))
             .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<&Storage> = placed.iter().map(Placed::get).collect();
-        f(self.backend(side), &refs)
+        Ok((self.backend(side), placed))
     }
 
     fn wgpu(&self) -> Result<&WgpuBackend> {

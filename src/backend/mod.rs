@@ -220,7 +220,7 @@ impl Storage {
         }
     }
 
-    fn as_cpu(&self) -> Result<&cpu::CpuStorage> {
+    pub(crate) fn as_cpu(&self) -> Result<&cpu::CpuStorage> {
         match self {
             Storage::Cpu(s) => Ok(s),
             _ => Err(mismatch()),

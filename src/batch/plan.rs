@@ -37,10 +37,11 @@ impl Plan {
         let mut last_use: Vec<usize> = (0..n).collect();
         for (i, node) in batch.nodes.iter().enumerate() {
             // Readers are counted once each: `add(s, s)` can still inline `s`.
-            let mut inputs: Vec<usize> = node.op.inputs().iter().map(|v| v.index).collect();
-            inputs.sort_unstable();
-            inputs.dedup();
-            for v in inputs {
+            let all: Vec<usize> = node.op.inputs().iter().map(|v| v.index).collect();
+            for (k, &v) in all.iter().enumerate() {
+                if all[..k].contains(&v) {
+                    continue;
+                }
                 uses[v] += 1;
                 last_use[v] = i;
             }

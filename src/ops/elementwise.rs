@@ -342,6 +342,7 @@ impl Tensor {
     /// Applies a unary op; enqueues the work and returns at once.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         op.validate()?;
+        self.device().check_output(op.name(), self.shape())?;
         let storage = self
             .device()
             .op(op.name(), crate::profile::Work::elements(self.len(), 2))
@@ -355,7 +356,7 @@ impl Tensor {
     pub fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         self.same_device(rhs, op.name())?;
         let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
-        let n = bc.shape.iter().product();
+        let n = self.device().check_output(op.name(), &bc.shape)?;
         let work = crate::profile::Work::elements(3 * n, 1);
         let storage = self.device().op(op.name(), work).binary(
             op,

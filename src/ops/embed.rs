@@ -67,6 +67,7 @@ impl Tensor {
                 ));
             }
         }
+        self.device().check_output("rope", shape)?;
         let work = crate::profile::Work::elements(self.len(), 3);
         let storage = self.device().op("rope", work).rope(
             self.storage(),

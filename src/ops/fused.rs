@@ -56,6 +56,7 @@ pub(crate) fn run(
             reason: "a fused kernel needs an input".into(),
         });
     };
+    first.device().check_output("fused", &shape)?;
     let storages: Vec<(&crate::backend::Storage, usize)> = inputs
         .iter()
         .map(|t| (t.storage(), t.len().max(1)))

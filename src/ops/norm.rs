@@ -80,6 +80,7 @@ impl Tensor {
         };
         let work = crate::profile::Work::elements(self.len(), 2);
         let name = if rms { "rms_norm" } else { "layer_norm" };
+        self.device().check_output(name, self.shape())?;
         let storage = self.device().op(name, work).norm(
             self.storage(),
             weight.map(Tensor::storage),

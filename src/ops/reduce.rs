@@ -129,6 +129,7 @@ impl Tensor {
                 "(dot needs the same number of elements)",
             ));
         }
+        self.device().check_output("dot", &[])?;
         let storage = self
             .device()
             .op("dot", crate::profile::Work::elements(self.len(), 2))

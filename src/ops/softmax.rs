@@ -29,6 +29,7 @@ impl Tensor {
             });
         };
         let rows = lead.iter().product();
+        self.device().check_output(op, self.shape())?;
         let storage = self
             .device()
             .op(

@@ -79,10 +79,10 @@ impl JsBatch {
     /// Records an upload of `data` with this shape; returns its value.
     pub fn upload(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "Float32Array")] data: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "Float32Array")] data: &JsValue,
         #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
     ) -> JsResult<usize> {
-        let data = super::f32_data(&data, "upload data")?;
+        let data = super::f32_data(data, "upload data")?;
         let shape = usizes(&shape, "shape")?;
         done(self.inner.upload(&data, &shape))
     }
@@ -95,9 +95,9 @@ impl JsBatch {
     /// Marks a value to be read back by `run()`.
     pub fn output(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<()> {
-        let x = super::index(&x, "output: x")?;
+        let x = super::index(x, "output: x")?;
         let x = self.v(x)?;
         self.inner.output(x).map_err(js_error)
     }
@@ -106,121 +106,121 @@ impl JsBatch {
     #[wasm_bindgen(unchecked_return_type = "number[]")]
     pub fn shape(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<Array> {
-        let x = super::index(&x, "shape: x")?;
+        let x = super::index(x, "shape: x")?;
         let shape = self.inner.shape(self.v(x)?).map_err(js_error)?;
         Ok(shape.iter().map(|&d| JsValue::from(d as f64)).collect())
     }
 
     pub fn relu(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "relu: x")?;
+        let x = super::index(x, "relu: x")?;
         self.unary(UnaryOp::Relu, x)
     }
     pub fn sigmoid(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "sigmoid: x")?;
+        let x = super::index(x, "sigmoid: x")?;
         self.unary(UnaryOp::Sigmoid, x)
     }
     pub fn tanh(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "tanh: x")?;
+        let x = super::index(x, "tanh: x")?;
         self.unary(UnaryOp::Tanh, x)
     }
     pub fn gelu(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "gelu: x")?;
+        let x = super::index(x, "gelu: x")?;
         self.unary(UnaryOp::Gelu, x)
     }
     pub fn silu(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "silu: x")?;
+        let x = super::index(x, "silu: x")?;
         self.unary(UnaryOp::Silu, x)
     }
     pub fn exp(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "exp: x")?;
+        let x = super::index(x, "exp: x")?;
         self.unary(UnaryOp::Exp, x)
     }
     pub fn scale(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] s: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] s: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "scale: x")?;
-        let s = super::number(&s, "scale: s")?;
+        let x = super::index(x, "scale: x")?;
+        let s = super::number(s, "scale: s")?;
         self.unary(UnaryOp::Scale(s), x)
     }
     pub fn clip(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] min: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] max: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] min: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] max: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "clip: x")?;
-        let min = super::bound(&min, "clip: min")?;
-        let max = super::bound(&max, "clip: max")?;
+        let x = super::index(x, "clip: x")?;
+        let min = super::bound(min, "clip: min")?;
+        let max = super::bound(max, "clip: max")?;
         self.unary(UnaryOp::Clip { min, max }, x)
     }
     pub fn add(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<usize> {
-        let a = super::index(&a, "add: a")?;
-        let b = super::index(&b, "add: b")?;
+        let a = super::index(a, "add: a")?;
+        let b = super::index(b, "add: b")?;
         self.binary(BinaryOp::Add, a, b)
     }
     pub fn sub(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<usize> {
-        let a = super::index(&a, "sub: a")?;
-        let b = super::index(&b, "sub: b")?;
+        let a = super::index(a, "sub: a")?;
+        let b = super::index(b, "sub: b")?;
         self.binary(BinaryOp::Sub, a, b)
     }
     pub fn mul(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<usize> {
-        let a = super::index(&a, "mul: a")?;
-        let b = super::index(&b, "mul: b")?;
+        let a = super::index(a, "mul: a")?;
+        let b = super::index(b, "mul: b")?;
         self.binary(BinaryOp::Mul, a, b)
     }
     pub fn div(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<usize> {
-        let a = super::index(&a, "div: a")?;
-        let b = super::index(&b, "div: b")?;
+        let a = super::index(a, "div: a")?;
+        let b = super::index(b, "div: b")?;
         self.binary(BinaryOp::Div, a, b)
     }
 
     /// Matrix product; `bias` in the options is a value of this batch.
     pub fn matmul(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "BatchMatmulOptions")] options: JsValue,
     ) -> JsResult<usize> {
-        let a = super::index(&a, "matmul: a")?;
-        let b = super::index(&b, "matmul: b")?;
+        let a = super::index(a, "matmul: a")?;
+        let b = super::index(b, "matmul: b")?;
         let o: BatchMatmulOptions = options::parse(&options, "batch matmul options")?;
         let m = BatchMatmul {
             transpose_a: o.transpose_a,
@@ -235,145 +235,145 @@ impl JsBatch {
 
     pub fn softmax(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "softmax: x")?;
+        let x = super::index(x, "softmax: x")?;
         let x = self.v(x)?;
         done(self.inner.softmax(x))
     }
     #[wasm_bindgen(js_name = logSoftmax)]
     pub fn log_softmax(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "log_softmax: x")?;
+        let x = super::index(x, "log_softmax: x")?;
         let x = self.v(x)?;
         done(self.inner.log_softmax(x))
     }
     pub fn sum(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "sum: x")?;
+        let x = super::index(x, "sum: x")?;
         self.reduce(ReduceOp::Sum, x, false)
     }
     pub fn mean(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "mean: x")?;
+        let x = super::index(x, "mean: x")?;
         self.reduce(ReduceOp::Mean, x, false)
     }
     pub fn max(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "max: x")?;
+        let x = super::index(x, "max: x")?;
         self.reduce(ReduceOp::Max, x, false)
     }
     pub fn min(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "min: x")?;
+        let x = super::index(x, "min: x")?;
         self.reduce(ReduceOp::Min, x, false)
     }
     #[wasm_bindgen(js_name = sumLast)]
     pub fn sum_last(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "sum_last: x")?;
+        let x = super::index(x, "sum_last: x")?;
         self.reduce(ReduceOp::Sum, x, true)
     }
     #[wasm_bindgen(js_name = maxLast)]
     pub fn max_last(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "max_last: x")?;
+        let x = super::index(x, "max_last: x")?;
         self.reduce(ReduceOp::Max, x, true)
     }
     pub fn dot(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<usize> {
-        let a = super::index(&a, "dot: a")?;
-        let b = super::index(&b, "dot: b")?;
+        let a = super::index(a, "dot: a")?;
+        let b = super::index(b, "dot: b")?;
         let (a, b) = (self.v(a)?, self.v(b)?);
         done(self.inner.dot(a, b))
     }
     #[wasm_bindgen(js_name = layerNorm)]
     pub fn layer_norm(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "BatchNormOptions")] options: JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "layer_norm: x")?;
+        let x = super::index(x, "layer_norm: x")?;
         self.norm(x, &options, false)
     }
     #[wasm_bindgen(js_name = rmsNorm)]
     pub fn rms_norm(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
         #[wasm_bindgen(unchecked_optional_param_type = "BatchNormOptions")] options: JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "rms_norm: x")?;
+        let x = super::index(x, "rms_norm: x")?;
         self.norm(x, &options, true)
     }
     pub fn reshape(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
         #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "reshape: x")?;
+        let x = super::index(x, "reshape: x")?;
         let shape = usizes(&shape, "shape")?;
         let x = self.v(x)?;
         done(self.inner.reshape(x, &shape))
     }
     pub fn transpose(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "transpose: x")?;
-        let a = super::index(&a, "transpose: a")?;
-        let b = super::index(&b, "transpose: b")?;
+        let x = super::index(x, "transpose: x")?;
+        let a = super::index(a, "transpose: a")?;
+        let b = super::index(b, "transpose: b")?;
         let x = self.v(x)?;
         done(self.inner.transpose(x, a, b))
     }
     pub fn permute(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
         #[wasm_bindgen(unchecked_param_type = "number[]")] axes: JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "permute: x")?;
+        let x = super::index(x, "permute: x")?;
         let axes = usizes(&axes, "axes")?;
         let x = self.v(x)?;
         done(self.inner.permute(x, &axes))
     }
     pub fn slice(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] start: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] end: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] start: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] end: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "slice: x")?;
-        let axis = super::index(&axis, "slice: axis")?;
-        let start = super::index(&start, "slice: start")?;
-        let end = super::index(&end, "slice: end")?;
+        let x = super::index(x, "slice: x")?;
+        let axis = super::index(axis, "slice: axis")?;
+        let start = super::index(start, "slice: start")?;
+        let end = super::index(end, "slice: end")?;
         let x = self.v(x)?;
         done(self.inner.slice(x, axis, start..end))
     }
     pub fn concat(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "number[]")] parts: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
     ) -> JsResult<usize> {
-        let axis = super::index(&axis, "concat: axis")?;
+        let axis = super::index(axis, "concat: axis")?;
         let parts = values(&parts, "concat parts")?
             .into_iter()
             .map(|i| self.v(i))
@@ -382,9 +382,9 @@ impl JsBatch {
     }
     pub fn argmax(
         &mut self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<usize> {
-        let x = super::index(&x, "argmax: x")?;
+        let x = super::index(x, "argmax: x")?;
         let x = self.v(x)?;
         done(self.inner.argmax_last(x))
     }
@@ -422,9 +422,9 @@ impl JsBatchResult {
     /// The data of an output value.
     pub fn get(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] x: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
     ) -> JsResult<Float32Array> {
-        let x = super::index(&x, "get: x")?;
+        let x = super::index(x, "get: x")?;
         Ok(Float32Array::from(
             self.inner.output_at(x).map_err(js_error)?,
         ))

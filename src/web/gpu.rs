@@ -69,25 +69,8 @@ impl JsGpu {
         let Some(report) = self.device.verification_report() else {
             return Ok(JsValue::NULL);
         };
-        let ops = Array::new();
-        for o in report.ops {
-            let entry = js_sys::Object::new();
-            for (k, v) in [
-                ("op", JsValue::from_str(o.op)),
-                ("checked", JsValue::from(o.checked as f64)),
-                ("elements", JsValue::from(o.elements as f64)),
-                ("maxError", JsValue::from(o.max_error)),
-                ("tolerance", JsValue::from(o.tolerance)),
-            ] {
-                js_sys::Reflect::set(&entry, &k.into(), &v)
-                    .map_err(|_| JsError::new("the report could not be built"))?;
-            }
-            ops.push(&entry);
-        }
-        let out = js_sys::Object::new();
-        js_sys::Reflect::set(&out, &"ops".into(), &ops)
-            .map_err(|_| JsError::new("the report could not be built"))?;
-        Ok(out.into())
+        let text = serde_json::to_string(&report).map_err(js_error)?;
+        js_sys::JSON::parse(&text).map_err(|_| JsError::new("the report could not be converted"))
     }
 
     /// What the matmul autotuner measured on this adapter, one record per size class tuned so
@@ -123,10 +106,10 @@ impl JsGpu {
     /// A tensor holding a copy of `data` (row-major) with this shape.
     pub fn tensor(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "Float32Array")] data: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "Float32Array")] data: &JsValue,
         #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
     ) -> Result<JsTensor, JsError> {
-        let data = super::f32_data(&data, "tensor data")?;
+        let data = super::f32_data(data, "tensor data")?;
         let shape = usizes(&shape, "shape")?;
         JsTensor::wrap(self.device.tensor(&data, &shape))
     }
@@ -134,9 +117,9 @@ impl JsGpu {
     /// A tensor of shape [] holding `value`.
     pub fn scalar(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] value: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] value: &JsValue,
     ) -> Result<JsTensor, JsError> {
-        let value = super::data_number(&value, "scalar: value")?;
+        let value = super::data_number(value, "scalar: value")?;
         JsTensor::wrap(self.device.scalar(value))
     }
 
@@ -144,9 +127,9 @@ impl JsGpu {
     pub fn concat(
         &self,
         #[wasm_bindgen(unchecked_param_type = "Tensor[]")] parts: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
     ) -> Result<JsTensor, JsError> {
-        let axis = super::index(&axis, "concat: axis")?;
+        let axis = super::index(axis, "concat: axis")?;
         let parts = tensors(&parts, "concat parts")?;
         let refs: Vec<&Tensor> = parts.iter().collect();
         JsTensor::wrap(Tensor::concat(&refs, axis))
@@ -157,19 +140,19 @@ impl JsGpu {
     #[wasm_bindgen(js_name = ropeTables, unchecked_return_type = "[Tensor, Tensor]")]
     pub fn rope_tables(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] seq: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] dim: JsValue,
-        #[wasm_bindgen(unchecked_optional_param_type = "number")] base: JsValue,
-        #[wasm_bindgen(unchecked_optional_param_type = "number")] offset: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] seq: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] dim: &JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "number")] base: &JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "number")] offset: &JsValue,
     ) -> Result<Array, JsError> {
-        let seq = super::index(&seq, "ropeTables: seq")?;
-        let dim = super::index(&dim, "ropeTables: dim")?;
+        let seq = super::index(seq, "ropeTables: seq")?;
+        let dim = super::index(dim, "ropeTables: dim")?;
         let base = if base.is_undefined() || base.is_null() {
             10000.0
         } else {
-            super::number(&base, "ropeTables: base")? as f64
+            super::number(base, "ropeTables: base")? as f64
         };
-        let offset = super::optional_index(&offset, "ropeTables: offset", 0)?;
+        let offset = super::optional_index(offset, "ropeTables: offset", 0)?;
         let (c, s) = self
             .device
             .rope_tables(seq, dim, base, offset)
@@ -183,15 +166,15 @@ impl JsGpu {
     /// A [rows, cols] weight from GGUF block bytes ("q8_0", "q4_0" or "q4_1").
     pub fn quantized(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "QuantFormatName")] format: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] rows: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] cols: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "QuantFormatName")] format: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] rows: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] cols: &JsValue,
     ) -> Result<JsQuantTensor, JsError> {
-        let format = super::string(&format, "quantized: format")?;
-        let rows = super::index(&rows, "quantized: rows")?;
-        let cols = super::index(&cols, "quantized: cols")?;
-        let bytes = super::byte_data(&bytes, "quantized: bytes")?;
+        let format = super::string(format, "quantized: format")?;
+        let rows = super::index(rows, "quantized: rows")?;
+        let cols = super::index(cols, "quantized: cols")?;
+        let bytes = super::byte_data(bytes, "quantized: bytes")?;
         let format = options::quant_format(&format)?;
         self.device
             .quantized(&bytes, format, rows, cols)

@@ -177,16 +177,16 @@ impl JsTensor {
     #[wasm_bindgen(js_name = leakyRelu)]
     pub fn leaky_relu(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] alpha: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] alpha: &JsValue,
     ) -> JsResult<JsTensor> {
-        let alpha = super::number(&alpha, "leaky_relu: alpha")?;
+        let alpha = super::number(alpha, "leaky_relu: alpha")?;
         self.op(|t| t.leaky_relu(alpha))
     }
     pub fn elu(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] alpha: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] alpha: &JsValue,
     ) -> JsResult<JsTensor> {
-        let alpha = super::number(&alpha, "elu: alpha")?;
+        let alpha = super::number(alpha, "elu: alpha")?;
         self.op(|t| t.elu(alpha))
     }
     pub fn sigmoid(&self) -> JsResult<JsTensor> {
@@ -207,18 +207,18 @@ impl JsTensor {
     }
     pub fn clip(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] min: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] max: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] min: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] max: &JsValue,
     ) -> JsResult<JsTensor> {
-        let min = super::bound(&min, "clip: min")?;
-        let max = super::bound(&max, "clip: max")?;
+        let min = super::bound(min, "clip: min")?;
+        let max = super::bound(max, "clip: max")?;
         self.op(|t| t.clip(min, max))
     }
     pub fn scale(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] s: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] s: &JsValue,
     ) -> JsResult<JsTensor> {
-        let s = super::number(&s, "scale: s")?;
+        let s = super::number(s, "scale: s")?;
         self.op(|t| t.scale(s))
     }
     pub fn exp(&self) -> JsResult<JsTensor> {
@@ -363,23 +363,23 @@ impl JsTensor {
     /// Swaps two axes.
     pub fn transpose(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] a: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] b: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] a: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] b: &JsValue,
     ) -> JsResult<JsTensor> {
-        let a = super::index(&a, "transpose: a")?;
-        let b = super::index(&b, "transpose: b")?;
+        let a = super::index(a, "transpose: a")?;
+        let b = super::index(b, "transpose: b")?;
         self.op(|t| t.transpose(a, b))
     }
     /// Elements `start..end` along `axis`.
     pub fn slice(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] start: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] end: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] start: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] end: &JsValue,
     ) -> JsResult<JsTensor> {
-        let axis = super::index(&axis, "slice: axis")?;
-        let start = super::index(&start, "slice: start")?;
-        let end = super::index(&end, "slice: end")?;
+        let axis = super::index(axis, "slice: axis")?;
+        let start = super::index(start, "slice: start")?;
+        let end = super::index(end, "slice: end")?;
         self.op(|t| t.slice(axis, start..end))
     }
 
@@ -398,9 +398,9 @@ impl JsTensor {
         &self,
         cos: &JsTensor,
         sin: &JsTensor,
-        #[wasm_bindgen(unchecked_param_type = "RopeLayoutName")] layout: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "RopeLayoutName")] layout: &JsValue,
     ) -> JsResult<JsTensor> {
-        let layout = super::string(&layout, "rope: layout")?;
+        let layout = super::string(layout, "rope: layout")?;
         let layout = options::rope_layout(&layout)?;
         JsTensor::wrap(self.get()?.rope(cos.get()?, sin.get()?, layout))
     }
@@ -409,9 +409,9 @@ impl JsTensor {
     #[wasm_bindgen(unchecked_return_type = "[Tensor, Tensor]")]
     pub fn topk(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] k: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] k: &JsValue,
     ) -> JsResult<Array> {
-        let k = super::index(&k, "topk: k")?;
+        let k = super::index(k, "topk: k")?;
         let (values, indices) = self.get()?.topk_last(k).map_err(js_error)?;
         Ok(pair(values, indices))
     }

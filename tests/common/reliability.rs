@@ -670,3 +670,40 @@ pub async fn verification_mode(dev: &Device) {
         "the suite's own device is unaffected"
     );
 }
+
+/// A lost device: after `destroy`, every call on it and on its tensors is `DeviceLost` (ops,
+/// uploads, reads, batches, synchronize), and a new device of the same backend opened in the
+/// same process works.
+pub async fn device_loss(dev: &Device) {
+    let open = || async {
+        match dev.info().backend {
+            gpukit::Backend::Cpu => Device::cpu(),
+            backend => Device::with_backend(backend).await.unwrap(),
+        }
+    };
+    let doomed = open().await;
+    let x = doomed.tensor(&[1.0, -2.0, 3.0], &[3]).unwrap();
+    let y = x.relu().unwrap();
+    let mut b = doomed.batch();
+    let v = b.upload(&[1.0, 2.0], &[2]).unwrap();
+    let r = b.relu(v).unwrap();
+    b.output(r).unwrap();
+    doomed.destroy();
+    let lost = |what: &str, e: gpukit::Error| {
+        assert!(e.is_device_lost(), "{what}: expected DeviceLost, got {e:?}");
+    };
+    lost("op", x.relu().unwrap_err());
+    lost("binary op", x.add(&y).unwrap_err());
+    lost("upload", doomed.tensor(&[1.0], &[1]).unwrap_err());
+    lost("read", y.read().await.unwrap_err());
+    lost("synchronize", doomed.synchronize().await.unwrap_err());
+    lost("batch", b.run().await.unwrap_err());
+    // Destroying twice is harmless.
+    doomed.destroy();
+    lost("read again", x.read().await.unwrap_err());
+    drop((x, y, b));
+    // A new device works.
+    let fresh = open().await;
+    let t = fresh.tensor(&[1.0, -2.0, 3.0], &[3]).unwrap();
+    assert_eq!(t.relu().unwrap().read().await.unwrap(), vec![1.0, 0.0, 3.0]);
+}

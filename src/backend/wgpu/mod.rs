@@ -300,6 +300,15 @@ impl WgpuBackend {
         self.shared.tune_class(shape, arith).await
     }
 
+    /// Destroys the device: its memory is released now, and every later call is
+    /// `Error::DeviceLost`.
+    pub(crate) fn destroy(&self, reason: &str) {
+        let s = &self.shared;
+        lock(&s.lost).get_or_insert_with(|| reason.to_string());
+        s.state().pool.release();
+        s.device.destroy();
+    }
+
     /// Submits everything recorded so far without waiting.
     pub(crate) fn flush(&self) -> Result<()> {
         let s = &self.shared;
