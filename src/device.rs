@@ -466,16 +466,13 @@ impl Device {
     /// Destroys the device now: its memory is released and every later call on it or its
     /// tensors is [`Error::DeviceLost`] (as after a driver reset). Other devices, and new ones
     /// opened afterwards, are unaffected. On wgpu the adapter's device is destroyed; on CUDA
-    /// and the CPU the device stops accepting work and frees its pooled memory.
+    /// and the CPU the device stops accepting work, and its memory is freed when the last
+    /// handle to it is dropped.
     pub fn destroy(&self) {
         let reason = "destroyed by Device::destroy";
         self.set_lost(reason);
         if let Some(b) = self.inner.backend.wgpu() {
             b.destroy(reason);
-        }
-        #[cfg(cuda)]
-        if let Some(c) = self.inner.backend.cuda() {
-            c.release_cached_memory();
         }
     }
 

@@ -127,9 +127,13 @@ impl Plan {
                 !folded[i] && !matches!(batch.nodes[i].op, Op::Input | Op::Tensor | Op::Reshape(_))
             })
             .count();
+        // A value nobody reads and nobody asked for dies where it is made (at == k): left alive
+        // to the end of the run, it would be freed after a capture ends, back to the pool,
+        // while the compiled graph's replays still write it (found by the random batch test
+        // as other threads' tensors changing on CUDA and Vulkan).
         let mut dies_at = vec![Vec::new(); n];
         for (k, &at) in last_use.iter().enumerate() {
-            if at != k && at < n {
+            if at < n {
                 dies_at[at].push(k);
             }
         }

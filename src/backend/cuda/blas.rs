@@ -58,6 +58,9 @@ struct Gemm {
 impl CudaBackend {
     fn gemm(&self, g: &Gemm) -> Result<()> {
         let (alpha, beta) = (1.0f32, 0.0f32);
+        // The stream first: it waits for another thread's capture, which must not happen
+        // while this thread holds the handle the capture may need.
+        let stream = self.cu_stream();
         let blas = self.cublas();
         self.bind()?;
         let handle = *blas.handle();
@@ -65,8 +68,7 @@ impl CudaBackend {
         // large enough for the dimensions and strides (the callers allocate them so), and
         // alpha/beta are host scalars (the handle's default pointer mode).
         unsafe {
-            cudarc::cublas::result::set_stream(handle, self.cu_stream() as _)
-                .map_err(errors::blas)?;
+            cudarc::cublas::result::set_stream(handle, stream as _).map_err(errors::blas)?;
             cudarc::cublas::result::gemm_strided_batched_ex(
                 handle,
                 g.op_a,

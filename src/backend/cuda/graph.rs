@@ -1,6 +1,6 @@
 //! Batches captured as CUDA graphs. `Batch::compile` on a CUDA device runs the batch's plan
-//! with the calling thread's work going to a capture stream (other threads keep using the
-//! device's stream, uncaptured); the graph is then launched on the device's stream for the
+//! with the calling thread's work going to a capture stream (other threads' launches and
+//! copies on the device wait until the capture ends); the graph is then launched on the device's stream for the
 //! first result, and `Graph::run` writes new inputs and launches it again: one launch for the
 //! whole batch, no shape checks, planning or kernel lookups.
 //!
@@ -41,16 +41,33 @@ impl CaptureState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The capture stream if the calling thread is capturing.
+    /// The capture stream if the calling thread is capturing. Another thread's work waits
+    /// until the capture ends: work on the device's stream beside a capture on the same
+    /// context gave wrong results and invalidated captures on an H100 (tests on 8 threads),
+    /// and a capture only records, so the wait is short.
     fn stream_of_this_thread(&self) -> Option<sys::CUstream> {
         if !self.flag.load(Ordering::Acquire) {
             return None;
         }
         let me = std::thread::current().id();
-        self.lock()
-            .as_ref()
-            .filter(|a| a.thread == me)
-            .map(|a| a.stream.cu_stream())
+        let mut active = self.lock();
+        loop {
+            match active.as_ref() {
+                Some(a) if a.thread == me => return Some(a.stream.cu_stream()),
+                Some(_) => {
+                    active = self
+                        .free
+                        .wait(active)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                }
+                None => return None,
+            }
+        }
+    }
+
+    /// Waits until no other thread captures on this device (see `stream_of_this_thread`).
+    pub(crate) fn wait_for_capture(&self) {
+        let _ = self.stream_of_this_thread();
     }
 
     pub(crate) fn capturing(&self) -> bool {
@@ -101,6 +118,19 @@ impl Drop for CudaReplay {
     }
 }
 
+/// Held (shared) by every capture in the process and (exclusively) while a CUDA device is
+/// made or dropped: creating or destroying a device (streams, cuBLAS, memory) synchronises the
+/// context, which invalidates a capture running on another device of the same GPU.
+static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Waits for every capture of the process to end, and keeps new ones from starting while the
+/// guard lives.
+pub(crate) fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CAPTURES
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl CudaBackend {
     /// The stream the calling thread's work goes to: the capture stream while it captures.
     pub(super) fn cu_stream(&self) -> sys::CUstream {
@@ -112,6 +142,9 @@ impl CudaBackend {
     /// Runs `record` with the calling thread's work captured into a graph, then launches the
     /// graph once. One capture at a time per device; others wait their turn.
     pub(crate) fn capture<T>(&self, record: impl FnOnce() -> T) -> Result<(T, CudaReplay)> {
+        let _shared = CAPTURES
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.bind()?;
         let stream = self.ctx.new_stream().map_err(errors::driver)?;
         {
@@ -182,6 +215,7 @@ impl CudaBackend {
             return Ok(());
         };
         self.bind()?;
+        self.graphs.wait_for_capture();
         // SAFETY: the graph's buffers are kept by `replay`, which outlives this launch's use of
         // them in stream order.
         unsafe { cu::graph::launch(g.cu_graph_exec(), self.stream.cu_stream()) }

@@ -77,6 +77,7 @@ pub(crate) struct CudaBackend {
 impl CudaBackend {
     /// Opens CUDA device `ordinal`, or says why it cannot be used.
     pub(crate) fn new(ordinal: usize, selection: String) -> Result<(CudaBackend, DeviceInfo)> {
+        let _exclusive = graph::exclusive();
         let count = props::device_count()?;
         if ordinal >= count {
             return Err(Error::BackendUnavailable {
@@ -247,8 +248,14 @@ impl CudaBackend {
         pool::lock(&self.pool).reset_peak();
     }
 
+    /// Frees the pool's buffers once the work queued on the stream is done: a pooled buffer
+    /// may still be read by a queued kernel, and freed memory can go to another device of the
+    /// same context at once.
     pub(crate) fn release_cached_memory(&self) {
         if self.bind().is_ok() {
+            if let Err(e) = self.stream.synchronize() {
+                log::warn!("gpukit: CUDA stream failed before releasing memory: {e}");
+            }
             pool::lock(&self.pool).release();
         }
     }
@@ -268,6 +275,7 @@ impl CudaBackend {
     /// Waits for every enqueued op (blocking).
     pub(crate) fn wait(&self) -> Result<()> {
         self.bind()?;
+        self.graphs.wait_for_capture();
         self.stream.synchronize().map_err(errors::driver)
     }
 
@@ -285,6 +293,7 @@ impl CudaBackend {
             return Ok(parts.iter().map(|_| Vec::new()).collect());
         }
         self.bind()?;
+        self.graphs.wait_for_capture();
         let mut staging = self
             .staging
             .lock()
@@ -344,6 +353,7 @@ impl Drop for CudaBackend {
     /// Frees what the pool keeps once queued work is done (live tensors cannot outlive the
     /// device: they hold it).
     fn drop(&mut self) {
+        let _exclusive = graph::exclusive();
         if self.bind().is_ok() {
             if let Err(e) = self.stream.synchronize() {
                 log::warn!("gpukit: CUDA stream failed while closing the device: {e}");

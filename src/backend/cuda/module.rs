@@ -267,7 +267,12 @@ impl Kernels {
                 .parent()
                 .map_or(Ok(()), std::fs::create_dir_all)
                 .and_then(|()| {
-                    let tmp = p.with_extension(format!("ptx.{}", std::process::id()));
+                    // Unique per writer: two devices of one process may compile the same
+                    // source at once, and a shared temporary name would interleave them.
+                    static WRITES: std::sync::atomic::AtomicU64 =
+                        std::sync::atomic::AtomicU64::new(0);
+                    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let tmp = p.with_extension(format!("ptx.{}.{n}", std::process::id()));
                     std::fs::write(&tmp, ptx.to_src())?;
                     std::fs::rename(&tmp, p)
                 });
