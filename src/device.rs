@@ -476,6 +476,20 @@ impl Device {
         }
     }
 
+    /// For tests of device loss: makes the device fail the way a driver fault does. On CUDA a
+    /// kernel writes through an invalid pointer (the context is then lost for good, and with
+    /// it every device of this GPU in the process until they are all dropped); elsewhere it is
+    /// [`Device::destroy`].
+    #[doc(hidden)]
+    pub fn inject_fault_for_tests(&self) -> Result<()> {
+        #[cfg(cuda)]
+        if let Some(c) = self.inner.backend.cuda() {
+            return c.launch_faulting_kernel();
+        }
+        self.destroy();
+        Ok(())
+    }
+
     fn set_lost(&self, reason: &str) {
         let mut lost = self.inner.lost.lock().unwrap_or_else(|e| e.into_inner());
         lost.get_or_insert_with(|| reason.to_string());

@@ -65,7 +65,9 @@ const BLOCK: u32 = 256;
 pub(crate) struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    blas: Mutex<CudaBlas>,
+    /// Dropped by hand (see `Drop`): cudarc's drop unwraps cuBLAS's destroy, which can fail
+    /// on a context lost to a fault.
+    blas: Mutex<std::mem::ManuallyDrop<CudaBlas>>,
     kernels: Kernels,
     pool: Arc<Mutex<Pool>>,
     staging: Mutex<Option<PinnedHostSlice<f32>>>,
@@ -120,7 +122,7 @@ impl CudaBackend {
         let backend = CudaBackend {
             ctx,
             stream,
-            blas: Mutex::new(blas),
+            blas: Mutex::new(std::mem::ManuallyDrop::new(blas)),
             kernels,
             pool,
             staging: Mutex::new(None),
@@ -222,6 +224,36 @@ impl CudaBackend {
         .map_err(errors::driver)
     }
 
+    /// Launches a kernel that writes to an address no allocation holds, for tests of device
+    /// loss: the context's next synchronisation fails with `CUDA_ERROR_ILLEGAL_ADDRESS`, a
+    /// sticky error, and the context cannot run anything again.
+    pub(crate) fn launch_faulting_kernel(&self) -> Result<()> {
+        const SOURCE: &str =
+            "extern \"C\" __global__ void fault(float* p) { p[threadIdx.x] = 1.0f; }";
+        let ptx = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| Error::ShaderCompilation {
+            shader: "fault (test kernel)",
+            detail: e.to_string(),
+        })?;
+        self.bind()?;
+        let module = self.ctx.load_module(ptx).map_err(errors::driver)?;
+        let f = module.load_function("fault").map_err(errors::driver)?;
+        let bad: u64 = 0x10;
+        let mut args = [&bad as *const u64 as *mut c_void];
+        // SAFETY: deliberately unsound on the device (the point of the test): the kernel writes
+        // through an invalid device pointer; the host passes one valid u64 argument as declared.
+        unsafe {
+            cu::launch_kernel(
+                f.cu_function(),
+                (1, 1, 1),
+                (32, 1, 1),
+                0,
+                self.cu_stream(),
+                &mut args,
+            )
+        }
+        .map_err(errors::driver)
+    }
+
     /// A grid-stride launch over `items` work items.
     fn launch_1d(&self, entry: Entry, items: u64, args: &[Arg<'_>]) -> Result<()> {
         self.launch(entry, (Self::grid(items), 1, 1), BLOCK, 0, args)
@@ -234,7 +266,7 @@ impl CudaBackend {
         self.launch(entry, (blocks, 1, 1), threads, 0, args)
     }
 
-    fn cublas(&self) -> std::sync::MutexGuard<'_, CudaBlas> {
+    fn cublas(&self) -> std::sync::MutexGuard<'_, std::mem::ManuallyDrop<CudaBlas>> {
         self.blas
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -354,12 +386,28 @@ impl Drop for CudaBackend {
     /// device: they hold it).
     fn drop(&mut self) {
         let _exclusive = graph::exclusive();
-        if self.bind().is_ok() {
-            if let Err(e) = self.stream.synchronize() {
-                log::warn!("gpukit: CUDA stream failed while closing the device: {e}");
+        let healthy = self.bind().is_ok() && {
+            match self.stream.synchronize() {
+                Ok(()) => true,
+                Err(e) => {
+                    log::warn!("gpukit: CUDA stream failed while closing the device: {e}");
+                    false
+                }
             }
+        };
+        if healthy {
             pool::lock(&self.pool).release();
         }
+        let blas = self
+            .blas
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if healthy {
+            // SAFETY: dropped once, here; the field is never used after the backend's drop.
+            unsafe { std::mem::ManuallyDrop::drop(blas) };
+        }
+        // On a lost context the handle is left to the process's end: destroying it may fail,
+        // and cudarc would panic on that failure.
     }
 }
 
