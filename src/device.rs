@@ -31,8 +31,8 @@ struct Inner {
     info: DeviceInfo,
     profile: crate::profile::State,
     verify: crate::verify::Verifier,
-    /// Why the device was lost, once it is: every later call is `Error::DeviceLost`.
-    lost: std::sync::Mutex<Option<String>>,
+    /// Why the device was lost, once it is (see `crate::loss`).
+    lost: crate::loss::Loss,
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -401,6 +401,10 @@ impl Device {
         &self.inner.verify
     }
 
+    pub(crate) fn loss(&self) -> &crate::loss::Loss {
+        &self.inner.lost
+    }
+
     pub(crate) fn profile_state(&self) -> &crate::profile::State {
         &self.inner.profile
     }
@@ -461,58 +465,6 @@ impl Device {
         self.check_lost()?;
         self.note_loss(self.inner.backend.synchronize().await)?;
         self.verify_pending().await
-    }
-
-    /// Destroys the device now: its memory is released and every later call on it or its
-    /// tensors is [`Error::DeviceLost`] (as after a driver reset). Other devices, and new ones
-    /// opened afterwards, are unaffected. On wgpu the adapter's device is destroyed; on CUDA
-    /// and the CPU the device stops accepting work, and its memory is freed when the last
-    /// handle to it is dropped.
-    pub fn destroy(&self) {
-        let reason = "destroyed by Device::destroy";
-        self.set_lost(reason);
-        if let Some(b) = self.inner.backend.wgpu() {
-            b.destroy(reason);
-        }
-    }
-
-    /// For tests of device loss: makes the device fail the way a driver fault does. On CUDA a
-    /// kernel writes through an invalid pointer (the context is then lost for good, and with
-    /// it every device of this GPU in the process until they are all dropped); elsewhere it is
-    /// [`Device::destroy`].
-    #[doc(hidden)]
-    pub fn inject_fault_for_tests(&self) -> Result<()> {
-        #[cfg(cuda)]
-        if let Some(c) = self.inner.backend.cuda() {
-            return c.launch_faulting_kernel();
-        }
-        self.destroy();
-        Ok(())
-    }
-
-    fn set_lost(&self, reason: &str) {
-        let mut lost = self.inner.lost.lock().unwrap_or_else(|e| e.into_inner());
-        lost.get_or_insert_with(|| reason.to_string());
-    }
-
-    /// `Error::DeviceLost` once the device is lost.
-    pub(crate) fn check_lost(&self) -> Result<()> {
-        let lost = self.inner.lost.lock().unwrap_or_else(|e| e.into_inner());
-        match &*lost {
-            Some(reason) => Err(Error::DeviceLost {
-                reason: reason.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Remembers a loss the backend reported (a driver reset, a faulting kernel), so that
-    /// every later call fails the same way even where the backend would not notice.
-    pub(crate) fn note_loss<T>(&self, r: Result<T>) -> Result<T> {
-        if let Err(Error::DeviceLost { reason }) = &r {
-            self.set_lost(reason);
-        }
-        r
     }
 
     /// What the matmul autotuner measured on this device's adapter: one record per size class

@@ -42,6 +42,7 @@ mod discover;
 mod error;
 mod future;
 mod info;
+mod loss;
 pub mod ops;
 mod policy;
 mod profile;
