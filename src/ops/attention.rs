@@ -49,7 +49,17 @@ impl Tensor {
         let (&[b, hq, sq, d], &[bk, hkv, sk, dk], &[bv, hv, skv, dv]) =
             (self.shape(), k.shape(), v.shape())
         else {
-            return Err(Error::shape("attention", self.shape(), k.shape(), hint));
+            // The rank is what is wrong: say which operand has it.
+            let (name, shape) = [("q", self.shape()), ("k", k.shape()), ("v", v.shape())]
+                .into_iter()
+                .find(|(_, s)| s.len() != 4)
+                .unwrap_or(("q", self.shape()));
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: format!(
+                    "{name} must have 4 axes [batch, heads, seq, dim], got {shape:?} {hint}"
+                ),
+            });
         };
         if b != bk || b != bv || d != dk || hkv != hv || sk != skv || hkv == 0 || hq % hkv != 0 {
             let other = if d != dk || b != bk || hkv == 0 || hq % hkv != 0 {
@@ -77,6 +87,14 @@ impl Tensor {
                     &[b],
                     "(one length per batch entry)",
                 ));
+            }
+            if let Some((i, &len)) = lens.iter().enumerate().find(|(_, &l)| l as usize > sk) {
+                return Err(Error::InvalidArgument {
+                    op: "attention",
+                    reason: format!(
+                        "key_lengths[{i}] is {len}, more than the {sk} keys (a length counts real keys)"
+                    ),
+                });
             }
         }
         let scale = options.scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());

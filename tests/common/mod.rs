@@ -18,6 +18,7 @@ macro_rules! with_suite_tests {
             batch_every_op, hostile_shapes, matmul_long_k, attention_special_values,
             fused_special_values, batch_fusion_shapes, matmul_f16_small_rows,
             random_batches_vs_eager, verification_mode, device_loss, random_shapes_vs_oracle,
+            attention_input_errors,
         ]);
     };
 }

@@ -907,3 +907,46 @@ pub async fn random_shapes_vs_oracle(dev: &Device) {
         }
     }
 }
+
+/// Attention's input errors say what is wrong: a wrong rank names the operand and its axes,
+/// and a key length beyond the keys is refused instead of clamped.
+pub async fn attention_input_errors(dev: &Device) {
+    let q3 = dev.tensor(&[0.5; 12 * 12 * 32], &[12, 12, 32]).unwrap();
+    let k4 = dev.tensor(&[0.5; 12 * 12 * 32], &[1, 12, 12, 32]).unwrap();
+    match q3.attention(&k4, &k4, AttentionOptions::default()) {
+        Err(gpukit::Error::InvalidArgument { reason, .. }) => {
+            assert!(reason.contains("q must have 4 axes"), "{reason}")
+        }
+        other => panic!("3-D q: {other:?}"),
+    }
+    match k4.attention(&q3, &k4, AttentionOptions::default()) {
+        Err(gpukit::Error::InvalidArgument { reason, .. }) => {
+            assert!(reason.contains("k must have 4 axes"), "{reason}")
+        }
+        other => panic!("3-D k: {other:?}"),
+    }
+    for len in [13u32, 4_000_000_000] {
+        let lens = [len];
+        let opts = AttentionOptions {
+            key_lengths: Some(&lens),
+            ..Default::default()
+        };
+        match k4.attention(&k4, &k4, opts) {
+            Err(e) => assert!(
+                e.is_input() && e.to_string().contains("more than the 12 keys"),
+                "{e}"
+            ),
+            Ok(_) => panic!("key length {len} of 12 keys was accepted"),
+        }
+    }
+    // The largest valid length works.
+    let lens = [12u32];
+    let opts = AttentionOptions {
+        key_lengths: Some(&lens),
+        ..Default::default()
+    };
+    assert_eq!(
+        k4.attention(&k4, &k4, opts).unwrap().shape(),
+        &[1, 12, 12, 32]
+    );
+}
