@@ -260,10 +260,7 @@ impl Tensor {
         tol: Tol,
         rerun: impl Fn(&[&Tensor]) -> Result<Tensor> + Send + Sync + 'static,
     ) -> Result<Tensor> {
-        if self.device().verifier().is_on() {
-            self.record_check(op, &inputs, tol, Box::new(rerun));
-        }
-        Ok(self)
+        self.verified_many(op, &inputs, tol, rerun)
     }
 
     /// [`Tensor::verified`] with inputs known only at run time (concat, batch kernels).

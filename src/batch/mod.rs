@@ -581,23 +581,7 @@ impl Batch {
             }
             #[cfg(cuda)]
             BackendImpl::Cuda(b) => {
-                // A capture can be invalidated by work elsewhere on the GPU (another API's
-                // device being made, a driver synchronisation): the plan is pure, so it is
-                // captured again, a few times, before the error is returned.
-                let invalidated = |e: &Error| matches!(e, Error::Backend { detail, .. } if detail.contains("CAPTURE_INVALIDATED"));
-                let mut attempt = 0;
-                let (executed, replay) = loop {
-                    let captured = b.capture(|| plan.execute(&self));
-                    let retry = match &captured {
-                        Err(e) | Ok((Err(e), _)) => invalidated(e),
-                        Ok(_) => false,
-                    };
-                    if retry && attempt < 3 {
-                        attempt += 1;
-                        continue;
-                    }
-                    break captured?;
-                };
+                let (executed, replay) = b.capture_retrying(|| plan.execute(&self))?;
                 let taken = plan.simulated_peak(&self);
                 (executed?, Replayer::Cuda(replay), taken)
             }

@@ -59,6 +59,12 @@ pub(crate) fn driver(e: DriverError) -> Error {
     }
 }
 
+/// Whether an error is a capture invalidated by other work (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`,
+/// as `driver` words it).
+pub(crate) fn is_capture_invalidated(e: &Error) -> bool {
+    matches!(e, Error::Backend { detail, .. } if detail.contains("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"))
+}
+
 pub(crate) fn blas(e: CublasError) -> Error {
     use cudarc::cublas::sys::cublasStatus_t as S;
     match e.0 {

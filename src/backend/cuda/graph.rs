@@ -139,6 +139,27 @@ impl CudaBackend {
             .unwrap_or_else(|| self.stream.cu_stream())
     }
 
+    /// [`CudaBackend::capture`] of a pure `record`, captured again (up to three more times)
+    /// when the capture is invalidated by work elsewhere on the GPU (another API's device
+    /// being made, a driver synchronisation), by the capture itself or by an op inside it.
+    pub(crate) fn capture_retrying<T>(
+        &self,
+        record: impl Fn() -> Result<T>,
+    ) -> Result<(Result<T>, CudaReplay)> {
+        let mut attempt = 0;
+        loop {
+            let captured = self.capture(&record);
+            let retry = match &captured {
+                Err(e) | Ok((Err(e), _)) => errors::is_capture_invalidated(e),
+                Ok(_) => false,
+            };
+            if !retry || attempt == 3 {
+                return captured;
+            }
+            attempt += 1;
+        }
+    }
+
     /// Runs `record` with the calling thread's work captured into a graph, then launches the
     /// graph once. One capture at a time per device; others wait their turn.
     pub(crate) fn capture<T>(&self, record: impl FnOnce() -> T) -> Result<(T, CudaReplay)> {

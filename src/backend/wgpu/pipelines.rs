@@ -549,7 +549,7 @@ impl PipelineCache {
 /// constants and invocation ids below the tile sizes, bound every storage access by explicit
 /// comparisons with the sizes they were dispatched for, and loop a bounded number of times;
 /// without the checks the driver unrolls and schedules their inner loops, 1.4x faster at
-/// 4096 on an H100 (BENCHMARKS.md, session 6). Buffer accesses keep whatever robustness
+/// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Buffer accesses keep whatever robustness
 /// the driver itself provides. In the browser the checks are the browser's to keep.
 fn create_module(
     device: &wgpu::Device,

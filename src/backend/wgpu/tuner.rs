@@ -73,7 +73,7 @@ pub(crate) fn adapter_key(info: &crate::info::DeviceInfo) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     super::pipelines::Shader::Matmul.source().hash(&mut h);
     super::pipelines::Shader::MatmulCoop.source().hash(&mut h);
-    // How the modules are created (runtime checks off natively since session 6) changes
+    // How the modules are created (runtime checks off natively) changes
     // the timings as much as the source does.
     "modules without runtime checks".hash(&mut h);
     format!(
