@@ -111,7 +111,7 @@ fn is_nan4(v: vec4<f32>) -> vec4<bool> {
     return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
 }
 
-// The same formulas as shaders/unary.wgsl (WGSL has no includes).
+// The same formulas as shaders/elementwise_unary.wgsl (WGSL has no includes).
 fn erf4(v: vec4<f32>) -> vec4<f32> {
     let x = abs(v);
     let t = 1.0 / (1.0 + 0.3275911 * x);

@@ -46,7 +46,7 @@ mod loss;
 pub mod ops;
 mod policy;
 mod profile;
-mod quant;
+
 mod shape;
 mod slice;
 mod small_sort;
@@ -62,13 +62,13 @@ pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
+pub use ops::quant::{QuantFormat, QuantTensor};
 pub use ops::{
     Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, MatmulTile,
     Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
 pub use policy::{Costs, DispatchPolicy, OpClass};
 pub use profile::{OpProfile, Profiler};
-pub use quant::{QuantFormat, QuantTensor};
 pub use tensor::{DType, Tensor};
 pub use verify::{VerifiedOp, VerifyReport};
 

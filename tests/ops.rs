@@ -121,3 +121,57 @@ op_suite! {
     cpu => cpu_device(),
     hybrid => hybrid_device(),
 }
+
+macro_rules! suite_names {
+    ([$($test:ident),* $(,)?]) => {
+        const LISTED: &[&str] = &[$(stringify!($test)),*];
+    };
+}
+
+with_suite_tests!(suite_names!());
+
+/// Every `pub async fn name(dev: &Device)` in `tests/common/suite/` is in `with_suite_tests!`
+/// (the list every harness expands), and every listed name is such a function: a suite
+/// function that a harness forgets would otherwise never run.
+#[test]
+fn every_suite_function_is_listed() {
+    let listed = LISTED;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/suite");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("tests/common/suite exists") {
+        let path = entry.expect("a directory entry").path();
+        let text = std::fs::read_to_string(&path).expect("a readable suite file");
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("pub async fn ") {
+                let name = rest.split('(').next().unwrap_or_default();
+                if rest.contains("(dev: &Device)") {
+                    found.push(name.to_string());
+                }
+            }
+        }
+    }
+    let missing: Vec<&String> = found
+        .iter()
+        .filter(|f| !listed.contains(&f.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "suite functions missing from with_suite_tests!: {missing:?}"
+    );
+    let stale: Vec<&&str> = listed
+        .iter()
+        .filter(|l| !found.iter().any(|f| f == *l))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "listed but not suite functions: {stale:?}"
+    );
+    let mut unique = listed.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        listed.len(),
+        "a suite function is listed twice"
+    );
+}

@@ -44,3 +44,34 @@ __device__ float block_reduce(float v, int op, float* scratch) {
     __syncthreads();
     return scratch[0];
 }
+
+// The unary ops of gpukit::UnaryOp, by UnaryKind code, with the formulas of the CPU backend
+// (IEEE arithmetic: NaN in gives NaN out, log(0) = -inf, log(x < 0) = NaN).
+__device__ __forceinline__ float unary_op(u32 kind, float v, float p0, float p1) {
+    switch (kind) {
+    case 0: return v < 0.0f ? 0.0f : v;
+    case 1: return v < 0.0f ? p0 * v : v;
+    case 2: return v > 0.0f ? v : p0 * (expf(v) - 1.0f);
+    case 3: return 1.0f / (1.0f + expf(-v));
+    case 4: return tanhf(v);
+    case 5: return v / (1.0f + expf(-v));
+    case 6: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case 7: return 0.5f * v * (1.0f + tanhf(0.7978846f * (v + 0.044715f * v * v * v)));
+    case 8: return v < p0 ? p0 : (v > p1 ? p1 : v);
+    case 9: return v * p0;
+    case 10: return expf(v);
+    case 11: return logf(v);
+    case 12: return sqrtf(v);
+    case 13: return -v;
+    default: return fabsf(v);
+    }
+}
+
+__device__ __forceinline__ float binary_op(u32 op, float a, float b) {
+    switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    default: return a / b;
+    }
+}

@@ -11,14 +11,15 @@ pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
-use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::conv::ConvSpec;
 use crate::ops::fused::Expr;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::pool::PoolSpec;
+use crate::ops::quant::QuantParts;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
-use crate::quant::QuantParts;
 
 /// An operand of a broadcasting binary op: its storage and how many elements repeat
 /// (`n` for a full operand, the row length for a row, 1 for a scalar).
@@ -163,7 +164,7 @@ pub(crate) enum Storage {
 /// copies (a hybrid device may move every storage an op reads).
 #[derive(Clone, Copy)]
 struct QuantShape {
-    format: crate::quant::QuantFormat,
+    format: crate::ops::quant::QuantFormat,
     rows: usize,
     cols: usize,
     has_mins: bool,

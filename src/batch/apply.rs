@@ -6,8 +6,8 @@ use std::rc::Rc;
 use super::{Batch, Op, Value};
 use crate::backend::Storage;
 use crate::error::{Error, Result};
+use crate::ops::quant::QuantTensor;
 use crate::ops::{AttentionOptions, Conv2dOptions, Pool2dOptions, RopeLayout};
-use crate::quant::QuantTensor;
 use crate::tensor::Tensor;
 
 /// The function of an `apply` node.

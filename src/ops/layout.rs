@@ -1,5 +1,5 @@
 //! Layout ops: `permute` / `transpose`, `slice` along an axis, and `concat`. Each is a strided
-//! copy on the device (one kernel, `shaders/copy.wgsl`); nothing goes through the host.
+//! copy on the device (one kernel, `shaders/layout.wgsl`); nothing goes through the host.
 //! Tensors of up to 8 axes.
 
 use std::ops::Range;

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 pub mod oracle;
-pub mod reliability;
+
 pub mod suite;
 
 /// Calls `$callback!($args.. [every test of the op suite])`: the one list of the suite's
@@ -11,14 +11,22 @@ pub mod suite;
 macro_rules! with_suite_tests {
     ($callback:ident!($($args:tt)*)) => {
         $callback!($($args)* [
-            unary_random, unary_edges, binary_random, binary_edges, reduce_random, reduce_edges,
-            dot_random, softmax_random, softmax_edges, chained_ops, errors, matmul_random,
-            matmul_edges, matmul_options, norms, layout, embedding_and_rope, attention,
-            topk_and_argmax, quantized, conv_and_pool, matmul_tiles_and_f16, batch_api,
-            batch_every_op, hostile_shapes, matmul_long_k, attention_special_values,
-            fused_special_values, batch_fusion_shapes, matmul_f16_small_rows,
-            random_batches_vs_eager, verification_mode, device_loss, random_shapes_vs_oracle,
-            attention_input_errors,
+            // suite/elementwise.rs
+            unary_random, unary_edges, binary_random, binary_edges, chained_ops,
+            // suite/reduce.rs, softmax.rs, norm.rs
+            reduce_random, reduce_edges, dot_random, softmax_random, softmax_edges, norms,
+            // suite/matmul.rs
+            matmul_random, matmul_edges, matmul_options, matmul_tiles_and_f16, matmul_long_k,
+            matmul_f16_small_rows,
+            // suite/conv.rs, pool.rs, attention.rs
+            conv, pool, attention, attention_special_values, attention_input_errors,
+            // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
+            embedding, rope, layout, topk_and_argmax, quantized,
+            // suite/fused.rs, batch.rs
+            fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
+            random_batches_vs_eager,
+            // suite/errors.rs, device.rs, random.rs
+            errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
         ]);
     };
 }

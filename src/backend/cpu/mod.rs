@@ -2,32 +2,41 @@
 //! to when no GPU adapter is usable. It is a real backend with its own storage, SIMD kernels
 //! and threads; the f64 test oracle in `tests/common` is separate and stays simple.
 //!
-//! - `elementwise`: unary, binary and fused expressions through one block evaluator;
-//! - `rows`: reductions, dot, softmax, norms;
-//! - `linalg`: matmul, conv2d and quantized matmul on the `gemm` crate;
-//! - `nn`: attention, rope, embedding, top-k, pooling, copies, dequantization;
+//! One file per op family (`elementwise`, `fused`, `reduce`, `softmax`, `norm`, `matmul`,
+//! `conv`, `pool`, `attention`, `embedding`, `rope`, `layout`, `topk`, `quant`), and helpers:
 //! - `vmath`: exp, ln, tanh and erf written to vectorise;
 //! - `par`: rayon natively, one thread in wasm.
 
+mod attention;
+mod conv;
 mod elementwise;
-mod linalg;
-mod nn;
+mod embedding;
+mod fused;
+mod layout;
+mod matmul;
+mod norm;
 pub(crate) mod par;
-mod rows;
+mod pool;
+mod quant;
+mod reduce;
+mod rope;
+mod softmax;
+mod topk;
 mod vmath;
 
 use crate::backend::{BackendOps, Operand};
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::attention::AttentionSpec;
-use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::conv::ConvSpec;
 use crate::ops::fused::Expr;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::pool::PoolSpec;
+use crate::ops::quant::QuantParts;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
-use crate::quant::QuantParts;
 
 /// Host memory holding a tensor.
 pub(crate) struct CpuStorage(Vec<f32>);
@@ -144,7 +153,7 @@ impl BackendOps for CpuBackend {
 
     fn unary(&self, op: UnaryOp, x: &CpuStorage, n: usize) -> Result<CpuStorage> {
         let e = Expr::Unary(op, Box::new(Expr::Input(0)));
-        Ok(CpuStorage(elementwise::evaluate(&e, &[(x, n)], n)))
+        Ok(CpuStorage(fused::evaluate(&e, &[(x, n)], n)))
     }
 
     fn binary(
@@ -155,19 +164,19 @@ impl BackendOps for CpuBackend {
         n: usize,
     ) -> Result<CpuStorage> {
         let e = Expr::Binary(op, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
-        Ok(CpuStorage(elementwise::evaluate(&e, &[a, b], n)))
+        Ok(CpuStorage(fused::evaluate(&e, &[a, b], n)))
     }
 
     fn reduce(&self, op: ReduceOp, x: &CpuStorage, rows: usize, cols: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(rows::reduce(op, &x.0, rows, cols)))
+        Ok(CpuStorage(reduce::reduce(op, &x.0, rows, cols)))
     }
 
     fn dot(&self, a: &CpuStorage, b: &CpuStorage, n: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(vec![rows::dot(&a.0[..n], &b.0[..n]) as f32]))
+        Ok(CpuStorage(vec![reduce::dot(&a.0[..n], &b.0[..n]) as f32]))
     }
 
     fn softmax(&self, x: &CpuStorage, rows: usize, cols: usize, log: bool) -> Result<CpuStorage> {
-        Ok(CpuStorage(rows::softmax(&x.0, rows, cols, log)))
+        Ok(CpuStorage(softmax::softmax(&x.0, rows, cols, log)))
     }
 
     fn fused(
@@ -176,7 +185,7 @@ impl BackendOps for CpuBackend {
         inputs: &[Operand<'_, CpuStorage>],
         n: usize,
     ) -> Result<CpuStorage> {
-        Ok(CpuStorage(elementwise::evaluate(expr, inputs, n)))
+        Ok(CpuStorage(fused::evaluate(expr, inputs, n)))
     }
 
     fn matmul(
@@ -186,7 +195,7 @@ impl BackendOps for CpuBackend {
         bias: Option<&CpuStorage>,
         spec: MatmulSpec,
     ) -> Result<CpuStorage> {
-        linalg::matmul(&a.0, &b.0, bias.map(|b| &b.0[..]), spec).map(CpuStorage)
+        matmul::matmul(&a.0, &b.0, bias.map(|b| &b.0[..]), spec).map(CpuStorage)
     }
 
     fn norm(
@@ -197,11 +206,11 @@ impl BackendOps for CpuBackend {
         spec: NormSpec,
     ) -> Result<CpuStorage> {
         let (w, b) = (weight.map(|w| &w.0[..]), bias.map(|b| &b.0[..]));
-        Ok(CpuStorage(rows::norm(&x.0, w, b, spec)))
+        Ok(CpuStorage(norm::norm(&x.0, w, b, spec)))
     }
 
     fn embedding(&self, table: &CpuStorage, ids: &[u32], dim: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(nn::embedding(&table.0, ids, dim)))
+        Ok(CpuStorage(embedding::embedding(&table.0, ids, dim)))
     }
 
     fn rope(
@@ -212,7 +221,7 @@ impl BackendOps for CpuBackend {
         dims: [usize; 3],
         layout: RopeLayout,
     ) -> Result<CpuStorage> {
-        Ok(CpuStorage(nn::rope(&x.0, &cos.0, &sin.0, dims, layout)))
+        Ok(CpuStorage(rope::rope(&x.0, &cos.0, &sin.0, dims, layout)))
     }
 
     fn attention(
@@ -223,7 +232,7 @@ impl BackendOps for CpuBackend {
         lens: Option<&[u32]>,
         a: AttentionSpec,
     ) -> Result<CpuStorage> {
-        Ok(CpuStorage(nn::attention(&q.0, &k.0, &v.0, lens, a)))
+        Ok(CpuStorage(attention::attention(&q.0, &k.0, &v.0, lens, a)))
     }
 
     fn topk(
@@ -233,7 +242,7 @@ impl BackendOps for CpuBackend {
         cols: usize,
         k: usize,
     ) -> Result<(CpuStorage, CpuStorage)> {
-        let (values, indices) = nn::topk(&x.0, rows, cols, k);
+        let (values, indices) = topk::topk(&x.0, rows, cols, k);
         Ok((CpuStorage(values), CpuStorage(indices)))
     }
 
@@ -243,11 +252,11 @@ impl BackendOps for CpuBackend {
         w: QuantParts<'_, CpuStorage>,
         m: usize,
     ) -> Result<CpuStorage> {
-        linalg::matmul_quant(&x.0, w, m).map(CpuStorage)
+        quant::matmul_quant(&x.0, w, m).map(CpuStorage)
     }
 
     fn dequantize(&self, w: QuantParts<'_, CpuStorage>) -> Result<CpuStorage> {
-        Ok(CpuStorage(nn::dequantize(w)))
+        Ok(CpuStorage(quant::dequantize(w)))
     }
 
     fn conv2d(
@@ -257,15 +266,15 @@ impl BackendOps for CpuBackend {
         bias: Option<&CpuStorage>,
         s: ConvSpec,
     ) -> Result<CpuStorage> {
-        linalg::conv2d(&x.0, &w.0, bias.map(|b| &b.0[..]), s).map(CpuStorage)
+        conv::conv2d(&x.0, &w.0, bias.map(|b| &b.0[..]), s).map(CpuStorage)
     }
 
     fn pool2d(&self, x: &CpuStorage, s: PoolSpec) -> Result<CpuStorage> {
-        Ok(CpuStorage(nn::pool2d(&x.0, s)))
+        Ok(CpuStorage(pool::pool2d(&x.0, s)))
     }
 
     fn copy(&self, parts: &[(&CpuStorage, CopySpec)], n: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(nn::copy(parts, n)))
+        Ok(CpuStorage(layout::copy(parts, n)))
     }
 
     async fn read(&self, x: &CpuStorage, n: usize) -> Result<Vec<f32>> {

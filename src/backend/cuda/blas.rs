@@ -16,7 +16,7 @@ use super::{errors, Arg, CudaBackend, CudaStorage};
 use crate::error::{Error, Result};
 use crate::ops::conv::ConvSpec;
 use crate::ops::matmul::{MatmulSpec, Precision};
-use crate::quant::QuantParts;
+use crate::ops::quant::QuantParts;
 
 /// Elements of an im2col block above which conv2d works through output rows in tiles.
 const IM2COL_BUDGET: u64 = 1 << 24;

@@ -15,10 +15,18 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Source {
     Elementwise,
-    Rows,
-    Layout,
-    Quant,
+    Reduce,
+    Softmax,
+    Norm,
+    Matmul,
+    Conv,
+    Pool,
     Attention,
+    Embedding,
+    Rope,
+    Layout,
+    Topk,
+    Quant,
     /// A fused elementwise kernel, by the hash of its generated source.
     Fused(u64),
 }
@@ -27,10 +35,18 @@ impl Source {
     pub(crate) fn file(self) -> &'static str {
         match self {
             Source::Elementwise => "shaders/cuda/elementwise.cu",
-            Source::Rows => "shaders/cuda/rows.cu",
-            Source::Layout => "shaders/cuda/layout.cu",
-            Source::Quant => "shaders/cuda/quant.cu",
+            Source::Reduce => "shaders/cuda/reduce.cu",
+            Source::Softmax => "shaders/cuda/softmax.cu",
+            Source::Norm => "shaders/cuda/norm.cu",
+            Source::Matmul => "shaders/cuda/matmul.cu",
+            Source::Conv => "shaders/cuda/conv.cu",
+            Source::Pool => "shaders/cuda/pool.cu",
             Source::Attention => "shaders/cuda/attention.cu",
+            Source::Embedding => "shaders/cuda/embedding.cu",
+            Source::Rope => "shaders/cuda/rope.cu",
+            Source::Layout => "shaders/cuda/layout.cu",
+            Source::Topk => "shaders/cuda/topk.cu",
+            Source::Quant => "shaders/cuda/quant.cu",
             Source::Fused(_) => "a generated fused kernel (src/backend/cuda/fused.rs)",
         }
     }
@@ -38,30 +54,25 @@ impl Source {
     fn text(self) -> &'static str {
         match self {
             Source::Elementwise => include_str!("../../../shaders/cuda/elementwise.cu"),
-            Source::Rows => include_str!("../../../shaders/cuda/rows.cu"),
-            Source::Layout => include_str!("../../../shaders/cuda/layout.cu"),
-            Source::Quant => include_str!("../../../shaders/cuda/quant.cu"),
+            Source::Reduce => include_str!("../../../shaders/cuda/reduce.cu"),
+            Source::Softmax => include_str!("../../../shaders/cuda/softmax.cu"),
+            Source::Norm => include_str!("../../../shaders/cuda/norm.cu"),
+            Source::Matmul => include_str!("../../../shaders/cuda/matmul.cu"),
+            Source::Conv => include_str!("../../../shaders/cuda/conv.cu"),
+            Source::Pool => include_str!("../../../shaders/cuda/pool.cu"),
             Source::Attention => include_str!("../../../shaders/cuda/attention.cu"),
+            Source::Embedding => include_str!("../../../shaders/cuda/embedding.cu"),
+            Source::Rope => include_str!("../../../shaders/cuda/rope.cu"),
+            Source::Layout => include_str!("../../../shaders/cuda/layout.cu"),
+            Source::Topk => include_str!("../../../shaders/cuda/topk.cu"),
+            Source::Quant => include_str!("../../../shaders/cuda/quant.cu"),
             Source::Fused(_) => "",
         }
     }
 }
 
 /// The prelude every file is compiled after.
-const COMMON: &str = include_str!("../../../shaders/cuda/common.cuh");
-
-/// The part of elementwise.cu between its `@library` markers (the unary and binary ops), for
-/// generated kernels.
-pub(crate) fn elementwise_library() -> Result<&'static str> {
-    let src = Source::Elementwise.text();
-    match (src.find("// @library-begin"), src.find("// @library-end")) {
-        (Some(b), Some(e)) if b < e => Ok(&src[b..e]),
-        _ => Err(Error::ShaderCompilation {
-            shader: Source::Elementwise.file(),
-            detail: "the @library markers that fused kernels need are missing".into(),
-        }),
-    }
-}
+pub(crate) const COMMON: &str = include_str!("../../../shaders/cuda/common.cuh");
 
 /// A kernel entry point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,21 +106,21 @@ impl Entry {
         match self {
             Unary => (Source::Elementwise, "unary"),
             Binary => (Source::Elementwise, "binary"),
-            Epilogue => (Source::Elementwise, "epilogue"),
-            ToF16 => (Source::Elementwise, "to_f16"),
-            ToBf16 => (Source::Elementwise, "to_bf16"),
-            ReduceRows => (Source::Rows, "reduce_rows"),
-            DotPartial => (Source::Rows, "dot_partial"),
-            SoftmaxRows => (Source::Rows, "softmax_rows"),
-            SoftmaxPartial => (Source::Rows, "softmax_partial"),
-            SoftmaxFinish => (Source::Rows, "softmax_finish"),
-            NormRows => (Source::Rows, "norm_rows"),
+            Epilogue => (Source::Matmul, "epilogue"),
+            ToF16 => (Source::Matmul, "to_f16"),
+            ToBf16 => (Source::Matmul, "to_bf16"),
+            ReduceRows => (Source::Reduce, "reduce_rows"),
+            DotPartial => (Source::Reduce, "dot_partial"),
+            SoftmaxRows => (Source::Softmax, "softmax_rows"),
+            SoftmaxPartial => (Source::Softmax, "softmax_partial"),
+            SoftmaxFinish => (Source::Softmax, "softmax_finish"),
+            NormRows => (Source::Norm, "norm_rows"),
             CopyStrided => (Source::Layout, "copy_strided"),
-            Embedding => (Source::Layout, "embedding"),
-            Rope => (Source::Layout, "rope"),
-            Pool2d => (Source::Layout, "pool2d"),
-            TopkRows => (Source::Layout, "topk_rows"),
-            Im2col => (Source::Layout, "im2col"),
+            Embedding => (Source::Embedding, "embedding"),
+            Rope => (Source::Rope, "rope"),
+            Pool2d => (Source::Pool, "pool2d"),
+            TopkRows => (Source::Topk, "topk_rows"),
+            Im2col => (Source::Conv, "im2col"),
             Dequantize => (Source::Quant, "dequantize"),
             Qgemv => (Source::Quant, "qgemv"),
             Attention => (Source::Attention, "attention"),
@@ -355,6 +366,5 @@ mod tests {
                 source.file()
             );
         }
-        assert!(elementwise_library().is_ok());
     }
 }

@@ -8,14 +8,15 @@ use super::{blas, fused, Arg, CudaBackend, CudaStorage, BLOCK};
 use crate::backend::{BackendOps, Operand};
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
-use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::conv::ConvSpec;
 use crate::ops::fused::{Expr, MAX_INPUTS};
 use crate::ops::layout::{CopySpec, MAX_RANK};
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::pool::PoolSpec;
+use crate::ops::quant::QuantParts;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
-use crate::quant::QuantParts;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]

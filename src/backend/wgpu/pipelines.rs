@@ -12,82 +12,89 @@ use crate::ops::elementwise::UnaryKind;
 use crate::ops::{Activation, BinaryOp, MatmulTile, ReduceOp};
 
 pub(crate) use super::matmul_template::{matmul_source, Arith};
-use crate::quant::QuantFormat;
+use crate::ops::quant::QuantFormat;
 
 /// The shader files in `shaders/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
-    Unary,
-    Binary,
-    BinaryBroadcast,
+    ElementwiseUnary,
+    ElementwiseBinary,
+    ElementwiseBroadcast,
     Reduce,
     Softmax,
     Matmul,
     MatmulCoop,
     Norm,
-    Copy,
+    Layout,
     Embedding,
     Rope,
     Attention,
     TopK,
-    QMatmul,
-    Conv2d,
-    Pool2d,
-    Gemv,
-    GemvSubgroup,
+    Quant,
+    Conv,
+    Pool,
+    MatmulGemv,
+    MatmulGemvSubgroup,
 }
 
 impl Shader {
     pub(crate) const ALL: [Shader; 18] = [
-        Shader::Unary,
-        Shader::Binary,
-        Shader::BinaryBroadcast,
+        Shader::ElementwiseUnary,
+        Shader::ElementwiseBinary,
+        Shader::ElementwiseBroadcast,
         Shader::Reduce,
         Shader::Softmax,
         Shader::Matmul,
         Shader::MatmulCoop,
         Shader::Norm,
-        Shader::Copy,
+        Shader::Layout,
         Shader::Embedding,
         Shader::Rope,
         Shader::Attention,
         Shader::TopK,
-        Shader::QMatmul,
-        Shader::Conv2d,
-        Shader::Pool2d,
-        Shader::Gemv,
-        Shader::GemvSubgroup,
+        Shader::Quant,
+        Shader::Conv,
+        Shader::Pool,
+        Shader::MatmulGemv,
+        Shader::MatmulGemvSubgroup,
     ];
 
     pub(crate) fn file(self) -> &'static str {
         match self {
-            Shader::Unary => "unary.wgsl",
-            Shader::Binary => "binary.wgsl",
-            Shader::BinaryBroadcast => "binary_broadcast.wgsl",
+            Shader::ElementwiseUnary => "elementwise_unary.wgsl",
+            Shader::ElementwiseBinary => "elementwise_binary.wgsl",
+            Shader::ElementwiseBroadcast => "elementwise_broadcast.wgsl",
             Shader::Reduce => "reduce.wgsl",
             Shader::Softmax => "softmax.wgsl",
             Shader::Matmul => "matmul.wgsl",
             Shader::MatmulCoop => "matmul_coop.wgsl",
             Shader::Norm => "norm.wgsl",
-            Shader::Copy => "copy.wgsl",
+            Shader::Layout => "layout.wgsl",
             Shader::Embedding => "embedding.wgsl",
             Shader::Rope => "rope.wgsl",
             Shader::Attention => "attention.wgsl",
             Shader::TopK => "topk.wgsl",
-            Shader::QMatmul => "qmatmul.wgsl",
-            Shader::Conv2d => "conv2d.wgsl",
-            Shader::Pool2d => "pool2d.wgsl",
-            Shader::Gemv => "gemv.wgsl",
-            Shader::GemvSubgroup => "gemv_subgroup.wgsl",
+            Shader::Quant => "quant.wgsl",
+            Shader::Conv => "conv.wgsl",
+            Shader::Pool => "pool.wgsl",
+            Shader::MatmulGemv => "matmul_gemv.wgsl",
+            Shader::MatmulGemvSubgroup => "matmul_gemv_subgroup.wgsl",
         }
     }
 
     pub(crate) fn source(self) -> &'static str {
         match self {
-            Shader::Unary => include_str!(concat!(env!("OUT_DIR"), "/shaders/unary.wgsl")),
-            Shader::Binary => include_str!(concat!(env!("OUT_DIR"), "/shaders/binary.wgsl")),
-            Shader::BinaryBroadcast => {
-                include_str!(concat!(env!("OUT_DIR"), "/shaders/binary_broadcast.wgsl"))
+            Shader::ElementwiseUnary => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_unary.wgsl"))
+            }
+            Shader::ElementwiseBinary => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_binary.wgsl"))
+            }
+            Shader::ElementwiseBroadcast => {
+                include_str!(concat!(
+                    env!("OUT_DIR"),
+                    "/shaders/elementwise_broadcast.wgsl"
+                ))
             }
             Shader::Reduce => include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce.wgsl")),
             Shader::Softmax => include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl")),
@@ -100,17 +107,22 @@ impl Shader {
             #[cfg(web)]
             Shader::MatmulCoop => "",
             Shader::Norm => include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl")),
-            Shader::Copy => include_str!(concat!(env!("OUT_DIR"), "/shaders/copy.wgsl")),
+            Shader::Layout => include_str!(concat!(env!("OUT_DIR"), "/shaders/layout.wgsl")),
             Shader::Embedding => include_str!(concat!(env!("OUT_DIR"), "/shaders/embedding.wgsl")),
             Shader::Rope => include_str!(concat!(env!("OUT_DIR"), "/shaders/rope.wgsl")),
             Shader::Attention => include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl")),
             Shader::TopK => include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl")),
-            Shader::QMatmul => include_str!(concat!(env!("OUT_DIR"), "/shaders/qmatmul.wgsl")),
-            Shader::Conv2d => include_str!(concat!(env!("OUT_DIR"), "/shaders/conv2d.wgsl")),
-            Shader::Pool2d => include_str!(concat!(env!("OUT_DIR"), "/shaders/pool2d.wgsl")),
-            Shader::Gemv => include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv.wgsl")),
-            Shader::GemvSubgroup => {
-                include_str!(concat!(env!("OUT_DIR"), "/shaders/gemv_subgroup.wgsl"))
+            Shader::Quant => include_str!(concat!(env!("OUT_DIR"), "/shaders/quant.wgsl")),
+            Shader::Conv => include_str!(concat!(env!("OUT_DIR"), "/shaders/conv.wgsl")),
+            Shader::Pool => include_str!(concat!(env!("OUT_DIR"), "/shaders/pool.wgsl")),
+            Shader::MatmulGemv => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_gemv.wgsl"))
+            }
+            Shader::MatmulGemvSubgroup => {
+                include_str!(concat!(
+                    env!("OUT_DIR"),
+                    "/shaders/matmul_gemv_subgroup.wgsl"
+                ))
             }
         }
     }
@@ -245,9 +257,9 @@ pub(crate) enum Kernel {
 impl Kernel {
     pub(crate) fn shader(self) -> Shader {
         match self {
-            Kernel::Unary(_) => Shader::Unary,
-            Kernel::Binary(_) => Shader::Binary,
-            Kernel::BinaryBroadcast(_) => Shader::BinaryBroadcast,
+            Kernel::Unary(_) => Shader::ElementwiseUnary,
+            Kernel::Binary(_) => Shader::ElementwiseBinary,
+            Kernel::BinaryBroadcast(_) => Shader::ElementwiseBroadcast,
             Kernel::ReducePartial { .. } | Kernel::ReduceFinish(_) => Shader::Reduce,
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
                 Shader::Softmax
@@ -258,20 +270,20 @@ impl Kernel {
             } => Shader::MatmulCoop,
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
-            Kernel::Copy => Shader::Copy,
+            Kernel::Copy => Shader::Layout,
             Kernel::Embedding => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention { .. } => Shader::Attention,
             Kernel::TopK => Shader::TopK,
-            Kernel::QMatmul { .. } => Shader::QMatmul,
-            Kernel::Conv2d { .. } => Shader::Conv2d,
-            Kernel::Pool2d { .. } => Shader::Pool2d,
+            Kernel::QMatmul { .. } => Shader::Quant,
+            Kernel::Conv2d { .. } => Shader::Conv,
+            Kernel::Pool2d { .. } => Shader::Pool,
             Kernel::Gemv {
                 subgroup: false, ..
-            } => Shader::Gemv,
-            Kernel::Gemv { subgroup: true, .. } => Shader::GemvSubgroup,
-            // Generated from unary.wgsl's library part.
-            Kernel::Fused { .. } => Shader::Unary,
+            } => Shader::MatmulGemv,
+            Kernel::Gemv { subgroup: true, .. } => Shader::MatmulGemvSubgroup,
+            // Generated from elementwise_unary.wgsl's library part.
+            Kernel::Fused { .. } => Shader::ElementwiseUnary,
         }
     }
 

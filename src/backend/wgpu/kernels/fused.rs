@@ -3,7 +3,7 @@
 //!
 //! Each invocation computes four consecutive elements. An input is read at `i % len`, so full
 //! operands, rows and scalars all work, and indices past the end wrap instead of reading out
-//! of bounds. Unary ops call `unary_op` of shaders/unary.wgsl (its `@library` part is copied
+//! of bounds. Unary ops call `unary_op` of shaders/elementwise_unary.wgsl (its `@library` part is copied
 //! in) with the op code and parameters as literals, so the switch folds away; f32 parameters
 //! are written as bit patterns, exactly.
 
@@ -26,15 +26,15 @@ struct Params {
     _pad: [u32; 3],
 }
 
-/// The part of shaders/unary.wgsl between its `@library-begin` and `@library-end` lines.
+/// The part of shaders/elementwise_unary.wgsl between its `@library-begin` and `@library-end` lines.
 fn unary_library() -> Result<&'static str> {
-    let src = Shader::Unary.source();
+    let src = Shader::ElementwiseUnary.source();
     let begin = src.find("// @library-begin");
     let end = src.find("// @library-end");
     match (begin, end) {
         (Some(b), Some(e)) if b < e => Ok(&src[b..e]),
         _ => Err(Error::ShaderCompilation {
-            shader: Shader::Unary.file(),
+            shader: Shader::ElementwiseUnary.file(),
             detail: "the @library markers that fused kernels need are missing".into(),
         }),
     }
@@ -65,7 +65,7 @@ const WGSL: Syntax = Syntax {
 /// kernel both sides of `x - x` or `x / x` can be one value, which shader compilers fold to 0
 /// and 1 (WGSL lets them assume no NaN or infinity); eager ops read two bindings and are not
 /// folded. The special cases are found on the bits, which no float rewrite touches.
-/// (`nan_bits` and `is_nan4` come from unary.wgsl's library, which precedes it.)
+/// (`nan_bits` and `is_nan4` come from elementwise_unary.wgsl's library, which precedes it.)
 const IEEE_LIBRARY: &str = "
 fn is_inf4(x: vec4<f32>) -> vec4<bool> {
     return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) == vec4<u32>(0x7f800000u);

@@ -1,20 +1,14 @@
-//! Matrix products: the tiled matmul, the GEMV path, the quantized matmul and conv2d (the
-//! tiled kernel with gathered columns).
-
-use bytemuck::{Pod, Zeroable};
+//! Matrix products: the tiled matmul (tuned per adapter) and the GEMV path for a few rows.
 
 use super::super::pipelines::Arith;
 use super::super::{WgpuBackend, WgpuStorage};
-use super::{u32_of, whole, Kernel, WG};
+use super::{whole, Kernel};
 use crate::error::{Error, Result};
-use crate::ops::conv::ConvSpec;
-use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
-use crate::quant::{QuantParts, BLOCK};
+use crate::ops::matmul::{MatmulSpec, Precision};
+use bytemuck::{Pod, Zeroable};
 
-/// Rows and columns of the output tile of one conv2d workgroup (shaders/conv2d.wgsl).
-const CONV_TILE: u64 = 64;
-/// Up to this many rows against a `[n, k]` weight use shaders/gemv.wgsl.
-const GEMV_MAX_ROWS: u64 = 8;
+/// Up to this many rows against a `[n, k]` weight use shaders/matmul_gemv.wgsl.
+pub(super) const GEMV_MAX_ROWS: u64 = 8;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -29,34 +23,11 @@ struct MatmulParams {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct MnkParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    _pad: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct ConvParams {
-    n: u32,
-    c: u32,
-    h: u32,
-    w: u32,
-    o: u32,
-    kh: u32,
-    kw: u32,
-    oh: u32,
-    ow: u32,
-    sh: u32,
-    sw: u32,
-    ph: u32,
-    pw: u32,
-    dh: u32,
-    dw: u32,
-    cg: u32,
-    og: u32,
-    _pad: [u32; 3],
+pub(super) struct MnkParams {
+    pub(super) m: u32,
+    pub(super) n: u32,
+    pub(super) k: u32,
+    pub(super) _pad: u32,
 }
 
 impl WgpuBackend {
@@ -209,184 +180,6 @@ impl WgpuBackend {
             &binds,
             grid.map(|g| g as u32),
         )?;
-        Ok(s.storage(out))
-    }
-
-    pub(super) fn encode_matmul_quant(
-        &self,
-        x: &WgpuStorage,
-        w: QuantParts<'_, WgpuStorage>,
-        m: usize,
-    ) -> Result<WgpuStorage> {
-        let weights = (w.rows * w.cols) as u64;
-        if m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights) {
-            // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
-            // of reading every weight once per row. The f32 copy lives until the product is
-            // recorded; its buffer goes back to the pool after the submit. A copy larger than
-            // one binding allows (128 MiB in browsers) stays on the per-row kernel.
-            let (n, k) = (w.rows, w.cols);
-            let weights = self.encode_dequantize(w)?;
-            let spec = MatmulSpec {
-                dims: MatmulDims {
-                    batch: 1,
-                    m,
-                    k,
-                    n,
-                    a_stride: 0,
-                    b_stride: 0,
-                },
-                transpose_a: false,
-                transpose_b: true,
-                activation: None,
-                precision: Precision::F32,
-                tile: None,
-            };
-            return self.encode_matmul(x, &weights, None, spec);
-        }
-        let (m, n) = (m as u64, w.rows as u64);
-        self.quant_kernel(Some(x), w, m * n, m)
-    }
-
-    pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
-        let n = (w.rows * w.cols) as u64;
-        self.quant_kernel(None, w, n, 0)
-    }
-
-    pub(super) fn encode_conv2d(
-        &self,
-        x: &WgpuStorage,
-        w: &WgpuStorage,
-        bias: Option<&WgpuStorage>,
-        c: ConvSpec,
-    ) -> Result<WgpuStorage> {
-        let s = self.begin()?;
-        let (xb, wb) = (x.buffer()?, w.buffer()?);
-        let bb = bias.map(WgpuStorage::buffer).transpose()?;
-        let o = c.opts;
-        let g = o.groups as u64;
-        let [n, ch, h, wd, oc, kh, kw, oh, ow] =
-            [c.n, c.c, c.h, c.w, c.o, c.kh, c.kw, c.oh, c.ow].map(|v| v as u64);
-        let out_len = n * oc * oh * ow;
-        let mut st = s.state();
-        let out = s.alloc(&mut st, out_len * 4)?;
-        let (x_len, w_len) = (n * ch * h * wd, oc * (ch / g) * kh * kw);
-        // The ops layer rejects empty kernels and channels, so only an empty output is left.
-        if out_len == 0 {
-            return Ok(s.storage(out));
-        }
-        for (what, len) in [
-            ("conv2d's input", x_len),
-            ("conv2d's weight", w_len),
-            ("conv2d's output", out_len),
-        ] {
-            s.check_binding(what, len)?;
-        }
-        let v = |x: usize| u32_of(x as u64, "a conv2d size");
-        let p = ConvParams {
-            n: v(c.n)?,
-            c: v(c.c)?,
-            h: v(c.h)?,
-            w: v(c.w)?,
-            o: v(c.o)?,
-            kh: v(c.kh)?,
-            kw: v(c.kw)?,
-            oh: v(c.oh)?,
-            ow: v(c.ow)?,
-            sh: v(o.stride[0])?,
-            sw: v(o.stride[1])?,
-            ph: v(o.padding[0])?,
-            pw: v(o.padding[1])?,
-            dh: v(o.dilation[0])?,
-            dw: v(o.dilation[1])?,
-            cg: v(c.c / o.groups)?,
-            og: v(c.o / o.groups)?,
-            _pad: [0; 3],
-        };
-        let binds = [
-            whole(xb, x_len),
-            whole(wb, w_len),
-            bb.map_or(whole(wb, w_len), |b| whole(b, oc)),
-            whole(&out, out_len),
-        ];
-        let grid = [
-            (n * oh * ow).div_ceil(CONV_TILE),
-            (oc / g).div_ceil(CONV_TILE),
-            g,
-        ];
-        let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
-        if let Some(&over) = grid.iter().find(|&&x| x > max) {
-            return Err(Error::LimitExceeded {
-                what: format!("a conv2d grid of {grid:?} workgroups"),
-                limit: "max_compute_workgroups_per_dimension",
-                needed: over,
-                max,
-            });
-        }
-        let kernel = Kernel::Conv2d { bias: bb.is_some() };
-        s.dispatch_grid(
-            &mut st,
-            kernel,
-            bytemuck::bytes_of(&p),
-            &binds,
-            grid.map(|x| x as u32),
-        )?;
-        Ok(s.storage(out))
-    }
-}
-
-impl WgpuBackend {
-    /// Runs qmatmul.wgsl: the matmul when `x` is given (`m` rows), else the dequantisation.
-    fn quant_kernel(
-        &self,
-        x: Option<&WgpuStorage>,
-        w: QuantParts<'_, WgpuStorage>,
-        out_len: u64,
-        m: u64,
-    ) -> Result<WgpuStorage> {
-        let s = self.begin()?;
-        let (n, k) = (w.rows as u64, w.cols as u64);
-        let blocks = n * k / BLOCK as u64;
-        let (scales, words) = (w.scales.buffer()?, w.words.buffer()?);
-        let mins = w.mins.map(WgpuStorage::buffer).transpose()?;
-        let xb = x.map(WgpuStorage::buffer).transpose()?;
-        let mut st = s.state();
-        let out = s.alloc(&mut st, out_len * 4)?;
-        if out_len == 0 {
-            return Ok(s.storage(out));
-        }
-        let words_len = blocks * w.format.words_per_block() as u64;
-        for (what, len) in [
-            ("quantized scales", blocks),
-            ("quantized words", words_len),
-            ("the output", out_len),
-            ("the input", m * k),
-        ] {
-            s.check_binding(what, len)?;
-        }
-        let p = MnkParams {
-            m: u32_of(m, "rows")?,
-            n: u32_of(n, "weight rows")?,
-            k: u32_of(k, "weight cols")?,
-            _pad: 0,
-        };
-        // Absent x (dequantise) or mins (Q4_0, Q8_0): the shader never reads them; scales stand in.
-        let binds = [
-            xb.map_or(whole(scales, blocks), |x| whole(x, (m * k).max(1))),
-            whole(scales, blocks),
-            mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
-            whole(words, words_len),
-            whole(&out, out_len),
-        ];
-        let kernel = Kernel::QMatmul {
-            format: w.format,
-            dequant: x.is_none(),
-        };
-        let groups = if x.is_some() {
-            m * n.div_ceil(8)
-        } else {
-            out_len.div_ceil(WG)
-        };
-        s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, groups)?;
         Ok(s.storage(out))
     }
 }

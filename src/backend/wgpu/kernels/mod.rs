@@ -4,12 +4,20 @@
 //! an aligned offset. Reductions and softmax read their input in one binding and return
 //! [`Error::LimitExceeded`] naming the limit when it does not fit.
 
+mod attention;
+mod conv;
 mod elementwise;
+mod embedding;
 pub(crate) mod fused;
 mod layout;
 mod matmul;
-mod nn;
+mod norm;
+mod pool;
+mod quant;
 mod reduce;
+mod rope;
+mod softmax;
+mod topk;
 
 use std::sync::Arc;
 
@@ -18,14 +26,15 @@ use super::{Shared, State, WgpuBackend, WgpuStorage};
 use crate::backend::{BackendOps, Operand};
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
-use crate::ops::conv::{ConvSpec, PoolSpec};
+use crate::ops::conv::ConvSpec;
 use crate::ops::fused::Expr;
 use crate::ops::layout::CopySpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
+use crate::ops::pool::PoolSpec;
+use crate::ops::quant::QuantParts;
 use crate::ops::RopeLayout;
 use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
-use crate::quant::QuantParts;
 
 /// Invocations per workgroup of every kernel (WebGPU guarantees 256).
 const WG: u64 = 256;

@@ -1,26 +1,24 @@
-//! Reductions, the dot product and softmax: partial results per chunk of a row, finished on
-//! the device.
-
-use bytemuck::{Pod, Zeroable};
+//! Reductions and the dot product: partial results per chunk of a row, finished on the device.
 
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
-use super::{u32_of, whole, Kernel, WG};
+use super::{u32_of, whole, Kernel};
 use crate::error::Result;
 use crate::ops::ReduceOp;
+use bytemuck::{Pod, Zeroable};
 
 /// Columns one reduction or softmax workgroup covers before the row is split into chunks.
-const CHUNK: u64 = 4096;
+pub(super) const CHUNK: u64 = 4096;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct RowParams {
-    rows: u32,
-    cols: u32,
-    chunks: u32,
-    chunk_len: u32,
+pub(super) struct RowParams {
+    pub(super) rows: u32,
+    pub(super) cols: u32,
+    pub(super) chunks: u32,
+    pub(super) chunk_len: u32,
     /// `scale` (f32 bits) for reductions, element count for softmax.
-    extra: u32,
-    _pad: [u32; 3],
+    pub(super) extra: u32,
+    pub(super) _pad: [u32; 3],
 }
 
 impl WgpuBackend {
@@ -85,68 +83,6 @@ impl WgpuBackend {
                 &out,
             )?;
         }
-        Ok(s.storage(out))
-    }
-
-    pub(super) fn encode_softmax(
-        &self,
-        x: &WgpuStorage,
-        rows: usize,
-        cols: usize,
-        log: bool,
-    ) -> Result<WgpuStorage> {
-        let s = self.begin()?;
-        let xb = x.buffer()?;
-        let (rows, cols) = (rows as u64, cols as u64);
-        let n = rows * cols;
-        let mut st = s.state();
-        let out = s.alloc(&mut st, n * 4)?;
-        if n == 0 {
-            return Ok(s.storage(out));
-        }
-        s.check_binding("softmax's input", n)?;
-        let chunks = cols.div_ceil(CHUNK);
-        let params = bytemuck::bytes_of(&RowParams {
-            rows: u32_of(rows, "softmax rows")?,
-            cols: cols as u32,
-            chunks: chunks as u32,
-            chunk_len: CHUNK as u32,
-            extra: n as u32,
-            _pad: [0; 3],
-        })
-        .to_vec();
-        let stats = s.alloc(&mut st, rows * chunks * 8)?;
-        let stats_bind = || whole(&stats, rows * chunks * 2);
-        s.dispatch(
-            &mut st,
-            Kernel::SoftmaxStats,
-            &params,
-            &[whole(xb, n), whole(xb, n), stats_bind()],
-            rows * chunks,
-        )?;
-        let row_stats = if chunks > 1 {
-            let combined = s.alloc(&mut st, rows * 8)?;
-            s.dispatch(
-                &mut st,
-                Kernel::SoftmaxCombine,
-                &params,
-                &[stats_bind(), stats_bind(), whole(&combined, rows * 2)],
-                rows,
-            )?;
-            st.retire(stats);
-            combined
-        } else {
-            stats
-        };
-        let binds = [whole(xb, n), whole(&row_stats, rows * 2), whole(&out, n)];
-        s.dispatch(
-            &mut st,
-            Kernel::SoftmaxApply { log },
-            &params,
-            &binds,
-            n.div_ceil(WG),
-        )?;
-        st.retire(row_stats);
         Ok(s.storage(out))
     }
 }

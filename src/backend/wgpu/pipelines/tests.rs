@@ -222,7 +222,7 @@ fn every_shader_parses_and_validates() {
         // matmul.wgsl is a template: its specialisations are validated below.
         let caps = match shader {
             Shader::Matmul | Shader::MatmulCoop => continue,
-            Shader::GemvSubgroup => naga::valid::Capabilities::SUBGROUP,
+            Shader::MatmulGemvSubgroup => naga::valid::Capabilities::SUBGROUP,
             _ => naga::valid::Capabilities::empty(),
         };
         validate(shader.file(), shader.source(), caps);

@@ -1,15 +1,12 @@
-//! Row-wise ops on the CPU: reductions, dot, softmax and the norms. Sums accumulate in f64
-//! across eight independent lanes, which LLVM turns into SIMD (a single running sum cannot be
-//! vectorised without reordering the additions, which it may not do on its own).
-
-use multiversion::multiversion;
+//! Reductions and dot products on the CPU. Sums accumulate in f64 across eight independent
+//! lanes, which LLVM turns into SIMD (a single running sum cannot be vectorised without
+//! reordering the additions, which it may not do on its own).
 
 use super::par;
-use super::vmath;
-use crate::ops::norm::NormSpec;
 use crate::ops::ReduceOp;
+use multiversion::multiversion;
 
-const LANES: usize = 8;
+pub(super) const LANES: usize = 8;
 
 /// Sum of `x` in f64.
 #[multiversion(targets("x86_64+avx2+fma"))]
@@ -23,21 +20,6 @@ pub(super) fn sum(x: &[f32]) -> f64 {
         }
     }
     acc.iter().sum::<f64>() + rest.iter().map(|&v| v as f64).sum::<f64>()
-}
-
-/// Sum of squared distances from `mean`, in f64.
-#[multiversion(targets("x86_64+avx2+fma"))]
-fn squares(x: &[f32], mean: f64) -> f64 {
-    let mut acc = [0.0f64; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for l in 0..LANES {
-            let d = c[l] as f64 - mean;
-            acc[l] += d * d;
-        }
-    }
-    acc.iter().sum::<f64>() + rest.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>()
 }
 
 /// Dot product in f64.
@@ -122,69 +104,6 @@ pub(super) fn reduce(op: ReduceOp, x: &[f32], rows: usize, cols: usize) -> Vec<f
                 ReduceOp::Max => extreme(row, true),
                 ReduceOp::Min => extreme(row, false),
             };
-        }
-    });
-    out
-}
-
-/// Softmax (or log-softmax) of each row, in place in `out` (which holds a copy of the input).
-#[multiversion(targets("x86_64+avx2+fma"))]
-fn softmax_row(row: &mut [f32], log: bool) {
-    let m = extreme(row, true);
-    if log {
-        let mut acc = [0.0f64; LANES];
-        let chunks = row.chunks_exact(LANES);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for l in 0..LANES {
-                acc[l] += vmath::exp(c[l] - m) as f64;
-            }
-        }
-        let s =
-            acc.iter().sum::<f64>() + rest.iter().map(|&v| vmath::exp(v - m) as f64).sum::<f64>();
-        let ls = (s as f32).ln();
-        row.iter_mut().for_each(|v| *v = *v - m - ls);
-    } else {
-        row.iter_mut().for_each(|v| *v = vmath::exp(*v - m));
-        let s = sum(row) as f32;
-        row.iter_mut().for_each(|v| *v /= s);
-    }
-}
-
-pub(super) fn softmax(x: &[f32], rows: usize, cols: usize, log: bool) -> Vec<f32> {
-    let mut out = x[..rows * cols].to_vec();
-    par::rows_mut(&mut out, cols, |_, block| {
-        for row in block.chunks_exact_mut(cols) {
-            softmax_row(row, log);
-        }
-    });
-    out
-}
-
-/// Layer or RMS norm of one row into `out`.
-#[multiversion(targets("x86_64+avx2+fma"))]
-fn norm_row(x: &[f32], out: &mut [f32], w: Option<&[f32]>, b: Option<&[f32]>, rms: bool, eps: f32) {
-    let n = x.len() as f64;
-    let mean = if rms { 0.0 } else { sum(x) / n };
-    let inv = 1.0 / (squares(x, mean) / n + eps as f64).sqrt();
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = ((v as f64 - mean) * inv) as f32;
-    }
-    if let Some(w) = w {
-        out.iter_mut().zip(w).for_each(|(o, &w)| *o *= w);
-    }
-    if let Some(b) = b {
-        out.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
-    }
-}
-
-pub(super) fn norm(x: &[f32], w: Option<&[f32]>, b: Option<&[f32]>, spec: NormSpec) -> Vec<f32> {
-    let (rows, cols) = (spec.rows, spec.cols);
-    let mut out = vec![0.0f32; rows * cols];
-    par::rows_mut(&mut out, cols, |r0, block| {
-        for (r, o) in block.chunks_exact_mut(cols).enumerate() {
-            let row = &x[(r0 + r) * cols..(r0 + r + 1) * cols];
-            norm_row(row, o, w, b, spec.rms, spec.eps);
         }
     });
     out

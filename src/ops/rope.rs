@@ -1,4 +1,4 @@
-//! Token embeddings and rotary position embeddings (RoPE).
+//! Rotary position embeddings (RoPE) and their tables.
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -15,35 +15,6 @@ pub enum RopeLayout {
 }
 
 impl Tensor {
-    /// Rows of this `[vocab, dim]` table picked by `ids`: shape `[ids.len(), dim]`. Every id must
-    /// be below `vocab` (checked before anything runs).
-    pub fn embedding(&self, ids: &[u32]) -> Result<Tensor> {
-        let &[vocab, dim] = self.shape() else {
-            return Err(Error::InvalidArgument {
-                op: "embedding",
-                reason: format!("the table must be [vocab, dim], got {:?}", self.shape()),
-            });
-        };
-        if let Some((pos, &bad)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
-            return Err(Error::InvalidArgument {
-                op: "embedding",
-                reason: format!(
-                    "id {bad} at position {pos} is not below the vocabulary size {vocab}"
-                ),
-            });
-        }
-        let n = self.device().check_output("embedding", &[ids.len(), dim])?;
-        let storage = self
-            .device()
-            .op("embedding", crate::profile::Work::elements(n, 2))
-            .embedding(self.storage(), ids, dim)?;
-        let out = self.with_storage(storage, vec![ids.len(), dim]);
-        let ids = ids.to_vec();
-        out.verified("embedding", [self], Tol::Exact, move |t| {
-            t[0].embedding(&ids)
-        })
-    }
-
     /// Rotates pairs of the last axis by position: `self` is `[.., seq, dim]` (position = the
     /// second-to-last axis), `cos` and `sin` are `[seq, dim / 2]`, as [`Device::rope_tables`]
     /// makes them. For `[batch, seq, heads, dim]` data, `transpose(1, 2)` first.

@@ -1,9 +1,9 @@
-// The GEMV of shaders/gemv.wgsl (a few rows against a weight stored [n, k]) for adapters with
+// The GEMV of shaders/matmul_gemv.wgsl (a few rows against a weight stored [n, k]) for adapters with
 // subgroups, when k is a multiple of 4: out[r, c] = act(sum_e x[r, e] * w[c, e] + bias[c]).
 // A workgroup computes 8 outputs of one row. Every invocation walks the row in vec4 steps
 // (256 consecutive vec4s per step, so reads are coalesced) and keeps 8 partial sums, reusing
 // each x value for the 8 weight rows; then subgroupAdd reduces each sum within a subgroup and
-// one barrier combines the subgroups, instead of gemv.wgsl's five barrier rounds. Any subgroup
+// one barrier combines the subgroups, instead of matmul_gemv.wgsl's five barrier rounds. Any subgroup
 // size and layout works: the combination is indexed by subgroup_id.
 
 override HAS_BIAS: bool = false;

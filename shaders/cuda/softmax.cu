@@ -1,35 +1,7 @@
-// Row-wise kernels: reductions, dot, softmax and the norms. One block per row (a grid-stride
-// loop over rows), each thread striding along the row, then a block reduction.
-
-// op: 0 sum, 1 mean, 2 max, 3 min (ReduceOp order). Max and min let NaN win.
-extern "C" __global__ void reduce_rows(u32 op, const float* __restrict__ x, u64 rows, u64 cols,
-                                       float* __restrict__ out) {
-    __shared__ float scratch[32];
-    const int kind = op <= 1 ? 0 : (op == 2 ? 1 : 2);
-    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float* row = x + r * cols;
-        float acc = kind == 0 ? 0.0f : (kind == 1 ? NEG_INF : POS_INF);
-        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
-            float v = row[c];
-            acc = kind == 0 ? acc + v : (kind == 1 ? nan_max(acc, v) : nan_min(acc, v));
-        }
-        float total = block_reduce(acc, kind, scratch);
-        if (threadIdx.x == 0) out[r] = op == 1 ? total / (float)cols : total;
-    }
-}
-
-// out[block] = partial sums of a[i] * b[i]; a second launch of reduce_rows adds them.
-extern "C" __global__ void dot_partial(const float* __restrict__ a, const float* __restrict__ b,
-                                       u64 n, float* __restrict__ out) {
-    __shared__ float scratch[32];
-    float acc = 0.0f;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (u64)gridDim.x * blockDim.x) {
-        acc += a[i] * b[i];
-    }
-    float total = block_reduce(acc, 0, scratch);
-    if (threadIdx.x == 0) out[blockIdx.x] = total;
-}
+// Softmax and log-softmax: whole rows per block, or long rows in chunks of (max, sum of exp)
+// partials merged exactly.
+// One block per row (a grid-stride loop over rows), each thread striding along the row, then a
+// block reduction.
 
 // softmax (or log-softmax) of each row, with the CPU backend's formulas: exp(v - max) / sum,
 // or v - max - log(sum). A NaN anywhere, a +inf maximum or a row of only -inf gives NaN.
@@ -50,35 +22,6 @@ extern "C" __global__ void softmax_rows(const float* __restrict__ x, u64 rows, u
             for (u64 c = threadIdx.x; c < cols; c += blockDim.x) o[c] = row[c] - m - ls;
         } else {
             for (u64 c = threadIdx.x; c < cols; c += blockDim.x) o[c] = expf(row[c] - m) / s;
-        }
-    }
-}
-
-// layer norm (rms = 0) or RMS norm of each row, then * weight + bias (either may be null).
-extern "C" __global__ void norm_rows(const float* __restrict__ x, const float* __restrict__ w,
-                                     const float* __restrict__ b, u64 rows, u64 cols, u32 rms,
-                                     float eps, float* __restrict__ out) {
-    __shared__ float scratch[32];
-    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float* row = x + r * cols;
-        float* o = out + r * cols;
-        float mean = 0.0f;
-        if (!rms) {
-            float s = 0.0f;
-            for (u64 c = threadIdx.x; c < cols; c += blockDim.x) s += row[c];
-            mean = block_reduce(s, 0, scratch) / (float)cols;
-        }
-        float q = 0.0f;
-        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
-            float d = row[c] - mean;
-            q += d * d;
-        }
-        float inv = 1.0f / sqrtf(block_reduce(q, 0, scratch) / (float)cols + eps);
-        for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
-            float v = (row[c] - mean) * inv;
-            if (w) v *= w[c];
-            if (b) v += b[c];
-            o[c] = v;
         }
     }
 }

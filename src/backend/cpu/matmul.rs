@@ -1,0 +1,183 @@
+//! Products on the CPU. The product itself is the `gemm` crate's: packed, cache-blocked
+//! micro-kernels chosen at run time (AVX2/FMA or AVX-512 on x86-64, NEON on aarch64, SIMD128 in
+//! wasm), threaded with rayon natively. gpukit adds the batching, the transposes (as strides), the
+//! bias and activation epilogue, and the f16 rounding of `Precision::F16`.
+
+use super::elementwise::unary_in_place;
+use super::par;
+use crate::error::{Error, Result};
+use crate::info::Backend;
+use crate::ops::matmul::{MatmulSpec, Precision};
+
+/// A strided matrix: element `(i, j)` is `data[i * rs + j * cs]`.
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    pub data: &'a [f32],
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl View<'_> {
+    /// Whether every element of a `rows x cols` matrix lies inside `data`.
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        rows == 0 || cols == 0 || (rows - 1) * self.rs + (cols - 1) * self.cs < self.data.len()
+    }
+}
+
+pub(super) fn internal(what: &str) -> Error {
+    Error::Backend {
+        backend: Backend::Cpu,
+        detail: format!("internal error: {what}"),
+    }
+}
+
+/// `c = a b` (or `c += a b` with `accumulate`), `a` of `m x k`, `b` of `k x n`, `c` row-major
+/// with row stride `ldc`. `threads` > 1 lets gemm split the work.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: View<'_>,
+    b: View<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    threads: usize,
+) -> Result<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if (m - 1) * ldc + n > c.len() || n > ldc {
+        return Err(internal("matmul output extent"));
+    }
+    if k == 0 {
+        if !accumulate {
+            for row in c.chunks_mut(ldc).take(m) {
+                row[..n].fill(0.0);
+            }
+        }
+        return Ok(());
+    }
+    if !a.fits(m, k) || !b.fits(k, n) {
+        return Err(internal("matmul operand extent"));
+    }
+    #[cfg(web)]
+    {
+        // The SIMD128 kernels run exactly when this module was built with simd128, so a
+        // build without it measures gemm's scalar kernels (see `gpukit-bench` in Node).
+        gemm::set_wasm_simd128(cfg!(target_feature = "simd128"));
+    }
+    #[cfg(native)]
+    let parallelism = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    #[cfg(web)]
+    let parallelism = {
+        let _ = threads;
+        gemm::Parallelism::None
+    };
+    // SAFETY: every element gemm touches was checked to lie inside its slice above
+    // (`fits` and the output extent), strides are as described, and `c` is exclusively
+    // borrowed, so it aliases neither operand.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            ldc as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            1.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    Ok(())
+}
+
+/// Rounds to f16 and back, as the GPU's f16 path reads its inputs.
+fn round_f16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+}
+
+/// Rounds to bf16 and back, as CUDA's bf16 path reads its inputs.
+fn round_bf16(v: &[f32]) -> Vec<f32> {
+    v.iter()
+        .map(|&x| half::bf16::from_f32(x).to_f32())
+        .collect()
+}
+
+/// `[batch, m, n]` products with the bias and activation of `spec`.
+pub(super) fn matmul(
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    spec: MatmulSpec,
+) -> Result<Vec<f32>> {
+    let d = spec.dims;
+    let (rounded_a, rounded_b);
+    let (a, b) = match spec.precision {
+        Precision::F16 => {
+            rounded_a = round_f16(a);
+            rounded_b = round_f16(b);
+            (&rounded_a[..], &rounded_b[..])
+        }
+        Precision::Bf16 => {
+            rounded_a = round_bf16(a);
+            rounded_b = round_bf16(b);
+            (&rounded_a[..], &rounded_b[..])
+        }
+        Precision::F32 | Precision::Tf32 => (a, b),
+    };
+    let (ars, acs) = if spec.transpose_a { (1, d.m) } else { (d.k, 1) };
+    let (brs, bcs) = if spec.transpose_b { (1, d.k) } else { (d.n, 1) };
+    let mn = d.m * d.n;
+    let mut out = vec![0.0f32; d.batch * mn];
+    if mn == 0 {
+        return Ok(out);
+    }
+    if let Some(bias) = bias {
+        for row in out.chunks_exact_mut(d.n) {
+            row.copy_from_slice(&bias[..d.n]);
+        }
+    }
+    let entry = |e: usize, c: &mut [f32], threads: usize| {
+        let va = View {
+            data: a.get(e * d.a_stride..).unwrap_or(&[]),
+            rs: ars,
+            cs: acs,
+        };
+        let vb = View {
+            data: b.get(e * d.b_stride..).unwrap_or(&[]),
+            rs: brs,
+            cs: bcs,
+        };
+        sgemm(d.m, d.n, d.k, va, vb, c, d.n, bias.is_some(), threads)
+    };
+    // Many small products: one per thread task. Otherwise gemm threads each product.
+    let small = d.m * d.n * d.k < 1 << 18;
+    if d.batch > 1 && small {
+        par::try_chunks_mut(&mut out, mn, |start, c| entry(start / mn, c, 1))?;
+    } else {
+        for (e, c) in out.chunks_exact_mut(mn).enumerate() {
+            entry(e, c, par::threads())?;
+        }
+    }
+    if let Some(act) = spec.activation {
+        unary_in_place(act.as_unary(), &mut out);
+    }
+    Ok(out)
+}

@@ -1,0 +1,65 @@
+//! Quantized weights on the CPU: dequantization and the quantized matmul.
+
+use super::matmul::{sgemm, View};
+use super::par;
+use super::CpuStorage;
+use crate::ops::quant::{dequant, QuantParts};
+
+/// Dequantizes weight rows `r0..` into `out`, whole rows of `w.cols` each.
+pub(super) fn dequant_rows(w: &QuantParts<'_, CpuStorage>, r0: usize, out: &mut [f32]) {
+    let words: &[u32] = bytemuck::cast_slice(&w.words.0);
+    let blocks = w.cols / crate::ops::quant::BLOCK;
+    let wpb = blocks * w.format.words_per_block();
+    for (i, row) in out.chunks_exact_mut(w.cols.max(1)).enumerate() {
+        let r = r0 + i;
+        let scales = &w.scales.0[r * blocks..(r + 1) * blocks];
+        let mins = w.mins.map(|m| &m.0[r * blocks..(r + 1) * blocks]);
+        let words = &words[r * wpb..(r + 1) * wpb];
+        for (e, v) in row.iter_mut().enumerate() {
+            *v = dequant(w.format, scales, mins, words, e);
+        }
+    }
+}
+
+pub(super) fn dequantize(w: QuantParts<'_, CpuStorage>) -> Vec<f32> {
+    let mut out = vec![0.0f32; w.rows * w.cols];
+    par::rows_mut(&mut out, w.cols, |r0, block| dequant_rows(&w, r0, block));
+    out
+}
+
+use crate::error::Result;
+
+/// Weight rows dequantized at a time by `matmul_quant`.
+const QUANT_ROWS: usize = 64;
+
+/// `x[m, k] * w[n, k]^T` with `w` quantized: blocks of weight rows are dequantized into a
+/// small buffer (in parallel) and multiplied at once, so the f32 weights never exist whole.
+pub(super) fn matmul_quant(x: &[f32], w: QuantParts<'_, CpuStorage>, m: usize) -> Result<Vec<f32>> {
+    let (n, k) = (w.rows, w.cols);
+    // Computed transposed, out^T[n, m] = w x^T, so each task owns whole rows of the result.
+    let mut out_t = vec![0.0f32; n * m];
+    par::try_chunks_mut(&mut out_t, (QUANT_ROWS * m).max(1), |start, dst| {
+        let r0 = start / m.max(1);
+        let rows = dst.len() / m.max(1);
+        let mut deq = vec![0.0f32; rows * k];
+        dequant_rows(&w, r0, &mut deq);
+        let wv = View {
+            data: &deq,
+            rs: k,
+            cs: 1,
+        };
+        let xv = View {
+            data: x,
+            rs: 1,
+            cs: k,
+        };
+        sgemm(rows, m, k, wv, xv, dst, m, false, 1)
+    })?;
+    let mut out = vec![0.0f32; m * n];
+    for (j, col) in out_t.chunks_exact(m.max(1)).enumerate() {
+        for (i, &v) in col.iter().enumerate() {
+            out[i * n + j] = v;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,121 @@
+//! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
+
+use super::super::pipelines::AttentionBlocks;
+use super::super::{Shared, State, WgpuBackend, WgpuStorage};
+use super::{whole, Kernel};
+use crate::error::{Error, Result};
+use crate::ops::attention::AttentionSpec;
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct AttentionParams {
+    hq: u32,
+    hkv: u32,
+    sq: u32,
+    sk: u32,
+    d: u32,
+    dv: u32,
+    scale: f32,
+    _pad: u32,
+}
+
+impl WgpuBackend {
+    pub(super) fn encode_attention(
+        &self,
+        q: &WgpuStorage,
+        k: &WgpuStorage,
+        v: &WgpuStorage,
+        lens: Option<&[u32]>,
+        a: AttentionSpec,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let qkv = [q.buffer()?, k.buffer()?, v.buffer()?];
+        let lens_buf = lens
+            .map(|l| s.upload_bytes(bytemuck::cast_slice(l)))
+            .transpose()?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, (a.batch * a.hq * a.sq * a.dv) as u64 * 4);
+        let recorded = out
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|out| s.record_attention(&mut st, qkv, lens_buf.as_ref(), out, a));
+        if let Some(l) = lens_buf {
+            st.retire_upload(l);
+        }
+        recorded?;
+        Ok(s.storage(out?))
+    }
+}
+
+impl Shared {
+    /// Checks attention's limits and records its dispatch (one workgroup per query row, head
+    /// and batch entry).
+    fn record_attention(
+        &self,
+        st: &mut State,
+        [qb, kb, vb]: [&wgpu::Buffer; 3],
+        lens: Option<&wgpu::Buffer>,
+        out: &wgpu::Buffer,
+        a: AttentionSpec,
+    ) -> Result<()> {
+        let [b, hq, hkv, sq, sk, d, dv] =
+            [a.batch, a.hq, a.hkv, a.sq, a.sk, a.d, a.dv].map(|x| x as u64);
+        let n = b * hq * sq * dv;
+        if n == 0 {
+            return Ok(());
+        }
+        let (q_len, k_len, v_len) = (b * hq * sq * d, b * hkv * sk * d, b * hkv * sk * dv);
+        for (what, len) in [
+            ("attention's q", q_len),
+            ("attention's k", k_len),
+            ("attention's v", v_len),
+            ("attention's output", n),
+        ] {
+            self.check_binding(what, len)?;
+        }
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension);
+        if let Some(&over) = [sq, hq, b].iter().find(|&&g| g > max) {
+            return Err(Error::LimitExceeded {
+                what: "attention's query rows, heads or batch".into(),
+                limit: "max_compute_workgroups_per_dimension",
+                needed: over,
+                max,
+            });
+        }
+        let p = AttentionParams {
+            hq: hq as u32,
+            hkv: hkv as u32,
+            sq: sq as u32,
+            sk: sk as u32,
+            d: d as u32,
+            dv: dv as u32,
+            scale: a.scale,
+            _pad: 0,
+        };
+        // q, k, v can be empty along d or sk: bind at least one element. Without lengths the
+        // shader never reads binding 4, and q stands in for it.
+        let binds = [
+            whole(qb, q_len.max(1)),
+            whole(kb, k_len.max(1)),
+            whole(vb, v_len.max(1)),
+            lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
+            whole(out, n),
+        ];
+        // Heads up to 128 wide take blocks of query rows (one load of a key serves the block).
+        let blocks = AttentionBlocks::for_width(d.max(dv));
+        let kernel = Kernel::Attention {
+            causal: a.causal,
+            lens: lens.is_some(),
+            blocks,
+        };
+        let rows = sq.div_ceil(blocks.rows());
+        self.dispatch_grid(
+            st,
+            kernel,
+            bytemuck::bytes_of(&p),
+            &binds,
+            [rows as u32, hq as u32, b as u32],
+        )
+    }
+}

@@ -1,0 +1,106 @@
+//! Quantized weights: the quantized GEMV for a few rows, dequantization, and for prompts a
+//! dequantized copy through the tiled matmul.
+
+use super::super::{WgpuBackend, WgpuStorage};
+use super::matmul::{MnkParams, GEMV_MAX_ROWS};
+use super::{u32_of, whole, Kernel, WG};
+use crate::error::Result;
+use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
+use crate::ops::quant::{QuantParts, BLOCK};
+
+impl WgpuBackend {
+    pub(super) fn encode_matmul_quant(
+        &self,
+        x: &WgpuStorage,
+        w: QuantParts<'_, WgpuStorage>,
+        m: usize,
+    ) -> Result<WgpuStorage> {
+        let weights = (w.rows * w.cols) as u64;
+        if m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights) {
+            // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
+            // of reading every weight once per row. The f32 copy lives until the product is
+            // recorded; its buffer goes back to the pool after the submit. A copy larger than
+            // one binding allows (128 MiB in browsers) stays on the per-row kernel.
+            let (n, k) = (w.rows, w.cols);
+            let weights = self.encode_dequantize(w)?;
+            let spec = MatmulSpec {
+                dims: MatmulDims {
+                    batch: 1,
+                    m,
+                    k,
+                    n,
+                    a_stride: 0,
+                    b_stride: 0,
+                },
+                transpose_a: false,
+                transpose_b: true,
+                activation: None,
+                precision: Precision::F32,
+                tile: None,
+            };
+            return self.encode_matmul(x, &weights, None, spec);
+        }
+        let (m, n) = (m as u64, w.rows as u64);
+        self.quant_kernel(Some(x), w, m * n, m)
+    }
+
+    pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
+        let n = (w.rows * w.cols) as u64;
+        self.quant_kernel(None, w, n, 0)
+    }
+
+    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows), else the dequantisation.
+    fn quant_kernel(
+        &self,
+        x: Option<&WgpuStorage>,
+        w: QuantParts<'_, WgpuStorage>,
+        out_len: u64,
+        m: u64,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let (n, k) = (w.rows as u64, w.cols as u64);
+        let blocks = n * k / BLOCK as u64;
+        let (scales, words) = (w.scales.buffer()?, w.words.buffer()?);
+        let mins = w.mins.map(WgpuStorage::buffer).transpose()?;
+        let xb = x.map(WgpuStorage::buffer).transpose()?;
+        let mut st = s.state();
+        let out = s.alloc(&mut st, out_len * 4)?;
+        if out_len == 0 {
+            return Ok(s.storage(out));
+        }
+        let words_len = blocks * w.format.words_per_block() as u64;
+        for (what, len) in [
+            ("quantized scales", blocks),
+            ("quantized words", words_len),
+            ("the output", out_len),
+            ("the input", m * k),
+        ] {
+            s.check_binding(what, len)?;
+        }
+        let p = MnkParams {
+            m: u32_of(m, "rows")?,
+            n: u32_of(n, "weight rows")?,
+            k: u32_of(k, "weight cols")?,
+            _pad: 0,
+        };
+        // Absent x (dequantise) or mins (Q4_0, Q8_0): the shader never reads them; scales stand in.
+        let binds = [
+            xb.map_or(whole(scales, blocks), |x| whole(x, (m * k).max(1))),
+            whole(scales, blocks),
+            mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
+            whole(words, words_len),
+            whole(&out, out_len),
+        ];
+        let kernel = Kernel::QMatmul {
+            format: w.format,
+            dequant: x.is_none(),
+        };
+        let groups = if x.is_some() {
+            m * n.div_ceil(8)
+        } else {
+            out_len.div_ceil(WG)
+        };
+        s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, groups)?;
+        Ok(s.storage(out))
+    }
+}

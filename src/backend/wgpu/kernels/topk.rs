@@ -1,0 +1,64 @@
+//! Top-k of rows: k selection rounds, split into dispatches of a bounded number of visits.
+
+use super::super::{WgpuBackend, WgpuStorage};
+use super::{u32_of, whole, Kernel};
+use crate::error::Result;
+use bytemuck::{Pod, Zeroable};
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct TopKParams {
+    rows: u32,
+    cols: u32,
+    k: u32,
+    r0: u32,
+    r1: u32,
+    _pad: [u32; 3],
+}
+
+/// Elements one topk workgroup visits per dispatch, at most: rounds are split across dispatches
+/// so that no workgroup runs long.
+const TOPK_VISITS_PER_DISPATCH: u64 = 1 << 20;
+
+impl WgpuBackend {
+    pub(super) fn encode_topk(
+        &self,
+        x: &WgpuStorage,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<(WgpuStorage, WgpuStorage)> {
+        let s = self.begin()?;
+        let xb = x.buffer()?;
+        let (rows, cols, k) = (rows as u64, cols as u64, k as u64);
+        let mut st = s.state();
+        let values = s.alloc(&mut st, rows * k * 4)?;
+        let indices = s.alloc(&mut st, rows * k * 4)?;
+        let (values, indices) = (s.storage(values), s.storage(indices));
+        if rows * k > 0 {
+            s.check_binding("topk's input", rows * cols)?;
+            let rows32 = u32_of(rows, "topk rows")?;
+            let per_dispatch = (TOPK_VISITS_PER_DISPATCH / cols.max(1)).max(1);
+            let binds = [
+                whole(xb, rows * cols),
+                whole(values.buffer()?, rows * k),
+                whole(indices.buffer()?, rows * k),
+            ];
+            let mut r0 = 0;
+            while r0 < k {
+                let r1 = (r0 + per_dispatch).min(k);
+                let p = TopKParams {
+                    rows: rows32,
+                    cols: cols as u32,
+                    k: k as u32,
+                    r0: r0 as u32,
+                    r1: r1 as u32,
+                    _pad: [0; 3],
+                };
+                s.dispatch(&mut st, Kernel::TopK, bytemuck::bytes_of(&p), &binds, rows)?;
+                r0 = r1;
+            }
+        }
+        Ok((values, indices))
+    }
+}

@@ -1,0 +1,104 @@
+//! Quantized weights: matmul_quant and dequantize.
+
+use super::*;
+
+/// Quantized matmul (Q8_0, Q4_0, Q4_1) against dequantise-then-multiply in f64, GEMV and
+/// several rows, k up to 4096; dequantize(); bad inputs.
+pub async fn quantized(dev: &Device) {
+    use gpukit::QuantFormat;
+    for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
+        .into_iter()
+        .enumerate()
+    {
+        for (ci, (m, n, k)) in [
+            (1usize, 7usize, 32usize),
+            (3, 65, 96),
+            (1, 33, 4096),
+            (5, 1, 64),
+            // 37 blocks: rows of words that are not a multiple of the 32 lanes.
+            (2, 9, 1184),
+            // More rows than a GEMV takes (wgpu and CUDA dequantise, then multiply).
+            (9, 7, 32),
+            (37, 65, 160),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seed = 9600 + fi as u64 * 10 + ci as u64;
+            let mut rng = Rng::new(seed);
+            let w = rng.vec(n * k, -1.0, 1.0);
+            let x = rng.vec(m * k, -1.0, 1.0);
+            let bytes = oracle::quantize(&w, format);
+            let wq = dev.quantized(&bytes, format, n, k).unwrap();
+            assert_eq!(wq.shape(), [n, k]);
+            let deq = oracle::dequantize(&bytes, format);
+            let got = dev.tensor(&x, &[m, k]).unwrap().matmul_quant(&wq).unwrap();
+            assert_eq!(got.shape(), &[m, n]);
+            let got = got.read().await.unwrap();
+            let deq32: Vec<f32> = deq.iter().map(|&v| v as f32).collect();
+            let want = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
+            check(
+                &format!("{format:?} matmul_quant [{m}, {k}] x [{n}, {k}]^T seed {seed}"),
+                &|i| format!("{i}"),
+                &got,
+                &want,
+            );
+            let d = wq.dequantize().unwrap();
+            assert_eq!(d.shape(), &[n, k]);
+            let tol = Tol {
+                atol: 1e-7,
+                rtol: 1e-6,
+            };
+            let want: Vec<(f64, Tol)> = deq.iter().map(|&v| (v, tol)).collect();
+            check(
+                &format!("{format:?} dequantize [{n}, {k}]"),
+                &|i| format!("{i}"),
+                &d.read().await.unwrap(),
+                &want,
+            );
+        }
+    }
+    // NaN and infinities in x reach the outputs of their rows as in the f64 reference.
+    for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
+        let (m, n, k) = (3usize, 5usize, 64usize);
+        let mut rng = Rng::new(9700);
+        let w = rng.vec(n * k, -1.0, 1.0);
+        let mut x = rng.vec(m * k, -1.0, 1.0);
+        x[3] = f32::NAN;
+        x[k + 40] = f32::INFINITY;
+        x[2 * k + 7] = f32::NEG_INFINITY;
+        let bytes = oracle::quantize(&w, format);
+        let wq = dev.quantized(&bytes, format, n, k).unwrap();
+        let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let got = dev.tensor(&x, &[m, k]).unwrap().matmul_quant(&wq).unwrap();
+        let want = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
+        assert!(want.iter().all(|(v, _)| !v.is_finite()));
+        check(
+            &format!("{format:?} matmul_quant with NaN and infinities"),
+            &|i| format!("{i}"),
+            &got.read().await.unwrap(),
+            &want,
+        );
+    }
+    let bytes = oracle::quantize(&[0.5; 64], QuantFormat::Q8_0);
+    assert!(matches!(
+        dev.quantized(&bytes, QuantFormat::Q8_0, 1, 48).unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    assert!(matches!(
+        dev.quantized(&bytes[1..], QuantFormat::Q8_0, 2, 32)
+            .unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    let wq = dev.quantized(&bytes, QuantFormat::Q8_0, 2, 32).unwrap();
+    assert!(matches!(
+        dev.tensor(&[1.0; 31], &[31])
+            .unwrap()
+            .matmul_quant(&wq)
+            .unwrap_err(),
+        Error::ShapeMismatch { .. }
+    ));
+}

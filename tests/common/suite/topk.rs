@@ -1,0 +1,74 @@
+//! top-k and argmax.
+
+use super::*;
+
+/// topk and argmax along the last axis: ties go to the lower index, NaN ranks above +inf, -0
+/// below +0 (the order of `f32::total_cmp` for positive NaN), several k, odd widths.
+pub async fn topk_and_argmax(dev: &Device) {
+    for (ci, (rows, cols)) in [(37usize, 129usize), (2, 4097), (1, 1), (3, 300), (5, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 9500 + ci as u64;
+        let mut x = Rng::new(seed).vec(rows * cols, -4.0, 4.0);
+        // Ties: round a third of the values to a coarse grid.
+        for v in x.iter_mut().step_by(3) {
+            *v = (*v * 2.0).round() / 2.0;
+        }
+        if cols >= 10 {
+            x[3] = f32::NAN;
+            x[cols + 5] = f32::INFINITY;
+            x[cols + 6] = -0.0;
+            x[cols + 7] = 0.0;
+        }
+        let t = dev.tensor(&x, &[rows, cols]).unwrap();
+        for k in [1, 5.min(cols), cols] {
+            let (vals, idx) = t.topk_last(k).unwrap();
+            assert_eq!(vals.shape(), &[rows, k]);
+            let (gv, gi) = (vals.read().await.unwrap(), idx.read().await.unwrap());
+            let mut want_v = Vec::new();
+            let mut want_i = Vec::new();
+            for r in 0..rows {
+                let row = &x[r * cols..(r + 1) * cols];
+                let mut order: Vec<usize> = (0..cols).collect();
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                want_i.extend(order[..k].iter().map(|&i| i as f32));
+                want_v.extend(order[..k].iter().map(|&i| row[i]));
+            }
+            let ctx = format!("topk k={k} of [{rows}, {cols}] seed {seed}");
+            check(
+                &format!("{ctx} indices"),
+                &|i| format!("{i}"),
+                &gi,
+                &exact(&want_i),
+            );
+            check(
+                &format!("{ctx} values"),
+                &|i| format!("{i}"),
+                &gv,
+                &exact(&want_v),
+            );
+            if k == 1 {
+                let am = t.argmax_last().unwrap();
+                assert_eq!(am.shape(), &[rows]);
+                check(
+                    &format!("argmax of [{rows}, {cols}]"),
+                    &|i| format!("{i}"),
+                    &am.read().await.unwrap(),
+                    &exact(&want_i),
+                );
+            }
+        }
+    }
+    let t = dev.tensor(&[1.0, 2.0, 3.0], &[3]).unwrap();
+    assert!(matches!(
+        t.topk_last(4).unwrap_err(),
+        Error::InvalidArgument { .. }
+    ));
+    assert_eq!(t.topk_last(0).unwrap().0.shape(), &[0]);
+    assert_eq!(t.argmax_last().unwrap().read().await.unwrap(), vec![2.0]);
+    assert!(matches!(
+        dev.tensor(&[], &[2, 0]).unwrap().argmax_last().unwrap_err(),
+        Error::Empty { .. }
+    ));
+}
