@@ -227,7 +227,10 @@ impl Device {
         let mut info = self.inner.info.clone();
         info.selection = format!("{}; {summary}", info.selection);
         info.policy = Some(policy.clone());
-        let hybrid = crate::backend::hybrid::Hybrid::new(self, policy);
+        let BackendImpl::Wgpu(gpu) = self.backend() else {
+            return self;
+        };
+        let hybrid = crate::backend::hybrid::Hybrid::new(gpu.clone(), policy);
         Device::from_parts(BackendImpl::Hybrid(Box::new(hybrid)), info)
     }
 
@@ -240,7 +243,7 @@ impl Device {
     ///
     /// [`DispatchPolicy::fixed`]: crate::DispatchPolicy::fixed
     pub fn hybrid(adapter: &Device, policy: crate::DispatchPolicy) -> Result<Device> {
-        if !matches!(adapter.backend(), BackendImpl::Wgpu(_)) {
+        let BackendImpl::Wgpu(gpu) = adapter.backend() else {
             return Err(Error::InvalidArgument {
                 op: "Device::hybrid",
                 reason: format!(
@@ -249,7 +252,7 @@ impl Device {
                     adapter.info().backend
                 ),
             });
-        }
+        };
         let mut info = adapter.info().clone();
         info.selection = format!(
             "explicit: hybrid of {} and the CPU; {}",
@@ -257,7 +260,7 @@ impl Device {
             policy.summary()
         );
         info.policy = Some(policy.clone());
-        let hybrid = crate::backend::hybrid::Hybrid::new(adapter.clone(), policy);
+        let hybrid = crate::backend::hybrid::Hybrid::new(gpu.clone(), policy);
         Ok(Device::from_parts(
             BackendImpl::Hybrid(Box::new(hybrid)),
             info,
@@ -389,12 +392,9 @@ impl Device {
     }
 
     /// The backend for running op `name`, timed while a [`Profiler`](crate::Profiler) is on.
-    pub(crate) fn op(
-        &self,
-        name: &'static str,
-        work: crate::profile::Work,
-    ) -> crate::profile::OpScope<'_> {
-        crate::profile::OpScope::new(self, name, work)
+    /// The backend for the op of `spec`, timed while a profiler is on.
+    pub(crate) fn op(&self, spec: &impl crate::ops::OpSpec) -> crate::profile::OpScope<'_> {
+        crate::profile::OpScope::new(self, spec.name(), spec.work())
     }
 
     pub(crate) fn verifier(&self) -> &crate::verify::Verifier {

@@ -20,19 +20,34 @@ use crate::backend::BackendImpl;
 use crate::device::Device;
 use crate::error::Result;
 
-/// The work an op does, for its rate.
+/// The work an op does: its rate in profiles, and where a hybrid device routes it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Work {
-    /// Bytes read and written.
-    Bytes(f64),
-    /// Floating-point operations.
+    /// A memory-bound op over `elements` elements, reading and writing `bytes`.
+    Memory { elements: usize, bytes: f64 },
+    /// A product: floating-point operations.
     Flops(f64),
 }
 
 impl Work {
     /// `n` f32 elements read and written `passes` times in all (an add of n: 3 passes).
     pub(crate) fn elements(n: usize, passes: usize) -> Work {
-        Work::Bytes(4.0 * n as f64 * passes as f64)
+        Work::Memory {
+            elements: n,
+            bytes: 4.0 * n as f64 * passes as f64,
+        }
+    }
+
+    /// The class and size a [`DispatchPolicy`](crate::DispatchPolicy) compares with its
+    /// crossovers: elements for memory-bound ops, the side of the square matmul of the same
+    /// flops for products.
+    pub(crate) fn route(self) -> (crate::policy::OpClass, usize) {
+        use crate::policy::OpClass;
+        match self {
+            Work::Memory { elements, .. } => (OpClass::Elementwise, elements),
+            // 2 s^3 = flops.
+            Work::Flops(f) => (OpClass::Matmul, (f / 2.0).cbrt().round() as usize),
+        }
     }
 }
 
@@ -210,7 +225,7 @@ impl Profiler {
             let entry = by_op.entry(s.op).or_insert((Vec::new(), 0.0, 0.0));
             entry.0.push(secs);
             match s.work {
-                Work::Bytes(b) => entry.1 += b,
+                Work::Memory { bytes, .. } => entry.1 += bytes,
                 Work::Flops(f) => entry.2 += f,
             }
         }

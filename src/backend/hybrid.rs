@@ -9,11 +9,11 @@ use crate::backend::{cpu::CpuBackend, BackendImpl, Storage};
 use crate::error::{Error, Result};
 use crate::info::Backend;
 use crate::policy::{DispatchPolicy, OpClass};
-use crate::Device;
+use crate::profile::Work;
 
 pub(crate) struct Hybrid {
-    /// The software adapter's device (a wgpu backend).
-    pub gpu: Device,
+    /// The software adapter's backend (always `BackendImpl::Wgpu`).
+    pub gpu: BackendImpl,
     pub cpu: BackendImpl,
     pub policy: DispatchPolicy,
 }
@@ -40,9 +40,9 @@ impl Placed<'_> {
 }
 
 impl Hybrid {
-    pub(crate) fn new(gpu: Device, policy: DispatchPolicy) -> Hybrid {
+    pub(crate) fn new(gpu: WgpuBackend, policy: DispatchPolicy) -> Hybrid {
         Hybrid {
-            gpu,
+            gpu: BackendImpl::Wgpu(gpu),
             cpu: BackendImpl::Cpu(CpuBackend),
             policy,
         }
@@ -68,14 +68,14 @@ impl Hybrid {
 
     fn backend(&self, side: Side) -> &BackendImpl {
         match side {
-            Side::Gpu => self.gpu.backend(),
+            Side::Gpu => &self.gpu,
             Side::Cpu => &self.cpu,
         }
     }
 
     fn place<'a>(&self, side: Side, s: &'a Storage) -> Result<Placed<'a>> {
         match (side, s) {
-            (Side::Gpu, Storage::Cpu(c)) => Ok(Placed::Moved(self.gpu.backend().upload(c.data())?)),
+            (Side::Gpu, Storage::Cpu(c)) => Ok(Placed::Moved(self.gpu.upload(c.data())?)),
             (Side::Cpu, Storage::Wgpu(w)) => {
                 #[cfg(native)]
                 {
@@ -95,15 +95,15 @@ impl Hybrid {
         }
     }
 
-    /// Runs `f` on the side the policy picks for an op of `class` and `size` (elements, or
-    /// the side of a square matmul of the same flops), with `inputs` placed there.
+    /// Runs `f` on the side the policy picks for an op of `work` (see [`Work::route`]), with
+    /// `inputs` placed there.
     pub(crate) fn run<R>(
         &self,
-        class: OpClass,
-        size: usize,
+        work: Work,
         inputs: &[&Storage],
         f: impl FnOnce(&BackendImpl, &[&Storage]) -> Result<R>,
     ) -> Result<R> {
+        let (class, size) = work.route();
         let (backend, placed) = self.prepare(class, size, inputs)?;
         let refs: Vec<&Storage> = placed.iter().map(Placed::get).collect();
         f(backend, &refs)
@@ -127,7 +127,7 @@ impl Hybrid {
     }
 
     fn wgpu(&self) -> Result<&WgpuBackend> {
-        self.gpu.backend().wgpu().ok_or(Error::Backend {
+        self.gpu.wgpu().ok_or(Error::Backend {
             backend: Backend::Cpu,
             detail: "internal error: a hybrid device without an adapter".into(),
         })
@@ -151,15 +151,11 @@ impl Hybrid {
     }
 }
 
-/// The side of a square matmul with the same flops as `flops` (2 s^3 = flops).
-pub(crate) fn square_side(flops: f64) -> usize {
-    (flops / 2.0).cbrt().round() as usize
-}
-
 #[cfg(all(test, native))]
 mod tests {
     use super::*;
     use crate::ops::MatmulOptions;
+    use crate::Device;
 
     fn side(t: &crate::Tensor) -> &'static str {
         match t.storage() {

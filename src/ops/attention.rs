@@ -3,6 +3,8 @@
 //! written to memory (memory grows linearly with the sequence).
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -115,10 +117,8 @@ impl Tensor {
             causal: options.causal,
             scale,
         };
-        let out = self.device().check_output("attention", &[b, hq, sq, dv])?;
-        let flops = 2.0 * (out / dv.max(1)) as f64 * sk as f64 * (d + dv) as f64;
-        let work = crate::profile::Work::Flops(if spec.causal { flops / 2.0 } else { flops });
-        let storage = self.device().op("attention", work).attention(
+        self.device().check_output("attention", &[b, hq, sq, dv])?;
+        let storage = self.device().op(&spec).attention(
             self.storage(),
             k.storage(),
             v.storage(),
@@ -136,5 +136,18 @@ impl Tensor {
             };
             t[0].attention(t[1], t[2], options)
         })
+    }
+}
+
+impl OpSpec for AttentionSpec {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    /// Scores and the weighted sum of values; a causal mask skips about half of both.
+    fn work(&self) -> Work {
+        let rows = (self.batch * self.hq * self.sq) as f64;
+        let flops = 2.0 * rows * self.sk as f64 * (self.d + self.dv) as f64;
+        Work::Flops(if self.causal { flops / 2.0 } else { flops })
     }
 }

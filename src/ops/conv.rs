@@ -1,6 +1,8 @@
 //! conv2d (NCHW, implicit GEMM: the im2col matrix is never stored).
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -142,11 +144,8 @@ impl Tensor {
             ow,
             opts,
         };
-        let out = self.device().check_output("conv2d", &[n, o, oh, ow])?;
-        let depth = (spec.c / spec.opts.groups.max(1)) * spec.kh * spec.kw;
-        let flops = 2.0 * out as f64 * depth as f64;
-        let work = crate::profile::Work::Flops(flops);
-        let storage = self.device().op("conv2d", work).conv2d(
+        self.device().check_output("conv2d", &[n, o, oh, ow])?;
+        let storage = self.device().op(&spec).conv2d(
             self.storage(),
             weight.storage(),
             bias.map(Tensor::storage),
@@ -158,5 +157,18 @@ impl Tensor {
         out.verified_many("conv2d", &inputs, Tol::Accumulate, move |t| {
             t[0].conv2d(t[1], t.get(2).copied(), opts)
         })
+    }
+}
+
+impl OpSpec for ConvSpec {
+    fn name(&self) -> &'static str {
+        "conv2d"
+    }
+
+    /// Each output element is a dot product over its group's channels and the kernel taps.
+    fn work(&self) -> Work {
+        let depth = (self.c / self.opts.groups.max(1)) * self.kh * self.kw;
+        let out = (self.n * self.o * self.oh * self.ow) as f64;
+        Work::Flops(2.0 * out * depth as f64)
     }
 }

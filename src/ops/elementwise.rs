@@ -7,6 +7,8 @@
 //! `tanh(±inf) = ±1`, and overflow gives ±inf. Denormal results may be flushed to zero on GPUs.
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -343,10 +345,8 @@ impl Tensor {
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         op.validate()?;
         self.device().check_output(op.name(), self.shape())?;
-        let storage = self
-            .device()
-            .op(op.name(), crate::profile::Work::elements(self.len(), 2))
-            .unary(op, self.storage(), self.len())?;
+        let spec = UnarySpec { op, n: self.len() };
+        let storage = self.device().op(&spec).unary(self.storage(), spec)?;
         let out = self.with_storage(storage, self.shape().to_vec());
         out.verified(op.name(), [self], Tol::Elementwise, move |t| t[0].unary(op))
     }
@@ -357,13 +357,16 @@ impl Tensor {
         self.same_device(rhs, op.name())?;
         let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
         let n = self.device().check_output(op.name(), &bc.shape)?;
-        let work = crate::profile::Work::elements(3 * n, 1);
-        let storage = self.device().op(op.name(), work).binary(
+        let spec = BinarySpec {
             op,
-            (self.storage(), bc.a_len),
-            (rhs.storage(), bc.b_len),
             n,
-        )?;
+            a_len: bc.a_len,
+            b_len: bc.b_len,
+        };
+        let storage = self
+            .device()
+            .op(&spec)
+            .binary(self.storage(), rhs.storage(), spec)?;
         let out = self.with_storage(storage, bc.shape);
         out.verified(op.name(), [self, rhs], Tol::Elementwise, move |t| {
             t[0].binary(op, t[1])
@@ -492,5 +495,42 @@ mod tests {
         assert!(erf(f32::NAN).is_nan());
         assert_eq!(erf(f32::INFINITY), 1.0);
         assert_eq!(erf(f32::NEG_INFINITY), -1.0);
+    }
+}
+
+/// One unary op over `n` elements.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UnarySpec {
+    pub op: UnaryOp,
+    pub n: usize,
+}
+
+impl OpSpec for UnarySpec {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, 2)
+    }
+}
+
+/// One broadcasting binary op: `out[i] = op(a[i % a_len], b[i % b_len])` for `i < n` (`a_len`
+/// is `n` for a full operand, the row length for a row, 1 for a scalar).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BinarySpec {
+    pub op: BinaryOp,
+    pub n: usize,
+    pub a_len: usize,
+    pub b_len: usize,
+}
+
+impl OpSpec for BinarySpec {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, 3)
     }
 }

@@ -1,6 +1,8 @@
 //! Token embeddings: rows of a table picked by id.
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -22,15 +24,37 @@ impl Tensor {
                 ),
             });
         }
-        let n = self.device().check_output("embedding", &[ids.len(), dim])?;
+        self.device().check_output("embedding", &[ids.len(), dim])?;
+        let spec = EmbeddingSpec {
+            count: ids.len(),
+            dim,
+        };
         let storage = self
             .device()
-            .op("embedding", crate::profile::Work::elements(n, 2))
-            .embedding(self.storage(), ids, dim)?;
+            .op(&spec)
+            .embedding(self.storage(), ids, spec)?;
         let out = self.with_storage(storage, vec![ids.len(), dim]);
         let ids = ids.to_vec();
         out.verified("embedding", [self], Tol::Exact, move |t| {
             t[0].embedding(&ids)
         })
+    }
+}
+
+/// `count` rows of `dim` elements picked from a table by id (the ids travel beside the spec,
+/// already checked against the table).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EmbeddingSpec {
+    pub count: usize,
+    pub dim: usize,
+}
+
+impl OpSpec for EmbeddingSpec {
+    fn name(&self) -> &'static str {
+        "embedding"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.count * self.dim, 2)
     }
 }

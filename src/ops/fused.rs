@@ -3,7 +3,9 @@
 //! recorded elementwise ops; the wgpu backend turns each into one generated WGSL kernel and the
 //! CPU backend evaluates it block by block.
 
+use crate::ops::OpSpec;
 use crate::ops::{BinaryOp, UnaryOp};
+use crate::profile::Work;
 use crate::tensor::Tensor;
 
 /// Inputs one fused kernel reads (the bind group layouts go up to four).
@@ -57,12 +59,13 @@ pub(crate) fn run(
         });
     };
     first.device().check_output("fused", &shape)?;
-    let storages: Vec<(&crate::backend::Storage, usize)> = inputs
-        .iter()
-        .map(|t| (t.storage(), t.len().max(1)))
-        .collect();
-    let work = crate::profile::Work::elements(n, inputs.len() + 1);
-    let storage = first.device().op("fused", work).fused(expr, &storages, n)?;
+    let storages: Vec<&crate::backend::Storage> = inputs.iter().map(|t| t.storage()).collect();
+    let spec = FusedSpec {
+        expr,
+        n,
+        lens: inputs.iter().map(|t| t.len().max(1)).collect(),
+    };
+    let storage = first.device().op(&spec).fused(&storages, &spec)?;
     let out = first.with_storage(storage, shape);
     let (expr, rerun_shape) = (expr.clone(), out.shape().to_vec());
     out.verified_many("fused", inputs, crate::verify::Tol::Elementwise, move |t| {
@@ -99,6 +102,23 @@ pub(crate) fn emit(e: &Expr, syntax: &Syntax, body: &mut String, next: &mut usiz
     *next += 1;
     body.push_str(&(syntax.declare)(&name, &value));
     name
+}
+
+/// A fused expression over `n` elements; input `j` is read at `i % lens[j]`.
+pub(crate) struct FusedSpec<'a> {
+    pub expr: &'a Expr,
+    pub n: usize,
+    pub lens: Vec<usize>,
+}
+
+impl OpSpec for FusedSpec<'_> {
+    fn name(&self) -> &'static str {
+        "fused"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, self.lens.len() + 1)
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 use std::ops::Range;
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -59,13 +61,13 @@ fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<()> {
 
 impl Tensor {
     fn copies(&self, parts: &[(&Tensor, CopySpec)], shape: Vec<usize>) -> Result<Tensor> {
-        let storages: Vec<_> = parts
-            .iter()
-            .map(|(t, spec)| (t.storage(), spec.clone()))
-            .collect();
+        let storages: Vec<_> = parts.iter().map(|(t, _)| t.storage()).collect();
         let n = self.device().check_output("copy", &shape)?;
-        let work = crate::profile::Work::elements(n, 2);
-        let storage = self.device().op("copy", work).copy(&storages, n)?;
+        let spec = LayoutSpec {
+            n,
+            parts: parts.iter().map(|(_, c)| c.clone()).collect(),
+        };
+        let storage = self.device().op(&spec).copy(&storages, &spec)?;
         let out = self.with_storage(storage, shape.clone());
         let inputs: Vec<&Tensor> = parts.iter().map(|(t, _)| *t).collect();
         let specs: Vec<CopySpec> = parts.iter().map(|(_, s)| s.clone()).collect();
@@ -200,5 +202,22 @@ mod tests {
         assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
         assert_eq!(strides(&[5]), vec![1]);
         assert!(strides(&[]).is_empty());
+    }
+}
+
+/// A new tensor of `n` elements assembled by strided copies, one per input in order.
+#[derive(Debug, Clone)]
+pub(crate) struct LayoutSpec {
+    pub n: usize,
+    pub parts: Vec<CopySpec>,
+}
+
+impl OpSpec for LayoutSpec {
+    fn name(&self) -> &'static str {
+        "copy"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, 2)
     }
 }

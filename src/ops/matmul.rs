@@ -9,7 +9,9 @@
 //! 1e-4 of the sum of |a_ik * b_kj|. `k = 0` gives zeros (then the epilogue).
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
 use crate::ops::UnaryOp;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -284,11 +286,9 @@ impl Tensor {
             return self.matmul_split_k(rhs, options, dims.k);
         }
         let bias = options.bias.map(Tensor::storage);
-        let d = spec.dims;
-        let flops = 2.0 * d.batch as f64 * d.m as f64 * d.n as f64 * d.k as f64;
         let storage = self
             .device()
-            .op("matmul", crate::profile::Work::Flops(flops))
+            .op(&spec)
             .matmul(self.storage(), rhs.storage(), bias, spec)?;
         let out = self.with_storage(storage, shape);
         let tol = match options.precision {
@@ -366,6 +366,17 @@ impl Tensor {
             ..MatmulOptions::default()
         };
         self.matmul_with(weight, options)
+    }
+}
+
+impl OpSpec for MatmulSpec {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+
+    fn work(&self) -> Work {
+        let d = self.dims;
+        Work::Flops(2.0 * d.batch as f64 * d.m as f64 * d.n as f64 * d.k as f64)
     }
 }
 

@@ -6,6 +6,17 @@
 //! `shaders/cuda/<family>.cu`, `src/backend/cpu/<family>.rs` and
 //! `tests/common/suite/<family>.rs` (ARCHITECTURE.md has the index).
 
+use crate::profile::Work;
+
+/// The parameters of one op, as one struct goes from `ops/` through `BackendImpl` to every
+/// backend; the storages (and host data such as token ids) travel beside it.
+pub(crate) trait OpSpec {
+    /// The op's name in profiles.
+    fn name(&self) -> &'static str;
+    /// What it reads, writes and computes (the one place each op's formula lives).
+    fn work(&self) -> Work;
+}
+
 pub mod attention;
 pub mod conv;
 pub mod elementwise;

@@ -8,6 +8,8 @@
 //! row, so the variance does not cancel); the op suite allows 2e-5.
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -78,10 +80,9 @@ impl Tensor {
             cols,
             eps,
         };
-        let work = crate::profile::Work::elements(self.len(), 2);
-        let name = if rms { "rms_norm" } else { "layer_norm" };
+        let name = spec.name();
         self.device().check_output(name, self.shape())?;
-        let storage = self.device().op(name, work).norm(
+        let storage = self.device().op(&spec).norm(
             self.storage(),
             weight.map(Tensor::storage),
             bias.map(Tensor::storage),
@@ -97,5 +98,19 @@ impl Tensor {
             let b = has_b.then(|| t[1 + usize::from(has_w)]);
             t[0].norm(op, rms, w, b, eps)
         })
+    }
+}
+
+impl OpSpec for NormSpec {
+    fn name(&self) -> &'static str {
+        if self.rms {
+            "rms_norm"
+        } else {
+            "layer_norm"
+        }
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.rows * self.cols, 2)
     }
 }

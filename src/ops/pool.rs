@@ -2,6 +2,8 @@
 
 use crate::error::{Error, Result};
 use crate::ops::conv::{nchw, out_size};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -62,11 +64,32 @@ impl Tensor {
             opts,
             max,
         };
-        let out = self.device().check_output(op, &[n, c, oh, ow])?;
-        let work = crate::profile::Work::Bytes(4.0 * (self.len() as f64 + out as f64));
-        let storage = self.device().op(op, work).pool2d(self.storage(), spec)?;
+        self.device().check_output(op, &[n, c, oh, ow])?;
+        let storage = self.device().op(&spec).pool2d(self.storage(), spec)?;
         let out = self.with_storage(storage, vec![n, c, oh, ow]);
         let tol = if max { Tol::Exact } else { Tol::Accumulate };
         out.verified(op, [self], tol, move |t| t[0].pool2d(op, opts, max))
+    }
+}
+
+impl OpSpec for PoolSpec {
+    fn name(&self) -> &'static str {
+        if self.max {
+            "max_pool2d"
+        } else {
+            "avg_pool2d"
+        }
+    }
+
+    /// Reads the input once and writes the output.
+    fn work(&self) -> Work {
+        let (input, out) = (
+            self.planes * self.h * self.w,
+            self.planes * self.oh * self.ow,
+        );
+        Work::Memory {
+            elements: input,
+            bytes: 4.0 * (input as f64 + out as f64),
+        }
     }
 }

@@ -9,6 +9,8 @@
 use crate::backend::Storage;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 
 /// Elements per quantization block.
@@ -163,14 +165,10 @@ impl QuantTensor {
 
     /// The f32 matrix these blocks encode, `[rows, cols]`.
     pub fn dequantize(&self) -> Result<Tensor> {
-        let n = self
-            .device
+        self.device
             .check_output("dequantize", &[self.rows, self.cols])?;
-        let work = crate::profile::Work::elements(n, 1);
-        let storage = self
-            .device
-            .op("dequantize", work)
-            .dequantize(self.parts())?;
+        let spec = self.spec();
+        let storage = self.device.op(&spec).dequantize(&self.storages(), spec)?;
         Ok(Tensor::new(
             self.device.clone(),
             storage,
@@ -178,15 +176,21 @@ impl QuantTensor {
         ))
     }
 
-    pub(crate) fn parts(&self) -> QuantParts<'_, Storage> {
-        QuantParts {
+    /// The format and sizes, as backends receive them.
+    pub(crate) fn spec(&self) -> QuantSpec {
+        QuantSpec {
             format: self.format,
             rows: self.rows,
             cols: self.cols,
-            scales: &self.scales,
-            mins: self.mins.as_ref(),
-            words: &self.words,
+            has_mins: self.mins.is_some(),
         }
+    }
+
+    /// `[scales, words]` or `[scales, words, mins]`, the order [`QuantSpec::parts`] reads.
+    pub(crate) fn storages(&self) -> Vec<&Storage> {
+        let mut v = vec![&self.scales, &self.words];
+        v.extend(self.mins.as_ref());
+        v
     }
 }
 
@@ -270,12 +274,104 @@ impl Tensor {
         let mut shape = lead.to_vec();
         shape.push(w.rows);
         self.device().check_output("matmul_quant", &shape)?;
-        let flops = 2.0 * m as f64 * w.rows as f64 * w.cols as f64;
+        let spec = QuantMatmulSpec {
+            m,
+            weight: w.spec(),
+        };
         let storage = self
             .device()
-            .op("matmul_quant", crate::profile::Work::Flops(flops))
-            .matmul_quant(self.storage(), w.parts(), m)?;
+            .op(&spec)
+            .matmul_quant(self.storage(), &w.storages(), spec)?;
         Ok(self.with_storage(storage, shape))
+    }
+}
+
+/// Used by CUDA's quantized matmul, which dequantizes through the backend's own op.
+#[cfg(cuda)]
+impl<'a, S> QuantParts<'a, S> {
+    /// The format and sizes, without the storages.
+    pub(crate) fn spec(&self) -> QuantSpec {
+        QuantSpec {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            has_mins: self.mins.is_some(),
+        }
+    }
+
+    /// The storages in [`QuantSpec::parts`] order.
+    pub(crate) fn storages(&self) -> Vec<&'a S> {
+        let mut v = vec![self.scales, self.words];
+        v.extend(self.mins);
+        v
+    }
+}
+
+/// A quantized `[rows, cols]` matrix's format and sizes; its storages travel beside it as
+/// `[scales, words]` or `[scales, words, mins]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QuantSpec {
+    pub format: QuantFormat,
+    pub rows: usize,
+    pub cols: usize,
+    pub has_mins: bool,
+}
+
+impl QuantSpec {
+    /// The parts from one backend's storages, in [`QuantTensor::storages`] order.
+    pub(crate) fn parts<'a, S>(self, s: &[&'a S]) -> Result<QuantParts<'a, S>> {
+        let (scales, words) = match s {
+            [scales, words, ..] => (*scales, *words),
+            _ => return Err(parts_mismatch()),
+        };
+        let mins = match (self.has_mins, s.get(2)) {
+            (true, Some(m)) => Some(*m),
+            (false, None) => None,
+            _ => return Err(parts_mismatch()),
+        };
+        Ok(QuantParts {
+            format: self.format,
+            rows: self.rows,
+            cols: self.cols,
+            scales,
+            mins,
+            words,
+        })
+    }
+}
+
+fn parts_mismatch() -> Error {
+    Error::InvalidArgument {
+        op: "quantized weight",
+        reason: "internal error: the storages do not match the format".into(),
+    }
+}
+
+impl OpSpec for QuantSpec {
+    fn name(&self) -> &'static str {
+        "dequantize"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.rows * self.cols, 1)
+    }
+}
+
+/// `x [m, cols] x w^T` with `w` the quantized `[rows, cols]` matrix of `weight`: `[m, rows]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QuantMatmulSpec {
+    pub m: usize,
+    pub weight: QuantSpec,
+}
+
+impl OpSpec for QuantMatmulSpec {
+    fn name(&self) -> &'static str {
+        "matmul_quant"
+    }
+
+    fn work(&self) -> Work {
+        let w = self.weight;
+        Work::Flops(2.0 * self.m as f64 * w.rows as f64 * w.cols as f64)
     }
 }
 

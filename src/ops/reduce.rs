@@ -7,6 +7,8 @@
 //! result NaN, for max and min too (unlike `f32::max`, which skips NaN).
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -71,13 +73,8 @@ impl Tensor {
             });
         }
         self.device().check_output(op.name(), &shape)?;
-        let storage = self
-            .device()
-            .op(
-                op.name(),
-                crate::profile::Work::elements(rows * cols + rows, 1),
-            )
-            .reduce(op, self.storage(), rows, cols)?;
+        let spec = ReduceSpec { op, rows, cols };
+        let storage = self.device().op(&spec).reduce(self.storage(), spec)?;
         let rerun_shape = shape.clone();
         let out = self.with_storage(storage, shape);
         out.verified(op.name(), [self], Tol::Accumulate, move |t| {
@@ -130,11 +127,50 @@ impl Tensor {
             ));
         }
         self.device().check_output("dot", &[])?;
+        let spec = DotSpec { n: self.len() };
         let storage = self
             .device()
-            .op("dot", crate::profile::Work::elements(self.len(), 2))
-            .dot(self.storage(), rhs.storage(), self.len())?;
+            .op(&spec)
+            .dot(self.storage(), rhs.storage(), spec)?;
         let out = self.with_storage(storage, Vec::new());
         out.verified("dot", [self, rhs], Tol::Accumulate, |t| t[0].dot(t[1]))
+    }
+}
+
+/// One reduction of each of `rows` rows of `cols` elements to one value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReduceSpec {
+    pub op: ReduceOp,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl OpSpec for ReduceSpec {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn work(&self) -> Work {
+        let n = self.rows * self.cols;
+        Work::Memory {
+            elements: n,
+            bytes: 4.0 * (n as f64 + self.rows as f64),
+        }
+    }
+}
+
+/// `sum(a[i] * b[i])` for `i < n`, as one element.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DotSpec {
+    pub n: usize,
+}
+
+impl OpSpec for DotSpec {
+    fn name(&self) -> &'static str {
+        "dot"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, 2)
     }
 }

@@ -2,6 +2,8 @@
 
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -39,14 +41,16 @@ impl Tensor {
             }
         }
         self.device().check_output("rope", shape)?;
-        let work = crate::profile::Work::elements(self.len(), 3);
-        let storage = self.device().op("rope", work).rope(
-            self.storage(),
-            cos.storage(),
-            sin.storage(),
-            [self.len(), seq, dim],
+        let spec = RopeSpec {
+            n: self.len(),
+            seq,
+            dim,
             layout,
-        )?;
+        };
+        let storage =
+            self.device()
+                .op(&spec)
+                .rope(self.storage(), cos.storage(), sin.storage(), spec)?;
         let out = self.with_storage(storage, shape.to_vec());
         out.verified("rope", [self, cos, sin], Tol::Accumulate, move |t| {
             t[0].rope(t[1], t[2], layout)
@@ -87,5 +91,24 @@ impl Device {
             self.tensor(&c, &[seq, half])?,
             self.tensor(&s, &[seq, half])?,
         ))
+    }
+}
+
+/// RoPE over `n` elements in rows of `dim`; row `r` takes the table row `r % seq`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RopeSpec {
+    pub n: usize,
+    pub seq: usize,
+    pub dim: usize,
+    pub layout: RopeLayout,
+}
+
+impl OpSpec for RopeSpec {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, 3)
     }
 }

@@ -6,6 +6,8 @@
 //! maximum is `+inf`, or whose entries are all `-inf`, is NaN (as `exp(inf - inf)` is).
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -30,14 +32,31 @@ impl Tensor {
         };
         let rows = lead.iter().product();
         self.device().check_output(op, self.shape())?;
-        let storage = self
-            .device()
-            .op(
-                if log { "log_softmax" } else { "softmax" },
-                crate::profile::Work::elements(self.len(), 3),
-            )
-            .softmax(self.storage(), rows, cols, log)?;
+        let spec = SoftmaxSpec { rows, cols, log };
+        let storage = self.device().op(&spec).softmax(self.storage(), spec)?;
         let out = self.with_storage(storage, self.shape().to_vec());
         out.verified(op, [self], Tol::Accumulate, move |t| t[0].softmax_impl(log))
+    }
+}
+
+/// softmax (or log_softmax) of each of `rows` rows of `cols` elements.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SoftmaxSpec {
+    pub rows: usize,
+    pub cols: usize,
+    pub log: bool,
+}
+
+impl OpSpec for SoftmaxSpec {
+    fn name(&self) -> &'static str {
+        if self.log {
+            "log_softmax"
+        } else {
+            "softmax"
+        }
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.rows * self.cols, 3)
     }
 }

@@ -5,6 +5,8 @@
 //! (exact below 2^24 = 16,777,216 columns), since tensors are f32 for now.
 
 use crate::error::{Error, Result};
+use crate::ops::OpSpec;
+use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
@@ -46,11 +48,8 @@ impl Tensor {
         let mut shape = lead.to_vec();
         shape.push(k);
         self.device().check_output("topk", &shape)?;
-        let work = crate::profile::Work::Bytes(4.0 * self.len() as f64 * k.max(1) as f64);
-        let (values, indices) =
-            self.device()
-                .op("topk", work)
-                .topk(self.storage(), rows, cols, k)?;
+        let spec = TopkSpec { rows, cols, k };
+        let (values, indices) = self.device().op(&spec).topk(self.storage(), spec)?;
         let values = self.with_storage(values, shape.clone());
         let indices = self.with_storage(indices, shape);
         let values = values.verified("topk", [self], Tol::Exact, move |t| {
@@ -97,6 +96,30 @@ mod tests {
         ];
         for w in xs.windows(2) {
             assert!(order_key(w[0]) < order_key(w[1]), "{} < {}", w[0], w[1]);
+        }
+    }
+}
+
+/// The `k` largest of each of `rows` rows of `cols` elements (values, then indices as f32), in
+/// [`order_key`] order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TopkSpec {
+    pub rows: usize,
+    pub cols: usize,
+    pub k: usize,
+}
+
+impl OpSpec for TopkSpec {
+    fn name(&self) -> &'static str {
+        "topk"
+    }
+
+    /// k selection rounds, each reading the row.
+    fn work(&self) -> Work {
+        let n = self.rows * self.cols;
+        Work::Memory {
+            elements: n,
+            bytes: 4.0 * n as f64 * self.k.max(1) as f64,
         }
     }
 }

@@ -5,9 +5,9 @@ use crate::ops::layout::CopySpec;
 
 /// Strided copies into a fresh buffer; the innermost axis moves as a run when both sides
 /// are contiguous along it.
-pub(super) fn copy(parts: &[(&CpuStorage, CopySpec)], n: usize) -> Vec<f32> {
+pub(super) fn copy(parts: &[&CpuStorage], specs: &[CopySpec], n: usize) -> Vec<f32> {
     let mut out = vec![0.0f32; n];
-    for (src, spec) in parts {
+    for (src, spec) in parts.iter().zip(specs) {
         let rank = spec.shape.len();
         let total = spec.len();
         if total == 0 {

@@ -24,19 +24,23 @@ mod softmax;
 mod topk;
 mod vmath;
 
-use crate::backend::{BackendOps, Operand};
+use crate::backend::BackendOps;
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::fused::Expr;
-use crate::ops::layout::CopySpec;
+use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::embedding::EmbeddingSpec;
+use crate::ops::fused::{Expr, FusedSpec};
+use crate::ops::layout::LayoutSpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::QuantParts;
-use crate::ops::RopeLayout;
-use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::reduce::{DotSpec, ReduceSpec};
+use crate::ops::rope::RopeSpec;
+use crate::ops::softmax::SoftmaxSpec;
+use crate::ops::topk::TopkSpec;
 
 /// Host memory holding a tensor.
 pub(crate) struct CpuStorage(Vec<f32>);
@@ -151,41 +155,34 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(data.to_vec()))
     }
 
-    fn unary(&self, op: UnaryOp, x: &CpuStorage, n: usize) -> Result<CpuStorage> {
-        let e = Expr::Unary(op, Box::new(Expr::Input(0)));
-        Ok(CpuStorage(fused::evaluate(&e, &[(x, n)], n)))
+    fn unary(&self, x: &CpuStorage, s: UnarySpec) -> Result<CpuStorage> {
+        let e = Expr::Unary(s.op, Box::new(Expr::Input(0)));
+        Ok(CpuStorage(fused::evaluate(&e, &[(x, s.n)], s.n)))
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: Operand<'_, CpuStorage>,
-        b: Operand<'_, CpuStorage>,
-        n: usize,
-    ) -> Result<CpuStorage> {
-        let e = Expr::Binary(op, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
-        Ok(CpuStorage(fused::evaluate(&e, &[a, b], n)))
+    fn binary(&self, a: &CpuStorage, b: &CpuStorage, s: BinarySpec) -> Result<CpuStorage> {
+        let e = Expr::Binary(s.op, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
+        let inputs = [(a, s.a_len), (b, s.b_len)];
+        Ok(CpuStorage(fused::evaluate(&e, &inputs, s.n)))
     }
 
-    fn reduce(&self, op: ReduceOp, x: &CpuStorage, rows: usize, cols: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(reduce::reduce(op, &x.0, rows, cols)))
+    fn reduce(&self, x: &CpuStorage, s: ReduceSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(reduce::reduce(s.op, &x.0, s.rows, s.cols)))
     }
 
-    fn dot(&self, a: &CpuStorage, b: &CpuStorage, n: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(vec![reduce::dot(&a.0[..n], &b.0[..n]) as f32]))
+    fn dot(&self, a: &CpuStorage, b: &CpuStorage, s: DotSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(vec![
+            reduce::dot(&a.0[..s.n], &b.0[..s.n]) as f32
+        ]))
     }
 
-    fn softmax(&self, x: &CpuStorage, rows: usize, cols: usize, log: bool) -> Result<CpuStorage> {
-        Ok(CpuStorage(softmax::softmax(&x.0, rows, cols, log)))
+    fn softmax(&self, x: &CpuStorage, s: SoftmaxSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(softmax::softmax(&x.0, s.rows, s.cols, s.log)))
     }
 
-    fn fused(
-        &self,
-        expr: &Expr,
-        inputs: &[Operand<'_, CpuStorage>],
-        n: usize,
-    ) -> Result<CpuStorage> {
-        Ok(CpuStorage(fused::evaluate(expr, inputs, n)))
+    fn fused(&self, inputs: &[&CpuStorage], s: &FusedSpec<'_>) -> Result<CpuStorage> {
+        let inputs: Vec<_> = inputs.iter().copied().zip(s.lens.iter().copied()).collect();
+        Ok(CpuStorage(fused::evaluate(s.expr, &inputs, s.n)))
     }
 
     fn matmul(
@@ -209,8 +206,12 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(norm::norm(&x.0, w, b, spec)))
     }
 
-    fn embedding(&self, table: &CpuStorage, ids: &[u32], dim: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(embedding::embedding(&table.0, ids, dim)))
+    fn copy(&self, parts: &[&CpuStorage], s: &LayoutSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(layout::copy(parts, &s.parts, s.n)))
+    }
+
+    fn embedding(&self, table: &CpuStorage, ids: &[u32], s: EmbeddingSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(embedding::embedding(&table.0, ids, s.dim)))
     }
 
     fn rope(
@@ -218,10 +219,10 @@ impl BackendOps for CpuBackend {
         x: &CpuStorage,
         cos: &CpuStorage,
         sin: &CpuStorage,
-        dims: [usize; 3],
-        layout: RopeLayout,
+        s: RopeSpec,
     ) -> Result<CpuStorage> {
-        Ok(CpuStorage(rope::rope(&x.0, &cos.0, &sin.0, dims, layout)))
+        let dims = [s.n, s.seq, s.dim];
+        Ok(CpuStorage(rope::rope(&x.0, &cos.0, &sin.0, dims, s.layout)))
     }
 
     fn attention(
@@ -235,28 +236,22 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(attention::attention(&q.0, &k.0, &v.0, lens, a)))
     }
 
-    fn topk(
-        &self,
-        x: &CpuStorage,
-        rows: usize,
-        cols: usize,
-        k: usize,
-    ) -> Result<(CpuStorage, CpuStorage)> {
-        let (values, indices) = topk::topk(&x.0, rows, cols, k);
+    fn topk(&self, x: &CpuStorage, s: TopkSpec) -> Result<(CpuStorage, CpuStorage)> {
+        let (values, indices) = topk::topk(&x.0, s.rows, s.cols, s.k);
         Ok((CpuStorage(values), CpuStorage(indices)))
     }
 
     fn matmul_quant(
         &self,
         x: &CpuStorage,
-        w: QuantParts<'_, CpuStorage>,
-        m: usize,
+        w: &[&CpuStorage],
+        s: QuantMatmulSpec,
     ) -> Result<CpuStorage> {
-        quant::matmul_quant(&x.0, w, m).map(CpuStorage)
+        quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m).map(CpuStorage)
     }
 
-    fn dequantize(&self, w: QuantParts<'_, CpuStorage>) -> Result<CpuStorage> {
-        Ok(CpuStorage(quant::dequantize(w)))
+    fn dequantize(&self, w: &[&CpuStorage], s: QuantSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(quant::dequantize(s.parts(w)?)))
     }
 
     fn conv2d(
@@ -271,10 +266,6 @@ impl BackendOps for CpuBackend {
 
     fn pool2d(&self, x: &CpuStorage, s: PoolSpec) -> Result<CpuStorage> {
         Ok(CpuStorage(pool::pool2d(&x.0, s)))
-    }
-
-    fn copy(&self, parts: &[(&CpuStorage, CopySpec)], n: usize) -> Result<CpuStorage> {
-        Ok(CpuStorage(layout::copy(parts, n)))
     }
 
     async fn read(&self, x: &CpuStorage, n: usize) -> Result<Vec<f32>> {

@@ -342,7 +342,7 @@ pub(super) fn matmul_quant(
     let (n, k) = (w.rows, w.cols);
     if m > QGEMV_MAX_ROWS && n * k > 0 {
         // Many rows: dequantize once and multiply on cuBLAS, out[m, n] = x[m, k] w[n, k]^T.
-        let deq = be.dequantize(w)?;
+        let deq = be.dequantize(&w.storages(), w.spec())?;
         let out = be.alloc(m * n)?;
         be.gemm(&Gemm {
             op_a: Op::CUBLAS_OP_T,

@@ -5,18 +5,23 @@ use bytemuck::{Pod, Zeroable};
 
 use super::module::{Entry, Kernels};
 use super::{blas, fused, Arg, CudaBackend, CudaStorage, BLOCK};
-use crate::backend::{BackendOps, Operand};
+use crate::backend::BackendOps;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::fused::{Expr, MAX_INPUTS};
-use crate::ops::layout::{CopySpec, MAX_RANK};
+use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::embedding::EmbeddingSpec;
+use crate::ops::fused::{Expr, FusedSpec, MAX_INPUTS};
+use crate::ops::layout::{CopySpec, LayoutSpec, MAX_RANK};
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::QuantParts;
+use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::reduce::{DotSpec, ReduceSpec};
+use crate::ops::rope::RopeSpec;
+use crate::ops::softmax::SoftmaxSpec;
+use crate::ops::topk::TopkSpec;
 use crate::ops::RopeLayout;
-use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -90,7 +95,8 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn unary(&self, op: UnaryOp, x: &CudaStorage, n: usize) -> Result<CudaStorage> {
+    fn unary(&self, x: &CudaStorage, spec: UnarySpec) -> Result<CudaStorage> {
+        let (op, n) = (spec.op, spec.n);
         let out = self.alloc(n)?;
         if n > 0 {
             let [p0, p1] = op.params();
@@ -107,13 +113,9 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: Operand<'_, CudaStorage>,
-        b: Operand<'_, CudaStorage>,
-        n: usize,
-    ) -> Result<CudaStorage> {
+    fn binary(&self, a: &CudaStorage, b: &CudaStorage, spec: BinarySpec) -> Result<CudaStorage> {
+        let (op, n) = (spec.op, spec.n);
+        let (a, b) = ((a, spec.a_len), (b, spec.b_len));
         let out = self.alloc(n)?;
         if n > 0 {
             let args = [
@@ -130,13 +132,8 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn reduce(
-        &self,
-        op: ReduceOp,
-        x: &CudaStorage,
-        rows: usize,
-        cols: usize,
-    ) -> Result<CudaStorage> {
+    fn reduce(&self, x: &CudaStorage, spec: ReduceSpec) -> Result<CudaStorage> {
+        let ReduceSpec { op, rows, cols } = spec;
         let out = self.alloc(rows)?;
         if rows == 0 {
             return Ok(out);
@@ -150,7 +147,8 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn dot(&self, a: &CudaStorage, b: &CudaStorage, n: usize) -> Result<CudaStorage> {
+    fn dot(&self, a: &CudaStorage, b: &CudaStorage, spec: DotSpec) -> Result<CudaStorage> {
+        let n = spec.n;
         let out = self.alloc(1)?;
         if n == 0 {
             self.zero(&out, 4)?;
@@ -166,7 +164,7 @@ impl BackendOps for CudaBackend {
             &[p(a), p(b), u(n), p(&partial)],
         )?;
         let args = [
-            Arg::I(ReduceOp::Sum as u32),
+            Arg::I(crate::ops::ReduceOp::Sum as u32),
             p(&partial),
             u(1),
             u(blocks),
@@ -176,7 +174,8 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn softmax(&self, x: &CudaStorage, rows: usize, cols: usize, log: bool) -> Result<CudaStorage> {
+    fn softmax(&self, x: &CudaStorage, spec: SoftmaxSpec) -> Result<CudaStorage> {
+        let SoftmaxSpec { rows, cols, log } = spec;
         let out = self.alloc(rows * cols)?;
         if rows * cols == 0 {
             return Ok(out);
@@ -215,12 +214,13 @@ impl BackendOps for CudaBackend {
         blas::matmul(self, a, b, bias, spec)
     }
 
-    fn fused(
-        &self,
-        expr: &Expr,
-        inputs: &[Operand<'_, CudaStorage>],
-        n: usize,
-    ) -> Result<CudaStorage> {
+    fn fused(&self, inputs: &[&CudaStorage], spec: &FusedSpec<'_>) -> Result<CudaStorage> {
+        let (expr, n) = (spec.expr, spec.n);
+        let inputs: Vec<(&CudaStorage, usize)> = inputs
+            .iter()
+            .copied()
+            .zip(spec.lens.iter().copied())
+            .collect();
         if inputs.is_empty() || inputs.len() > MAX_INPUTS {
             return Err(Error::InvalidArgument {
                 op: "fused elementwise",
@@ -275,13 +275,14 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn copy(&self, parts: &[(&CudaStorage, CopySpec)], n: usize) -> Result<CudaStorage> {
+    fn copy(&self, parts: &[&CudaStorage], layout: &LayoutSpec) -> Result<CudaStorage> {
+        let n = layout.n;
         let out = self.alloc(n)?;
-        let covered: usize = parts.iter().map(|(_, s)| s.len()).sum();
+        let covered: usize = layout.parts.iter().map(CopySpec::len).sum();
         if covered < n {
             self.zero(&out, n as u64 * 4)?;
         }
-        for (src, spec) in parts {
+        for (src, spec) in parts.iter().zip(&layout.parts) {
             let total = spec.len();
             if total == 0 {
                 continue;
@@ -310,7 +311,13 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn embedding(&self, table: &CudaStorage, ids: &[u32], dim: usize) -> Result<CudaStorage> {
+    fn embedding(
+        &self,
+        table: &CudaStorage,
+        ids: &[u32],
+        spec: EmbeddingSpec,
+    ) -> Result<CudaStorage> {
+        let dim = spec.dim;
         let out = self.alloc(ids.len() * dim)?;
         if ids.is_empty() || dim == 0 {
             return Ok(out);
@@ -327,9 +334,14 @@ impl BackendOps for CudaBackend {
         x: &CudaStorage,
         cos: &CudaStorage,
         sin: &CudaStorage,
-        [n, seq, dim]: [usize; 3],
-        layout: RopeLayout,
+        spec: RopeSpec,
     ) -> Result<CudaStorage> {
+        let RopeSpec {
+            n,
+            seq,
+            dim,
+            layout,
+        } = spec;
         let out = self.alloc(n)?;
         if n == 0 || dim == 0 {
             return Ok(out);
@@ -408,13 +420,8 @@ impl BackendOps for CudaBackend {
         Ok(out)
     }
 
-    fn topk(
-        &self,
-        x: &CudaStorage,
-        rows: usize,
-        cols: usize,
-        k: usize,
-    ) -> Result<(CudaStorage, CudaStorage)> {
+    fn topk(&self, x: &CudaStorage, spec: TopkSpec) -> Result<(CudaStorage, CudaStorage)> {
+        let TopkSpec { rows, cols, k } = spec;
         let values = self.alloc(rows * k)?;
         let indices = self.alloc(rows * k)?;
         if rows * k > 0 {
@@ -428,13 +435,14 @@ impl BackendOps for CudaBackend {
     fn matmul_quant(
         &self,
         x: &CudaStorage,
-        w: QuantParts<'_, CudaStorage>,
-        m: usize,
+        w: &[&CudaStorage],
+        spec: QuantMatmulSpec,
     ) -> Result<CudaStorage> {
-        blas::matmul_quant(self, x, w, m)
+        blas::matmul_quant(self, x, spec.weight.parts(w)?, spec.m)
     }
 
-    fn dequantize(&self, w: QuantParts<'_, CudaStorage>) -> Result<CudaStorage> {
+    fn dequantize(&self, w: &[&CudaStorage], spec: QuantSpec) -> Result<CudaStorage> {
+        let w = spec.parts(w)?;
         let n = w.rows * w.cols;
         let out = self.alloc(n)?;
         if n > 0 {

@@ -29,6 +29,7 @@ use recorder::Recorder;
 /// dropped intermediates is recycled even when nothing reads back for a long time.
 const RETIRED_FLUSH_BYTES: u64 = 256 << 20;
 
+#[derive(Clone)]
 pub(crate) struct WgpuBackend {
     shared: Arc<Shared>,
 }

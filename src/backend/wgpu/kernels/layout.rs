@@ -5,7 +5,7 @@ use bytemuck::{Pod, Zeroable};
 use super::super::{WgpuBackend, WgpuStorage};
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::Result;
-use crate::ops::layout::{CopySpec, MAX_RANK};
+use crate::ops::layout::{CopySpec, LayoutSpec, MAX_RANK};
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -33,15 +33,15 @@ fn src_extent(spec: &CopySpec) -> u64 {
 impl WgpuBackend {
     pub(super) fn encode_copy(
         &self,
-        parts: &[(&WgpuStorage, CopySpec)],
-        n: usize,
+        parts: &[&WgpuStorage],
+        layout: &LayoutSpec,
     ) -> Result<WgpuStorage> {
         let s = self.begin()?;
-        let n = n as u64;
+        let n = layout.n as u64;
         let mut st = s.state();
         let out = s.alloc(&mut st, n * 4)?;
         s.check_binding("a layout op's output", n)?;
-        for (src, spec) in parts {
+        for (src, spec) in parts.iter().zip(&layout.parts) {
             let len = spec.len() as u64;
             if len == 0 {
                 continue;

@@ -23,18 +23,22 @@ use std::sync::Arc;
 
 use super::pipelines::Kernel;
 use super::{Shared, State, WgpuBackend, WgpuStorage};
-use crate::backend::{BackendOps, Operand};
+use crate::backend::BackendOps;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::fused::Expr;
-use crate::ops::layout::CopySpec;
+use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::embedding::EmbeddingSpec;
+use crate::ops::fused::FusedSpec;
+use crate::ops::layout::LayoutSpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::QuantParts;
-use crate::ops::RopeLayout;
-use crate::ops::{BinaryOp, ReduceOp, UnaryOp};
+use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::reduce::{DotSpec, ReduceSpec};
+use crate::ops::rope::RopeSpec;
+use crate::ops::softmax::SoftmaxSpec;
+use crate::ops::topk::TopkSpec;
 
 /// Invocations per workgroup of every kernel (WebGPU guarantees 256).
 const WG: u64 = 256;
@@ -241,45 +245,29 @@ impl BackendOps for WgpuBackend {
         self.shared.upload(data)
     }
 
-    fn unary(&self, op: UnaryOp, x: &WgpuStorage, n: usize) -> Result<WgpuStorage> {
-        self.encode_unary(op, x, n)
+    fn unary(&self, x: &WgpuStorage, s: UnarySpec) -> Result<WgpuStorage> {
+        self.encode_unary(s.op, x, s.n)
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: Operand<'_, WgpuStorage>,
-        b: Operand<'_, WgpuStorage>,
-        n: usize,
-    ) -> Result<WgpuStorage> {
-        self.encode_binary(op, a, b, n)
+    fn binary(&self, a: &WgpuStorage, b: &WgpuStorage, s: BinarySpec) -> Result<WgpuStorage> {
+        self.encode_binary(s.op, (a, s.a_len), (b, s.b_len), s.n)
     }
 
-    fn reduce(
-        &self,
-        op: ReduceOp,
-        x: &WgpuStorage,
-        rows: usize,
-        cols: usize,
-    ) -> Result<WgpuStorage> {
-        self.encode_reduce(op, x, rows, cols)
+    fn reduce(&self, x: &WgpuStorage, s: ReduceSpec) -> Result<WgpuStorage> {
+        self.encode_reduce(s.op, x, s.rows, s.cols)
     }
 
-    fn dot(&self, a: &WgpuStorage, b: &WgpuStorage, n: usize) -> Result<WgpuStorage> {
-        self.encode_dot(a, b, n)
+    fn dot(&self, a: &WgpuStorage, b: &WgpuStorage, s: DotSpec) -> Result<WgpuStorage> {
+        self.encode_dot(a, b, s.n)
     }
 
-    fn softmax(&self, x: &WgpuStorage, rows: usize, cols: usize, log: bool) -> Result<WgpuStorage> {
-        self.encode_softmax(x, rows, cols, log)
+    fn softmax(&self, x: &WgpuStorage, s: SoftmaxSpec) -> Result<WgpuStorage> {
+        self.encode_softmax(x, s.rows, s.cols, s.log)
     }
 
-    fn fused(
-        &self,
-        expr: &Expr,
-        inputs: &[Operand<'_, WgpuStorage>],
-        n: usize,
-    ) -> Result<WgpuStorage> {
-        self.encode_fused(expr, inputs, n)
+    fn fused(&self, inputs: &[&WgpuStorage], s: &FusedSpec<'_>) -> Result<WgpuStorage> {
+        let inputs: Vec<_> = inputs.iter().copied().zip(s.lens.iter().copied()).collect();
+        self.encode_fused(s.expr, &inputs, s.n)
     }
 
     fn matmul(
@@ -302,8 +290,12 @@ impl BackendOps for WgpuBackend {
         self.encode_norm(x, weight, bias, spec)
     }
 
-    fn embedding(&self, table: &WgpuStorage, ids: &[u32], dim: usize) -> Result<WgpuStorage> {
-        self.encode_embedding(table, ids, dim)
+    fn copy(&self, parts: &[&WgpuStorage], s: &LayoutSpec) -> Result<WgpuStorage> {
+        self.encode_copy(parts, s)
+    }
+
+    fn embedding(&self, table: &WgpuStorage, ids: &[u32], s: EmbeddingSpec) -> Result<WgpuStorage> {
+        self.encode_embedding(table, ids, s.dim)
     }
 
     fn rope(
@@ -311,10 +303,9 @@ impl BackendOps for WgpuBackend {
         x: &WgpuStorage,
         cos: &WgpuStorage,
         sin: &WgpuStorage,
-        [n, seq, dim]: [usize; 3],
-        layout: RopeLayout,
+        s: RopeSpec,
     ) -> Result<WgpuStorage> {
-        self.encode_rope(x, cos, sin, [n, seq, dim], layout)
+        self.encode_rope(x, cos, sin, [s.n, s.seq, s.dim], s.layout)
     }
 
     fn attention(
@@ -328,27 +319,21 @@ impl BackendOps for WgpuBackend {
         self.encode_attention(q, k, v, lens, a)
     }
 
-    fn topk(
-        &self,
-        x: &WgpuStorage,
-        rows: usize,
-        cols: usize,
-        k: usize,
-    ) -> Result<(WgpuStorage, WgpuStorage)> {
-        self.encode_topk(x, rows, cols, k)
+    fn topk(&self, x: &WgpuStorage, s: TopkSpec) -> Result<(WgpuStorage, WgpuStorage)> {
+        self.encode_topk(x, s.rows, s.cols, s.k)
     }
 
     fn matmul_quant(
         &self,
         x: &WgpuStorage,
-        w: QuantParts<'_, WgpuStorage>,
-        m: usize,
+        w: &[&WgpuStorage],
+        s: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
-        self.encode_matmul_quant(x, w, m)
+        self.encode_matmul_quant(x, s.weight.parts(w)?, s.m)
     }
 
-    fn dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
-        self.encode_dequantize(w)
+    fn dequantize(&self, w: &[&WgpuStorage], s: QuantSpec) -> Result<WgpuStorage> {
+        self.encode_dequantize(s.parts(w)?)
     }
 
     fn conv2d(
@@ -363,10 +348,6 @@ impl BackendOps for WgpuBackend {
 
     fn pool2d(&self, x: &WgpuStorage, c: PoolSpec) -> Result<WgpuStorage> {
         self.encode_pool2d(x, c)
-    }
-
-    fn copy(&self, parts: &[(&WgpuStorage, CopySpec)], n: usize) -> Result<WgpuStorage> {
-        self.encode_copy(parts, n)
     }
 
     async fn read(&self, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
