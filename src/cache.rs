@@ -51,3 +51,15 @@ pub(crate) fn save<T: Serialize>(name: &str, value: &T) {
         }
     }
 }
+
+/// FNV-1a: a hash that is the same in every build, for cache file names.
+pub(crate) fn stable_hash(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}

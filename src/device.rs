@@ -11,13 +11,12 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::adapter;
-use crate::backend::wgpu::pool::MemoryStats;
-use crate::backend::wgpu::tuner::TuneRecord;
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::BackendImpl;
 use crate::error::{Error, Result};
 use crate::info::{Backend, DeviceInfo};
 use crate::ops::Precision;
+use crate::stats::{MemoryStats, TuneRecord};
 use crate::tensor::Tensor;
 
 /// A compute device. Cloning is cheap; clones share the device.
@@ -454,10 +453,7 @@ impl Device {
 
     /// Submits all enqueued work without waiting for it.
     pub fn flush(&self) -> Result<()> {
-        match self.inner.backend.wgpu() {
-            Some(b) => b.flush(),
-            None => Ok(()),
-        }
+        self.inner.backend.flush()
     }
 
     /// Waits until all enqueued work has finished on the device.
@@ -470,10 +466,7 @@ impl Device {
     /// What the matmul autotuner measured on this device's adapter: one record per size class
     /// tuned so far, in this process or (natively) an earlier one. Empty on the CPU backend.
     pub fn tuning(&self) -> Vec<TuneRecord> {
-        match self.inner.backend.wgpu() {
-            Some(b) => b.tuning(),
-            None => Vec::new(),
-        }
+        self.inner.backend.tuning()
     }
 
     /// Tunes the matmul size class of an `[m, k] x [k, n]` product now instead of at its first
@@ -487,49 +480,24 @@ impl Device {
         n: usize,
         precision: Precision,
     ) -> Result<Option<TuneRecord>> {
-        match self.inner.backend.wgpu() {
-            Some(b) => {
-                let shape = [m, n, k].map(|v| v as u64);
-                b.tune_matmul(shape, precision).await.map(Some)
-            }
-            None => Ok(None),
-        }
+        self.inner.backend.tune_matmul([m, k, n], precision).await
     }
 
     /// Memory pool statistics (all zero on the CPU backend): bytes in use and pooled, the
     /// peak, allocations, reuses ([`MemoryStats::hit_rate`]).
     pub fn memory_stats(&self) -> MemoryStats {
-        #[cfg(cuda)]
-        if let Some(c) = self.inner.backend.cuda() {
-            return c.memory_stats();
-        }
-        match self.inner.backend.wgpu() {
-            Some(b) => b.memory_stats(),
-            None => MemoryStats::default(),
-        }
+        self.inner.backend.memory_stats()
     }
 
     /// Starts `peak_live_bytes` of [`Device::memory_stats`] again from the bytes live now, to
     /// measure the peak of the work that follows.
     pub fn reset_peak_memory(&self) {
-        #[cfg(cuda)]
-        if let Some(c) = self.inner.backend.cuda() {
-            c.reset_peak_memory();
-        }
-        if let Some(b) = self.inner.backend.wgpu() {
-            b.reset_peak_memory();
-        }
+        self.inner.backend.reset_peak_memory();
     }
 
     /// Frees the buffers the pool keeps for reuse (live tensors keep theirs).
     pub fn release_cached_memory(&self) {
-        #[cfg(cuda)]
-        if let Some(c) = self.inner.backend.cuda() {
-            c.release_cached_memory();
-        }
-        if let Some(b) = self.inner.backend.wgpu() {
-            b.release_cached_memory();
-        }
+        self.inner.backend.release_cached_memory();
     }
 
     /// Caps the bytes the device's memory pool holds (tensors and buffers kept for reuse):
@@ -537,12 +505,9 @@ impl Device {
     /// [`Error::OutOfMemory`] instead of taking more of the device. `None` removes the cap.
     /// Only the CUDA backend's pool has a limit; elsewhere this is an error saying so.
     pub fn set_memory_limit(&self, bytes: Option<u64>) -> Result<()> {
-        #[cfg(cuda)]
-        if let Some(c) = self.inner.backend.cuda() {
-            c.set_memory_limit(bytes);
+        if self.inner.backend.set_memory_limit(bytes) {
             return Ok(());
         }
-        let _ = bytes;
         Err(Error::InvalidArgument {
             op: "set_memory_limit",
             reason: format!(

@@ -50,13 +50,12 @@ mod profile;
 mod shape;
 mod slice;
 mod small_sort;
+mod stats;
 mod tensor;
 pub mod verify;
 #[cfg(web)]
 mod web;
 
-pub use backend::wgpu::pool::MemoryStats;
-pub use backend::wgpu::tuner::TuneRecord;
 pub use batch::{Batch, BatchMatmul, BatchResult, Graph, Value};
 pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
@@ -69,6 +68,7 @@ pub use ops::{
 };
 pub use policy::{Costs, DispatchPolicy, OpClass};
 pub use profile::{OpProfile, Profiler};
+pub use stats::{MemoryStats, TuneRecord};
 pub use tensor::{DType, Tensor};
 pub use verify::{VerifiedOp, VerifyReport};
 

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use serde::Serialize;
-use web_time::Instant;
 
+use crate::backend::control::{TimerStart, Timing};
 use crate::backend::BackendImpl;
 use crate::device::Device;
 use crate::error::Result;
@@ -51,12 +51,6 @@ impl Work {
     }
 }
 
-enum Timing {
-    Seconds(f64),
-    #[cfg(cuda)]
-    Events(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent),
-}
-
 struct Sample {
     op: &'static str,
     work: Work,
@@ -78,19 +72,12 @@ impl State {
     }
 }
 
-enum Start {
-    Off,
-    Host(Instant),
-    #[cfg(cuda)]
-    Event(cudarc::driver::CudaEvent),
-}
-
 /// The backend for one op, timing it while profiling is on (ends when dropped).
 pub(crate) struct OpScope<'a> {
     device: &'a Device,
     op: &'static str,
     work: Work,
-    start: Start,
+    start: Option<TimerStart>,
 }
 
 impl std::ops::Deref for OpScope<'_> {
@@ -104,16 +91,9 @@ impl std::ops::Deref for OpScope<'_> {
 impl<'a> OpScope<'a> {
     pub(crate) fn new(device: &'a Device, op: &'static str, work: Work) -> OpScope<'a> {
         let start = if device.profile_state().on.load(Ordering::Relaxed) {
-            match device.backend() {
-                #[cfg(cuda)]
-                BackendImpl::Cuda(c) => match c.event() {
-                    Ok(e) => Start::Event(e),
-                    Err(_) => Start::Off,
-                },
-                _ => Start::Host(Instant::now()),
-            }
+            device.backend().start_timer()
         } else {
-            Start::Off
+            None
         };
         OpScope {
             device,
@@ -126,26 +106,11 @@ impl<'a> OpScope<'a> {
 
 impl Drop for OpScope<'_> {
     fn drop(&mut self) {
-        let timing = match std::mem::replace(&mut self.start, Start::Off) {
-            Start::Off => return,
-            #[cfg(cuda)]
-            Start::Event(begin) => match self.device.backend() {
-                BackendImpl::Cuda(c) => match c.event() {
-                    Ok(end) => Timing::Events(begin, end),
-                    Err(_) => return,
-                },
-                _ => return,
-            },
-            Start::Host(t0) => {
-                // Native wgpu: wait for the op so the host time covers it.
-                #[cfg(native)]
-                if self.device.backend().wgpu().is_some() {
-                    if let Err(e) = pollster::block_on(self.device.synchronize()) {
-                        log::warn!("gpukit profiler: {e}");
-                    }
-                }
-                Timing::Seconds(t0.elapsed().as_secs_f64())
-            }
+        let Some(start) = self.start.take() else {
+            return;
+        };
+        let Some(timing) = self.device.backend().stop_timer(start) else {
+            return;
         };
         self.device.profile_state().lock().push(Sample {
             op: self.op,
@@ -204,23 +169,16 @@ impl Profiler {
     /// Per-op statistics of everything run since the profiler started (or was reset), ops in
     /// order of total time, largest first. Waits for the device's work to finish.
     pub fn summary(&self) -> Result<Vec<OpProfile>> {
-        if matches!(self.device.backend(), BackendImpl::Cpu(_)) {
-            // Nothing is pending on the CPU backend.
-        } else {
-            #[cfg(native)]
-            pollster::block_on(self.device.synchronize())?;
-        }
+        // Natively, wait for the device's work (nothing is pending on the CPU backend, where
+        // this returns at once).
+        #[cfg(native)]
+        pollster::block_on(self.device.synchronize())?;
         let samples = self.device.profile_state().lock();
         // Per op: the times, and the bytes and flops of all its runs.
         let mut by_op: BTreeMap<&'static str, (Vec<f64>, f64, f64)> = BTreeMap::new();
         for s in samples.iter() {
-            let secs = match &s.timing {
-                Timing::Seconds(t) => *t,
-                #[cfg(cuda)]
-                Timing::Events(a, b) => match a.elapsed_ms(b) {
-                    Ok(ms) => f64::from(ms) / 1e3,
-                    Err(_) => continue,
-                },
+            let Some(secs) = s.timing.seconds() else {
+                continue;
             };
             let entry = by_op.entry(s.op).or_insert((Vec::new(), 0.0, 0.0));
             entry.0.push(secs);

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use super::{missing, Batch, BatchResult, Node, Op, Value};
-use crate::backend::BackendImpl;
 use crate::error::{Error, Result};
 use crate::ops::fused::{Expr, MAX_FUSED_OPS, MAX_INPUTS};
 use crate::ops::{Activation, BinaryOp, MatmulOptions, UnaryOp};
@@ -206,24 +205,11 @@ impl Plan {
             .iter()
             .map(|v| values.get(&v.index).ok_or_else(missing))
             .collect::<Result<Vec<_>>>()?;
-        let data = match batch.device.backend() {
-            BackendImpl::Wgpu(b) => {
-                let refs = outs
-                    .iter()
-                    .map(|t| Ok((t.storage().as_wgpu()?, t.len())))
-                    .collect::<Result<Vec<_>>>()?;
-                b.read_many(&refs).await?
-            }
-            #[cfg(cuda)]
-            BackendImpl::Cuda(b) => {
-                let refs = outs
-                    .iter()
-                    .map(|t| Ok((t.storage().as_cuda()?, t.len())))
-                    .collect::<Result<Vec<_>>>()?;
-                b.read_many(&refs)?
-            }
-            // A hybrid device's outputs may sit on either side: read each where it is.
-            BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => {
+        let refs: Vec<_> = outs.iter().map(|t| (t.storage(), t.len())).collect();
+        let data = match batch.device.backend().read_many(&refs).await? {
+            Some(data) => data,
+            // Read each output where it is.
+            None => {
                 let mut all = Vec::with_capacity(outs.len());
                 for t in outs {
                     all.push(t.read().await?);

@@ -319,9 +319,13 @@ impl Tensor {
         let (ra, rb) = (self.shape().len(), rhs.shape().len());
         let a_axis = if options.transpose_a { ra - 2 } else { ra - 1 };
         let b_axis = if options.transpose_b { rb - 1 } else { rb - 2 };
+        // The parts run the default tile unless one is asked for: on lavapipe the tuner's
+        // other tiles (4 x 8 x 16 seen) still gave wrong sums at 2^18 per part, the default
+        // never did.
         let plain = MatmulOptions {
             bias: None,
             activation: None,
+            tile: options.tile.or(Some(MatmulTile::DEFAULT)),
             ..options
         };
         let mut sum: Option<Tensor> = None;

@@ -73,7 +73,7 @@ fn mark(e: &Expr, used: &mut [bool; MAX_INPUTS]) {
 
 /// The id of a generated source: its stable hash.
 pub(crate) fn fused_id(source: &str) -> u64 {
-    super::module::stable_hash(&[source])
+    crate::cache::stable_hash(&[source])
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
+use crate::cache::stable_hash;
 use crate::error::{Error, Result};
 
 /// A kernel source file of `shaders/cuda/`, or a generated fused kernel.
@@ -127,18 +128,6 @@ impl Entry {
             Fused(id) => (Source::Fused(id), "fused"),
         }
     }
-}
-
-/// FNV-1a: a hash that is the same in every build, for cache file names.
-pub(super) fn stable_hash(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain([0xff]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
 }
 
 #[derive(Default)]

@@ -8,36 +8,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
-/// Memory statistics of a device's buffer pool.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct MemoryStats {
-    /// Bytes held by live tensors and in-flight temporaries.
-    pub live_bytes: u64,
-    /// Bytes kept in the pool for reuse.
-    pub pooled_bytes: u64,
-    /// Peak of `live_bytes`.
-    pub peak_live_bytes: u64,
-    /// Buffers created on the device.
-    pub allocations: u64,
-    /// Buffer requests served from the pool.
-    pub reuses: u64,
-    /// Dispatches whose bind group came from the cache instead of being created.
-    pub bind_group_hits: u64,
-}
-
-impl MemoryStats {
-    /// The share of buffer requests the pool served without allocating (0 when none was made).
-    pub fn hit_rate(&self) -> f64 {
-        let requests = self.allocations + self.reuses;
-        if requests == 0 {
-            0.0
-        } else {
-            self.reuses as f64 / requests as f64
-        }
-    }
-}
+pub(crate) use crate::stats::MemoryStats;
 
 /// Usage of every tensor buffer: read and written by kernels, copied for uploads and read backs.
 pub(crate) const TENSOR_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE

@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytemuck::{Pod, Zeroable};
-use serde::{Deserialize, Serialize};
 use web_time::{Duration, Instant};
 
 use super::pipelines::{Arith, Kernel, Layout};
@@ -33,31 +32,7 @@ const CAP_SOFTWARE: u64 = 512;
 const TARGET: Duration = Duration::from_millis(4);
 const MAX_REPS: u64 = 64;
 
-/// What the autotuner measured for one size class on one adapter.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TuneRecord {
-    /// The size class, e.g. `f32 m:513-2048 n:513-2048 k:>2048`.
-    pub class: String,
-    /// The sizes timed: `[m, n, k]`.
-    pub shape: [u64; 3],
-    /// The fastest tile.
-    pub best: MatmulTile,
-    /// Each tile timed, with microseconds per matmul.
-    pub timings_us: Vec<(MatmulTile, f64)>,
-}
-
-impl TuneRecord {
-    /// The speed of the best tile, in TFLOP/s.
-    pub fn best_tflops(&self) -> f64 {
-        let [m, n, k] = self.shape.map(|v| v as f64);
-        let us = self
-            .timings_us
-            .iter()
-            .find(|(t, _)| *t == self.best)
-            .map_or(f64::NAN, |(_, us)| *us);
-        2.0 * m * n * k / us / 1e6
-    }
-}
+pub(crate) use crate::stats::TuneRecord;
 
 /// Every adapter's records, by adapter key, then by class.
 type Records = HashMap<String, HashMap<String, TuneRecord>>;
@@ -69,19 +44,17 @@ fn store() -> &'static Mutex<Records> {
 
 /// Names an adapter, its driver and the matmul template: a changed kernel is tuned afresh.
 pub(crate) fn adapter_key(info: &crate::info::DeviceInfo) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    super::pipelines::Shader::Matmul.source().hash(&mut h);
-    super::pipelines::Shader::MatmulCoop.source().hash(&mut h);
-    // How the modules are created (runtime checks off natively) changes
-    // the timings as much as the source does.
-    "modules without runtime checks".hash(&mut h);
+    // A hash that is the same in every build and Rust version, so the cache file outlives
+    // upgrades of the compiler. How the modules are created (runtime checks off natively)
+    // changes the timings as much as the source does.
+    let hash = crate::cache::stable_hash(&[
+        super::pipelines::Shader::Matmul.source(),
+        super::pipelines::Shader::MatmulCoop.source(),
+        "modules without runtime checks",
+    ]);
     format!(
         "{:?} {} ({}) matmul.wgsl {:016x}",
-        info.backend,
-        info.adapter,
-        info.driver,
-        h.finish()
+        info.backend, info.adapter, info.driver, hash
     )
 }
 

@@ -1,0 +1,171 @@
+//! What a device asks of its backend besides ops, in backend-neutral calls: submitting,
+//! memory statistics and limits, the matmul autotuner, profiling timers and reading many
+//! tensors at once. `Device`, `batch` and `profile` call these instead of matching variants.
+
+use web_time::Instant;
+
+use super::{BackendImpl, Storage};
+use crate::error::Result;
+use crate::ops::Precision;
+use crate::stats::{MemoryStats, TuneRecord};
+
+/// When a profiled op started: a host instant, or an event on the CUDA stream.
+pub(crate) enum TimerStart {
+    Host(Instant),
+    #[cfg(cuda)]
+    Event(cudarc::driver::CudaEvent),
+}
+
+/// How long a profiled op took: host seconds, or a pair of CUDA events resolved at the summary
+/// (reading them earlier would wait for the GPU).
+pub(crate) enum Timing {
+    Seconds(f64),
+    #[cfg(cuda)]
+    Events(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent),
+}
+
+impl Timing {
+    /// The seconds, or `None` where the events could not be read.
+    pub(crate) fn seconds(&self) -> Option<f64> {
+        match self {
+            Timing::Seconds(t) => Some(*t),
+            #[cfg(cuda)]
+            Timing::Events(a, b) => a.elapsed_ms(b).ok().map(|ms| f64::from(ms) / 1e3),
+        }
+    }
+}
+
+impl BackendImpl {
+    /// Submits all enqueued work without waiting for it.
+    pub(crate) fn flush(&self) -> Result<()> {
+        match self.wgpu() {
+            Some(b) => b.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// The matmul autotuner's records for this device's adapter (none without tiles).
+    pub(crate) fn tuning(&self) -> Vec<TuneRecord> {
+        match self.wgpu() {
+            Some(b) => b.tuning(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Tunes the size class of an `[m, k] x [k, n]` product; `None` without tiles.
+    pub(crate) async fn tune_matmul(
+        &self,
+        [m, k, n]: [usize; 3],
+        precision: Precision,
+    ) -> Result<Option<TuneRecord>> {
+        match self.wgpu() {
+            Some(b) => {
+                let shape = [m, n, k].map(|v| v as u64);
+                b.tune_matmul(shape, precision).await.map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The memory pool's statistics (zero without a pool).
+    pub(crate) fn memory_stats(&self) -> MemoryStats {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            return c.memory_stats();
+        }
+        match self.wgpu() {
+            Some(b) => b.memory_stats(),
+            None => MemoryStats::default(),
+        }
+    }
+
+    /// Starts the peak of live bytes again from the bytes live now.
+    pub(crate) fn reset_peak_memory(&self) {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            c.reset_peak_memory();
+        }
+        if let Some(b) = self.wgpu() {
+            b.reset_peak_memory();
+        }
+    }
+
+    /// Frees the buffers the pool keeps for reuse.
+    pub(crate) fn release_cached_memory(&self) {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            c.release_cached_memory();
+        }
+        if let Some(b) = self.wgpu() {
+            b.release_cached_memory();
+        }
+    }
+
+    /// Caps the pool's bytes; `false` where this backend's pool has no limit.
+    pub(crate) fn set_memory_limit(&self, bytes: Option<u64>) -> bool {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            c.set_memory_limit(bytes);
+            return true;
+        }
+        let _ = bytes;
+        false
+    }
+
+    /// Starts timing an op: an event on the CUDA stream (no waiting), else the host clock.
+    pub(crate) fn start_timer(&self) -> Option<TimerStart> {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            return c.event().ok().map(TimerStart::Event);
+        }
+        Some(TimerStart::Host(Instant::now()))
+    }
+
+    /// Ends timing an op. Natively, wgpu work is waited for first, so the host time covers
+    /// it; in the browser nothing can wait, and the time is the op's recording.
+    pub(crate) fn stop_timer(&self, start: TimerStart) -> Option<Timing> {
+        match start {
+            #[cfg(cuda)]
+            TimerStart::Event(begin) => {
+                let end = self.cuda()?.event().ok()?;
+                Some(Timing::Events(begin, end))
+            }
+            TimerStart::Host(t0) => {
+                #[cfg(native)]
+                if self.wgpu().is_some() {
+                    if let Err(e) = pollster::block_on(self.synchronize()) {
+                        log::warn!("gpukit profiler: {e}");
+                    }
+                }
+                Some(Timing::Seconds(t0.elapsed().as_secs_f64()))
+            }
+        }
+    }
+
+    /// Reads `(storage, length)` pairs in one submission and one wait on wgpu and CUDA; `None`
+    /// elsewhere, where the caller reads tensor by tensor (a hybrid device's storages may sit
+    /// on either side).
+    pub(crate) async fn read_many(
+        &self,
+        xs: &[(&Storage, usize)],
+    ) -> Result<Option<Vec<Vec<f32>>>> {
+        match self {
+            BackendImpl::Wgpu(b) => {
+                let refs = xs
+                    .iter()
+                    .map(|(s, n)| Ok((s.as_wgpu()?, *n)))
+                    .collect::<Result<Vec<_>>>()?;
+                b.read_many(&refs).await.map(Some)
+            }
+            #[cfg(cuda)]
+            BackendImpl::Cuda(b) => {
+                let refs = xs
+                    .iter()
+                    .map(|(s, n)| Ok((s.as_cuda()?, *n)))
+                    .collect::<Result<Vec<_>>>()?;
+                b.read_many(&refs).map(Some)
+            }
+            BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => Ok(None),
+        }
+    }
+}
