@@ -17,9 +17,7 @@ mod baseline_cuda;
 #[cfg(native)]
 mod bench;
 #[cfg(native)]
-mod bench_gemv;
 #[cfg(native)]
-mod bench_report;
 #[cfg(native)]
 mod cpu_bench;
 #[cfg(native)]

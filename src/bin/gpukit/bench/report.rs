@@ -37,7 +37,7 @@ pub(crate) fn report(o: &Options, device: &Device, rows: &[Row]) -> CliResult {
         .iter()
         .map(|r| {
             let mut row = vec![
-                r.id.into(),
+                r.id.as_str().into(),
                 r.workload.clone(),
                 fmt(r.value),
                 fmt(r.raw),

@@ -1,0 +1,51 @@
+//! Attention rows: A1 (16 heads of 64 at three lengths) and A2 (LLaMA-7B's 32 heads of 128),
+//! causal, batch 1, with the extra memory each takes.
+
+use super::{data, median, time, Ctx, Id, Row};
+
+pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
+    let device = &cx.device;
+    let shapes = [
+        (Id::A1, 16, 64, 1024usize),
+        (Id::A1, 16, 64, 2048),
+        (Id::A1, 16, 64, 4096),
+        (Id::A2, 32, 128, 2048),
+    ];
+    let mut rows = Vec::new();
+    for (id, heads, hd, seq) in shapes {
+        let seq = seq / if cx.quick { 32 } else { 1 };
+        let len = heads * seq * hd;
+        let tensor = |seed| {
+            device
+                .tensor(&data(len, seed), &[1, heads, seq, hd])
+                .map_err(|e| e.to_string())
+        };
+        let (q, k, v) = (tensor(12)?, tensor(13)?, tensor(14)?);
+        let options = gpukit::AttentionOptions {
+            causal: true,
+            ..Default::default()
+        };
+        device.synchronize_blocking().map_err(|e| e.to_string())?;
+        device.reset_peak_memory();
+        let before = device.memory_stats().live_bytes;
+        let t = time(1, 5, || {
+            drop(q.attention(&k, &v, options)?);
+            device.synchronize_blocking()
+        })?;
+        let peak = device.memory_stats().peak_live_bytes.saturating_sub(before);
+        rows.push(Row::new(
+            id,
+            format!("causal attention, {heads} heads x {seq} x {hd}, batch 1"),
+            median(t.clone()) * 1e6,
+            "us",
+            t.len(),
+            format!(
+                "peak extra memory {:.1} MiB (inputs {:.1} MiB; a stored score matrix would be {:.0} MiB)",
+                peak as f64 / 1048576.0,
+                3.0 * len as f64 * 4.0 / 1048576.0,
+                (heads * seq * seq * 4) as f64 / 1048576.0
+            ),
+        ));
+    }
+    Ok(rows)
+}
