@@ -1,8 +1,10 @@
 //! Names the target configurations once, so the code says `#[cfg(web)]` / `#[cfg(native)]` /
-//! `#[cfg(cuda)]`; and writes the WGSL shaders without their comments into `OUT_DIR/shaders/`,
-//! which the crate includes: the browser package carries every shader's text, and the comments
-//! are for people reading `shaders/`. Marker lines (`// @...`), which the templates rewrite,
-//! stay.
+//! `#[cfg(cuda)]`; and assembles the WGSL shaders into `OUT_DIR/shaders/`, which the crate
+//! includes. WGSL has no includes, so each `// @include NAME` line is replaced here by
+//! `shaders/include/NAME.wgsl` (which may include others); the assembled modules are what naga
+//! validates and what pipelines compile. Comments go (the browser package carries every
+//! shader's text; the comments are for people reading `shaders/`); the other marker lines
+//! (`// @...`), which the templates rewrite at run time, stay.
 use std::path::Path;
 
 fn main() {
@@ -21,16 +23,46 @@ fn main() {
 fn strip_shaders() -> std::io::Result<()> {
     let out_dir = std::env::var_os("OUT_DIR").ok_or(std::io::ErrorKind::NotFound)?;
     let out = Path::new(&out_dir).join("shaders");
-    std::fs::create_dir_all(&out)?;
-    for entry in std::fs::read_dir("shaders")? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "wgsl") {
-            let text = std::fs::read_to_string(&path)?;
-            let name = path.file_name().ok_or(std::io::ErrorKind::NotFound)?;
-            std::fs::write(out.join(name), strip(&text))?;
+    std::fs::create_dir_all(out.join("include"))?;
+    for (dir, to) in [
+        ("shaders", out.clone()),
+        ("shaders/include", out.join("include")),
+    ] {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "wgsl") {
+                let text = assemble(&std::fs::read_to_string(&path)?, 0)?;
+                let name = path.file_name().ok_or(std::io::ErrorKind::NotFound)?;
+                std::fs::write(to.join(name), strip(&text))?;
+            }
         }
     }
     Ok(())
+}
+
+/// `text` with each `// @include NAME` line replaced by `shaders/include/NAME.wgsl`,
+/// assembled the same way (at most 4 levels deep).
+fn assemble(text: &str, depth: usize) -> std::io::Result<String> {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        match line.trim_start().strip_prefix("// @include ") {
+            Some(name) if depth < 4 => {
+                let path = Path::new("shaders/include").join(format!("{}.wgsl", name.trim()));
+                let part = std::fs::read_to_string(&path).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+                })?;
+                out.push_str(&assemble(&part, depth + 1)?);
+            }
+            Some(_) => {
+                return Err(std::io::Error::other("@include nested more than 4 deep"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// WGSL has no string literals, so `//` always starts a comment.

@@ -37,25 +37,7 @@ const TK: u32 = 16u; // tile: k per workgroup-memory tile
 const SPLIT: bool = false; // tile: sum each k tile in T, then in f32 (the f16 variant)
 const ROUND16: bool = false; // tile: round inputs to f16, f32 arithmetic (no shader-f16)
 
-// @library params: shared with matmul_coop.wgsl (its @include lines)
-override TRANS_A: bool = false;
-override TRANS_B: bool = false;
-override HAS_BIAS: bool = false;
-override ACT: u32 = 0u;
-
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    a_stride: u32,
-    b_stride: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-// @library end of params
+// @include matmul_params
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
@@ -91,67 +73,9 @@ fn stage(v: f32) -> T {
     return T(v);
 }
 
-// @library loads: shared with matmul_coop.wgsl (its @include lines)
-fn load_a(base: u32, r: u32, kk: u32) -> f32 {
-    if (TRANS_A) {
-        return a[base + kk * params.m + r];
-    }
-    return a[base + r * params.k + kk];
-}
+// @include matmul_loads
 
-fn load_b(base: u32, kk: u32, c: u32) -> f32 {
-    if (TRANS_B) {
-        return b[base + c * params.k + kk];
-    }
-    return b[base + kk * params.n + c];
-}
-
-// @library epilogue
-fn is_nan4(v: vec4<f32>) -> vec4<bool> {
-    return (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
-}
-
-// The same formulas as shaders/elementwise_unary.wgsl (WGSL has no includes).
-fn erf4(v: vec4<f32>) -> vec4<f32> {
-    let x = abs(v);
-    let t = 1.0 / (1.0 + 0.3275911 * x);
-    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    let r = 1.0 - poly * exp(-x * x);
-    return select(r, -r, v < vec4<f32>(0.0));
-}
-
-fn safe_tanh(v: vec4<f32>) -> vec4<f32> {
-    return select(tanh(v), sign(v), abs(v) > vec4<f32>(10.0));
-}
-
-fn activate(v: vec4<f32>) -> vec4<f32> {
-    let zero = vec4<f32>(0.0);
-    var r = v;
-    switch ACT {
-        case 1u: { r = select(v, zero, v < zero); }
-        case 2u: { r = 0.5 * v * (1.0 + erf4(v * 0.7071067812)); }
-        case 3u: { r = 0.5 * v * (1.0 + safe_tanh(0.7978845608 * (v + 0.044715 * v * v * v))); }
-        case 4u: { r = v / (1.0 + exp(-v)); }
-        default: {}
-    }
-    return select(r, v, is_nan4(v));
-}
-
-fn epilogue(c0: u32, v: vec4<f32>) -> vec4<f32> {
-    var x = v;
-    if (HAS_BIAS) {
-        let n = params.n;
-        var bv = vec4<f32>(0.0);
-        if (c0 < n) { bv.x = bias[c0]; }
-        if (c0 + 1u < n) { bv.y = bias[c0 + 1u]; }
-        if (c0 + 2u < n) { bv.z = bias[c0 + 2u]; }
-        if (c0 + 3u < n) { bv.w = bias[c0 + 3u]; }
-        x = x + bv;
-    }
-    return activate(x);
-}
-
-// @library end
+// @include matmul_epilogue
 
 @compute @workgroup_size(16, 16)
 fn main(

@@ -3,9 +3,9 @@
 // f16 products and f32 accumulators, and 32-invocation subgroups (NVIDIA over Vulkan).
 //
 // A template, like matmul.wgsl: `coop_source` in src/backend/wgpu/matmul_template.rs rewrites
-// the `tile:` lines, replaces each `@generate` line with unrolled statements and each
-// `@include` line with that part of matmul.wgsl (WGSL has no includes), and keeps one side of
-// each `@if vectors` block: vec4 loads where the operands allow them, scalar loads (any
+// the `tile:` lines, replaces each `@generate` line with unrolled statements, and keeps one side
+// of each `@if vectors` block (its `@include` lines, shared with matmul.wgsl, are assembled by
+// build.rs): vec4 loads where the operands allow them, scalar loads (any
 // transpose, any k and n) elsewhere.
 //
 // A workgroup of 2 x WN subgroups computes a BM x BN tile of the output; subgroup (wm, wn)
@@ -38,7 +38,7 @@ const THREADS: u32 = 64u * WN;
 const LDA: u32 = BK + 8u;
 const LDB: u32 = BN + 8u;
 
-// @include params
+// @include matmul_params
 // @if vectors: rows of A and B hold whole vec4s (k and n multiples of 4, neither transposed)
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
@@ -55,7 +55,7 @@ var<workgroup> b_s: array<f16, 2u * BK * LDB>;
 // One 16 x 16 f32 block per subgroup, for the epilogue.
 var<workgroup> c_s: array<f32, THREADS * 8u>;
 
-// @include epilogue
+// @include matmul_epilogue
 
 // @if vectors
 // Four consecutive k of row r of A (zeros past the edges, which whole vec4s never straddle).
@@ -74,7 +74,7 @@ fn fetch_b(base: u32, kk: u32, c0: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
 // @else
-// @include loads
+// @include matmul_loads
 
 // Four consecutive k of row r of A (zeros past the edges).
 fn fetch_a(base: u32, r: u32, k0: u32) -> vec4<f32> {

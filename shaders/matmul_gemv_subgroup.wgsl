@@ -29,33 +29,8 @@ struct Params {
 
 var<workgroup> partial: array<array<f32, MAX_SUBGROUPS>, PER_GROUP>;
 
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
-
-// The epilogue formulas of matmul.wgsl (WGSL has no includes).
-fn erf1(v: f32) -> f32 {
-    let a = abs(v);
-    let t = 1.0 / (1.0 + 0.3275911 * a);
-    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    let r = 1.0 - poly * exp(-a * a);
-    return select(r, -r, v < 0.0);
-}
-
-fn activate(v: f32) -> f32 {
-    var r = v;
-    switch ACT {
-        case 1u: { r = select(v, 0.0, v < 0.0); }
-        case 2u: { r = 0.5 * v * (1.0 + erf1(v * 0.7071067812)); }
-        case 3u: {
-            let u = 0.7978845608 * (v + 0.044715 * v * v * v);
-            r = 0.5 * v * (1.0 + select(tanh(u), sign(u), abs(u) > 10.0));
-        }
-        case 4u: { r = v / (1.0 + exp(-v)); }
-        default: {}
-    }
-    return select(r, v, is_nan(v));
-}
+// @include nan
+// @include activate1
 
 @compute @workgroup_size(256)
 fn main(

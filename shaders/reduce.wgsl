@@ -34,9 +34,7 @@ struct Params {
 
 var<workgroup> shared_acc: array<f32, WG>;
 
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
+// @include nan
 
 fn identity() -> f32 {
     var r: f32;

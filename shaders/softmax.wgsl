@@ -36,9 +36,7 @@ struct Params {
 var<workgroup> shared_m: array<f32, WG>;
 var<workgroup> shared_s: array<f32, WG>;
 
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
+// @include nan
 
 fn nan_max(x: f32, y: f32) -> f32 {
     return select(max(x, y), bitcast<f32>(nan_bits), is_nan(x) || is_nan(y));

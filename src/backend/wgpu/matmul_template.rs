@@ -319,23 +319,6 @@ pub(crate) fn coop_source(tile: MatmulTile, vectors: bool) -> Result<String> {
     expand(Shader::MatmulCoop, &template, "", &consts, generate, 7)
 }
 
-#[cfg(native)]
-/// A library part of matmul.wgsl: the lines after its `// @library NAME` line up to the next
-/// `// @library` line. matmul_coop.wgsl includes them.
-fn matmul_library(name: &str) -> Result<&'static str> {
-    let source = Shader::Matmul.source();
-    let marker = format!("// @library {name}");
-    let part = source.find(&marker).and_then(|b| {
-        let start = b + source[b..].find('\n')? + 1;
-        let len = source[start..].find("// @library")?;
-        Some(&source[start..start + len])
-    });
-    part.ok_or_else(|| Error::ShaderCompilation {
-        shader: Shader::Matmul.file(),
-        detail: format!("template: no @library {name} part"),
-    })
-}
-
 /// A template's source with its `tile:` constant lines rewritten and each `// @generate WHAT
 /// ARG: ...` line replaced by `generate(WHAT, ARG)`'s statements at the line's indentation.
 /// Errors if a line it rewrites is missing or a @generate is unknown, so a template edit
@@ -389,8 +372,8 @@ fn expand(
     Ok(source)
 }
 
-/// matmul_coop.wgsl with each `// @include NAME` line replaced by that part of matmul.wgsl and,
-/// of each `// @if FLAG` ... `// @else` ... `// @end` block, only the side `flags` selects.
+/// matmul_coop.wgsl with, of each `// @if FLAG` ... `// @else` ... `// @end` block, only the
+/// side `flags` selects.
 /// (Native only, like the template: the browser package carries neither.)
 #[cfg(native)]
 fn resolve(shader: Shader, flags: &[(&str, bool)]) -> Result<String> {
@@ -412,8 +395,6 @@ fn resolve(shader: Shader, flags: &[(&str, bool)]) -> Result<String> {
         } else if trimmed.starts_with("// @end") {
             keep = None;
         } else if keep == Some(false) {
-        } else if let Some(name) = trimmed.strip_prefix("// @include ") {
-            out.push_str(matmul_library(name.trim())?);
         } else {
             out.push_str(line);
             out.push('\n');

@@ -3,7 +3,7 @@
 //!
 //! Each invocation computes four consecutive elements. An input is read at `i % len`, so full
 //! operands, rows and scalars all work, and indices past the end wrap instead of reading out
-//! of bounds. Unary ops call `unary_op` of shaders/elementwise_unary.wgsl (its `@library` part is copied
+//! of bounds. Unary ops call `unary_op` of shaders/include/unary_op.wgsl (copied
 //! in) with the op code and parameters as literals, so the switch folds away; f32 parameters
 //! are written as bit patterns, exactly.
 
@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::super::pipelines::{Kernel, Shader};
+use super::super::pipelines::Kernel;
 use super::super::{WgpuBackend, WgpuStorage};
 use super::{whole, Bind, WG};
 use crate::error::{Error, Result};
@@ -26,19 +26,9 @@ struct Params {
     _pad: [u32; 3],
 }
 
-/// The part of shaders/elementwise_unary.wgsl between its `@library-begin` and `@library-end` lines.
-fn unary_library() -> Result<&'static str> {
-    let src = Shader::ElementwiseUnary.source();
-    let begin = src.find("// @library-begin");
-    let end = src.find("// @library-end");
-    match (begin, end) {
-        (Some(b), Some(e)) if b < e => Ok(&src[b..e]),
-        _ => Err(Error::ShaderCompilation {
-            shader: Shader::ElementwiseUnary.file(),
-            detail: "the @library markers that fused kernels need are missing".into(),
-        }),
-    }
-}
+/// shaders/include/unary_op.wgsl as build.rs assembled it: the unary ops that
+/// elementwise_unary.wgsl includes too.
+const UNARY_OPS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/include/unary_op.wgsl"));
 
 fn f32_literal(v: f32) -> String {
     format!("bitcast<f32>({:#010x}u)", v.to_bits())
@@ -61,28 +51,9 @@ const WGSL: Syntax = Syntax {
     },
 };
 
-/// Subtraction and division that keep their IEEE results for infinities and NaN. In a fused
-/// kernel both sides of `x - x` or `x / x` can be one value, which shader compilers fold to 0
-/// and 1 (WGSL lets them assume no NaN or infinity); eager ops read two bindings and are not
-/// folded. The special cases are found on the bits, which no float rewrite touches.
-/// (`nan_bits` and `is_nan4` come from elementwise_unary.wgsl's library, which precedes it.)
-const IEEE_LIBRARY: &str = "
-fn is_inf4(x: vec4<f32>) -> vec4<bool> {
-    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) == vec4<u32>(0x7f800000u);
-}
-fn is_zero4(x: vec4<f32>) -> vec4<bool> {
-    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7fffffffu)) == vec4<u32>(0u);
-}
-fn ieee_sub(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    let same = bitcast<vec4<u32>>(a) == bitcast<vec4<u32>>(b);
-    let nan = is_nan4(a) | is_nan4(b) | (is_inf4(a) & same);
-    return select(a - b, vec4<f32>(bitcast<f32>(nan_bits)), nan);
-}
-fn ieee_div(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-    let nan = is_nan4(a) | is_nan4(b) | (is_inf4(a) & is_inf4(b)) | (is_zero4(a) & is_zero4(b));
-    return select(a / b, vec4<f32>(bitcast<f32>(nan_bits)), nan);
-}
-";
+/// shaders/include/fused_ieee.wgsl: subtraction and division that keep IEEE results where a
+/// shader compiler would fold `x - x` and `x / x` within one kernel.
+const IEEE_OPS: &str = include_str!(concat!(env!("OUT_DIR"), "/shaders/include/fused_ieee.wgsl"));
 
 /// The WGSL of a fused kernel over `inputs` inputs.
 pub(crate) fn fused_source(expr: &Expr, inputs: usize) -> Result<String> {
@@ -104,8 +75,8 @@ pub(crate) fn fused_source(expr: &Expr, inputs: usize) -> Result<String> {
         "@group(0) @binding({}) var<storage, read_write> out: array<f32>;",
         inputs + 1
     );
-    s.push_str(unary_library()?);
-    s.push_str(IEEE_LIBRARY);
+    s.push_str(UNARY_OPS);
+    s.push_str(IEEE_OPS);
     for j in 0..inputs {
         let _ = writeln!(
             s,

@@ -219,6 +219,12 @@ fn validate(name: &str, source: &str, caps: naga::valid::Capabilities) {
 #[test]
 fn every_shader_parses_and_validates() {
     for shader in Shader::ALL {
+        // build.rs replaced every include line with its file.
+        assert!(
+            !shader.source().contains("@include"),
+            "{} was not assembled",
+            shader.file()
+        );
         // matmul.wgsl is a template: its specialisations are validated below.
         let caps = match shader {
             Shader::Matmul | Shader::MatmulCoop => continue,
