@@ -86,7 +86,7 @@ impl Device {
     /// The CPU backend; always available.
     pub fn cpu() -> Device {
         Device::from_parts(
-            BackendImpl::Cpu(CpuBackend),
+            BackendImpl::cpu(),
             CpuBackend::info("explicit choice of cpu".into()),
         )
     }
@@ -99,7 +99,7 @@ impl Device {
         }
         Device {
             inner: Arc::new(Inner {
-                backend: BackendImpl::Cpu(CpuBackend),
+                backend: BackendImpl::cpu(),
                 info: CpuBackend::info(format!("fallback: {reason}")),
                 profile: Default::default(),
                 verify: Default::default(),
@@ -112,7 +112,7 @@ impl Device {
     pub(crate) fn cpu_quiet() -> Device {
         Device {
             inner: Arc::new(Inner {
-                backend: BackendImpl::Cpu(CpuBackend),
+                backend: BackendImpl::cpu(),
                 info: CpuBackend::info("internal: measuring the CPU backend".into()),
                 profile: Default::default(),
                 verify: Default::default(),
@@ -148,7 +148,7 @@ impl Device {
         };
         Device {
             inner: Arc::new(Inner {
-                backend: BackendImpl::Meta,
+                backend: BackendImpl::meta(),
                 info,
                 profile: Default::default(),
                 verify: Default::default(),
@@ -221,16 +221,15 @@ impl Device {
                 self.info().adapter
             ));
             info.policy = Some(policy);
-            return Device::from_parts(BackendImpl::Cpu(CpuBackend), info);
+            return Device::from_parts(BackendImpl::cpu(), info);
         }
         let mut info = self.inner.info.clone();
         info.selection = format!("{}; {summary}", info.selection);
         info.policy = Some(policy.clone());
-        let BackendImpl::Wgpu(gpu) = self.backend() else {
-            return self;
-        };
-        let hybrid = crate::backend::hybrid::Hybrid::new(gpu.clone(), policy);
-        Device::from_parts(BackendImpl::Hybrid(Box::new(hybrid)), info)
+        match self.backend().hybrid_with_cpu(policy) {
+            Some(hybrid) => Device::from_parts(hybrid, info),
+            None => self,
+        }
     }
 
     /// A device that runs each op on `adapter` or on the CPU backend, by `policy`: ops of a
@@ -242,7 +241,7 @@ impl Device {
     ///
     /// [`DispatchPolicy::fixed`]: crate::DispatchPolicy::fixed
     pub fn hybrid(adapter: &Device, policy: crate::DispatchPolicy) -> Result<Device> {
-        let BackendImpl::Wgpu(gpu) = adapter.backend() else {
+        let Some(hybrid) = adapter.backend().hybrid_with_cpu(policy.clone()) else {
             return Err(Error::InvalidArgument {
                 op: "Device::hybrid",
                 reason: format!(
@@ -258,12 +257,8 @@ impl Device {
             info.adapter,
             policy.summary()
         );
-        info.policy = Some(policy.clone());
-        let hybrid = crate::backend::hybrid::Hybrid::new(gpu.clone(), policy);
-        Ok(Device::from_parts(
-            BackendImpl::Hybrid(Box::new(hybrid)),
-            info,
-        ))
+        info.policy = Some(policy);
+        Ok(Device::from_parts(hybrid, info))
     }
 
     /// CUDA device 0 when the driver, NVRTC and cuBLAS are present and a device exists.
@@ -274,10 +269,7 @@ impl Device {
         let selection =
             format!("automatic: CUDA device 0 of {count} (CUDA is preferred on NVIDIA GPUs)");
         let (backend, info) = CudaBackend::new(0, selection)?;
-        Ok(Device::from_parts(
-            BackendImpl::Cuda(Box::new(backend)),
-            info,
-        ))
+        Ok(Device::from_parts(BackendImpl::from(backend), info))
     }
 
     /// A device of `backend` on its adapter number `index`: the CUDA device ordinal for
@@ -309,16 +301,13 @@ impl Device {
             )));
         };
         let (wgpu, info) = WgpuBackend::new(&adapter, selection).await?;
-        Ok(Device::from_parts(BackendImpl::Wgpu(wgpu), info))
+        Ok(Device::from_parts(BackendImpl::from(wgpu), info))
     }
 
     #[cfg(cuda)]
     fn open_cuda(index: usize, selection: String) -> Result<Device> {
         let (backend, info) = crate::backend::cuda::CudaBackend::new(index, selection)?;
-        Ok(Device::from_parts(
-            BackendImpl::Cuda(Box::new(backend)),
-            info,
-        ))
+        Ok(Device::from_parts(BackendImpl::from(backend), info))
     }
 
     #[cfg(not(cuda))]
@@ -340,7 +329,7 @@ impl Device {
         for (adapter, info) in usable {
             match WgpuBackend::new(&adapter, why(&info, total)).await {
                 Ok((backend, info)) => {
-                    return Ok(Device::from_parts(BackendImpl::Wgpu(backend), info))
+                    return Ok(Device::from_parts(BackendImpl::from(backend), info))
                 }
                 Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
             }
@@ -357,7 +346,7 @@ impl Device {
         let bits = match backend {
             Backend::Cpu => {
                 return Ok(Device::from_parts(
-                    BackendImpl::Cpu(CpuBackend),
+                    BackendImpl::cpu(),
                     CpuBackend::info(selection),
                 ));
             }
@@ -378,7 +367,7 @@ impl Device {
             return Err(unavailable(reason));
         };
         let (wgpu, info) = WgpuBackend::new(&adapter, selection).await?;
-        Ok(Device::from_parts(BackendImpl::Wgpu(wgpu), info))
+        Ok(Device::from_parts(BackendImpl::from(wgpu), info))
     }
 
     /// What this device is and why it was chosen.

@@ -65,7 +65,8 @@ impl<T> Future for Receiver<T> {
     }
 }
 
-/// Runs a future to completion on this thread (native only; the blocking twins use it).
+/// Runs a future to completion on this thread (native only): the blocking twins and every
+/// blocking wait inside the library go through it.
 #[cfg(native)]
 pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     pollster::block_on(f)

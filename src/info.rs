@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// NVIDIA CUDA (native only; not compiled into this build yet).
+    /// NVIDIA CUDA through the driver, NVRTC and cuBLAS (native only; the `cuda` feature, on by
+    /// default).
     Cuda,
     /// Vulkan through wgpu (Linux, Windows, Android; Mesa lavapipe without a GPU).
     Vulkan,

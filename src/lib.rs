@@ -30,6 +30,7 @@
 // be Rc there; one Arc-based code path for both targets is simpler than two, and costs nothing
 // measurable on a single-threaded target.
 #![cfg_attr(web, allow(clippy::arc_with_non_send_sync))]
+#![warn(missing_docs)]
 
 mod backend;
 pub mod batch;

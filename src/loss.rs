@@ -38,9 +38,7 @@ impl Device {
     pub fn destroy(&self) {
         let reason = "destroyed by Device::destroy";
         self.loss().set(reason);
-        if let Some(b) = self.backend().wgpu() {
-            b.destroy(reason);
-        }
+        self.backend().destroy(reason);
     }
 
     /// For tests of device loss: makes the device fail the way a driver fault does. On CUDA a
@@ -49,11 +47,9 @@ impl Device {
     /// [`Device::destroy`].
     #[doc(hidden)]
     pub fn inject_fault_for_tests(&self) -> Result<()> {
-        #[cfg(cuda)]
-        if let Some(c) = self.backend().cuda() {
-            return c.launch_faulting_kernel();
+        if !self.backend().inject_fault()? {
+            self.destroy();
         }
-        self.destroy();
         Ok(())
     }
 

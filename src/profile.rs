@@ -172,7 +172,7 @@ impl Profiler {
         // Natively, wait for the device's work (nothing is pending on the CPU backend, where
         // this returns at once).
         #[cfg(native)]
-        pollster::block_on(self.device.synchronize())?;
+        crate::future::block_on(self.device.synchronize())?;
         let samples = self.device.profile_state().lock();
         // Per op: the times, and the bytes and flops of all its runs.
         let mut by_op: BTreeMap<&'static str, (Vec<f64>, f64, f64)> = BTreeMap::new();

@@ -55,7 +55,8 @@ macro_rules! browser_suite {
 with_suite_tests!(browser_suite!(webgpu, webgpu,));
 with_suite_tests!(browser_suite!(hybrid, hybrid,));
 
-/// The device really is the browser's WebGPU adapter, with the limits ENVIRONMENT.md reports.
+/// The device really is the browser's WebGPU adapter (SwiftShader in headless Chromium), with
+/// its limits.
 #[wasm_bindgen_test]
 async fn the_adapter_is_webgpu() {
     let d = webgpu().await;

@@ -35,7 +35,65 @@ impl Timing {
     }
 }
 
+impl From<super::wgpu::WgpuBackend> for BackendImpl {
+    fn from(b: super::wgpu::WgpuBackend) -> BackendImpl {
+        BackendImpl::Wgpu(b)
+    }
+}
+
+#[cfg(cuda)]
+impl From<super::cuda::CudaBackend> for BackendImpl {
+    fn from(b: super::cuda::CudaBackend) -> BackendImpl {
+        BackendImpl::Cuda(Box::new(b))
+    }
+}
+
 impl BackendImpl {
+    /// The CPU backend.
+    pub(crate) fn cpu() -> BackendImpl {
+        BackendImpl::Cpu(super::cpu::CpuBackend)
+    }
+
+    /// A shape-only backend, for recording batches.
+    pub(crate) fn meta() -> BackendImpl {
+        BackendImpl::Meta
+    }
+
+    /// This wgpu backend and the CPU behind one hybrid backend routed by `policy`; `None` for
+    /// other backends.
+    pub(crate) fn hybrid_with_cpu(&self, policy: crate::DispatchPolicy) -> Option<BackendImpl> {
+        match self {
+            BackendImpl::Wgpu(gpu) => Some(BackendImpl::Hybrid(Box::new(
+                super::hybrid::Hybrid::new(gpu.clone(), policy),
+            ))),
+            _ => None,
+        }
+    }
+
+    /// Whether products longer than [`WGPU_MAX_K`](crate::ops::matmul::WGPU_MAX_K) are split
+    /// along k: natively on wgpu adapters (lavapipe's loop limit).
+    #[cfg(native)]
+    pub(crate) fn splits_long_products(&self) -> bool {
+        self.wgpu().is_some()
+    }
+
+    /// Destroys the adapter's device on wgpu (elsewhere the loss flag alone stops work).
+    pub(crate) fn destroy(&self, reason: &str) {
+        if let Some(b) = self.wgpu() {
+            b.destroy(reason);
+        }
+    }
+
+    /// On CUDA, launches a kernel that writes through an invalid pointer and returns `true`;
+    /// elsewhere `false` (the caller destroys the device instead).
+    pub(crate) fn inject_fault(&self) -> Result<bool> {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            return c.launch_faulting_kernel().map(|()| true);
+        }
+        Ok(false)
+    }
+
     /// Submits all enqueued work without waiting for it.
     pub(crate) fn flush(&self) -> Result<()> {
         match self.wgpu() {
@@ -133,7 +191,7 @@ impl BackendImpl {
             TimerStart::Host(t0) => {
                 #[cfg(native)]
                 if self.wgpu().is_some() {
-                    if let Err(e) = pollster::block_on(self.synchronize()) {
+                    if let Err(e) = crate::future::block_on(self.synchronize()) {
                         log::warn!("gpukit profiler: {e}");
                     }
                 }

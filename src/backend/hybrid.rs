@@ -79,7 +79,7 @@ impl Hybrid {
             (Side::Cpu, Storage::Wgpu(w)) => {
                 #[cfg(native)]
                 {
-                    let data = pollster::block_on(self.wgpu()?.read(w, w.len()))?;
+                    let data = crate::future::block_on(self.wgpu()?.read(w, w.len()))?;
                     Ok(Placed::Moved(self.cpu.upload(&data)?))
                 }
                 #[cfg(web)]

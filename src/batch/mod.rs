@@ -44,17 +44,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod apply;
+mod graph;
 mod plan;
 
-use crate::backend::wgpu::capture::{BatchEnd, Replay};
-use crate::backend::BackendImpl;
+pub use graph::Graph;
+
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::broadcast;
 use crate::ops::matmul::dims;
 use crate::ops::{Activation, BinaryOp, Precision, ReduceOp, UnaryOp};
 use crate::tensor::Tensor;
-use plan::Plan;
 
 /// A value recorded in a batch: a handle, valid only in the batch that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -543,181 +543,11 @@ impl Batch {
         s.swap(a, b);
         self.push(Op::Transpose(x, a, b), s, None)
     }
-
-    /// Runs everything recorded: one submission, one read back of every output.
-    pub async fn run(&self) -> Result<BatchResult> {
-        let plan = Plan::new(self)?;
-        let wgpu = match self.device.backend() {
-            BackendImpl::Wgpu(b) => Some(b),
-            // A hybrid device routes op by op, so its batches run op by op too.
-            BackendImpl::Cpu(_) | BackendImpl::Hybrid(_) | BackendImpl::Meta => None,
-            // Every op goes to the device's one stream: the batch is one stream of work and
-            // one wait at the read back.
-            #[cfg(cuda)]
-            BackendImpl::Cuda(_) => None,
-        };
-        let (values, taken) = match wgpu {
-            Some(b) => {
-                let (executed, end) = b.in_batch(false, || plan.execute(self))?;
-                (executed?, Some(end.taken_bytes))
-            }
-            None => (plan.execute(self)?, None),
-        };
-        let result = plan.read(self, &values, taken).await?;
-        self.device.verify_pending().await?;
-        Ok(result)
-    }
-
-    /// Captures the batch as a [`Graph`] (the batch runs once while it is captured). On wgpu the
-    /// encoded dispatches are kept; on CUDA the batch becomes a CUDA graph.
-    pub fn compile(self) -> Result<Graph> {
-        let plan = Plan::new(&self)?;
-        let (values, replay, taken) = match self.device.backend() {
-            BackendImpl::Wgpu(b) => {
-                let (executed, end): (_, BatchEnd) = b.in_batch(true, || plan.execute(&self))?;
-                let values = executed?;
-                let taken = end.taken_bytes;
-                (values, Replayer::Wgpu(b.compile_replay(end)?), taken)
-            }
-            #[cfg(cuda)]
-            BackendImpl::Cuda(b) => {
-                let (executed, replay) = b.capture_retrying(|| plan.execute(&self))?;
-                let taken = plan.simulated_peak(&self);
-                (executed?, Replayer::Cuda(replay), taken)
-            }
-            _ => {
-                return Ok(Graph {
-                    batch: self,
-                    plan,
-                    captured: None,
-                })
-            }
-        };
-        let outputs = self
-            .outputs
-            .iter()
-            .map(|v| values.get(&v.index).cloned().ok_or_else(missing))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Graph {
-            batch: self,
-            plan,
-            captured: Some(Captured {
-                replay,
-                outputs,
-                taken,
-            }),
-        })
-    }
 }
 
 pub(crate) fn missing() -> Error {
     Error::InvalidArgument {
         op: "batch",
         reason: "an output was not computed".into(),
-    }
-}
-
-/// What a compiled batch replays: wgpu's encoded dispatches or a CUDA graph.
-enum Replayer {
-    Wgpu(Replay),
-    #[cfg(cuda)]
-    Cuda(crate::backend::cuda::graph::CudaReplay),
-}
-
-struct Captured {
-    replay: Replayer,
-    outputs: Vec<Tensor>,
-    taken: u64,
-}
-
-/// A compiled batch; see [`Batch::compile`].
-pub struct Graph {
-    batch: Batch,
-    plan: Plan,
-    captured: Option<Captured>,
-}
-
-impl Graph {
-    /// Runs the graph again. `inputs` replaces the data of some of the batch's uploads (each
-    /// the same length as before); the others keep their data.
-    pub async fn run(&mut self, inputs: &[(Value, &[f32])]) -> Result<BatchResult> {
-        for (v, data) in inputs {
-            let node = self.batch.node(*v, "graph input")?;
-            if !matches!(node.op, Op::Input) {
-                return Err(Error::InvalidArgument {
-                    op: "graph input",
-                    reason: "only values made by `upload` take new data".into(),
-                });
-            }
-            if data.len() != node.len() {
-                return Err(Error::shape(
-                    "graph input",
-                    &[data.len()],
-                    &node.shape,
-                    "(new data has the upload's length)",
-                ));
-            }
-        }
-        // A replay bypasses the ops; under verification the graph runs its ops instead.
-        let captured = match self.batch.device.verifier().is_on() {
-            true => None,
-            false => self.captured.as_ref(),
-        };
-        match (captured, self.batch.device.backend()) {
-            (Some(c), BackendImpl::Wgpu(b)) => {
-                // The only kind of replay in builds without CUDA.
-                #[allow(irrefutable_let_patterns)]
-                let Replayer::Wgpu(replay) = &c.replay
-                else {
-                    return Err(missing());
-                };
-                let mut ins = Vec::with_capacity(inputs.len());
-                for (v, data) in inputs {
-                    ins.push((self.input_tensor(*v)?.storage().as_wgpu()?, *data));
-                }
-                let outs = c
-                    .outputs
-                    .iter()
-                    .map(|t| Ok((t.storage().as_wgpu()?, t.len())))
-                    .collect::<Result<Vec<_>>>()?;
-                let data = b.replay(replay, &ins, &outs).await?;
-                Ok(self
-                    .plan
-                    .result(&self.batch, data, c.taken, replay.dispatches))
-            }
-            #[cfg(cuda)]
-            (Some(c), BackendImpl::Cuda(b)) => {
-                let Replayer::Cuda(replay) = &c.replay else {
-                    return Err(missing());
-                };
-                for (v, data) in inputs {
-                    b.overwrite(self.input_tensor(*v)?.storage().as_cuda()?, data)?;
-                }
-                b.launch_replay(replay)?;
-                let outs = c
-                    .outputs
-                    .iter()
-                    .map(|t| Ok((t.storage().as_cuda()?, t.len())))
-                    .collect::<Result<Vec<_>>>()?;
-                let data = b.read_many(&outs)?;
-                Ok(self.plan.result(&self.batch, data, c.taken, replay.nodes))
-            }
-            _ => {
-                for (v, data) in inputs {
-                    let shape = self.batch.nodes[v.index].shape.clone();
-                    self.batch.nodes[v.index].tensor =
-                        Some(self.batch.device.tensor(data, &shape)?);
-                }
-                self.batch.run().await
-            }
-        }
-    }
-
-    /// The tensor holding an upload's data.
-    fn input_tensor(&self, v: Value) -> Result<&Tensor> {
-        self.batch.nodes[v.index]
-            .tensor
-            .as_ref()
-            .ok_or_else(missing)
     }
 }

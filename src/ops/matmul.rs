@@ -282,7 +282,7 @@ impl Tensor {
         }
         self.device().check_output("matmul", &shape)?;
         #[cfg(native)]
-        if dims.k > WGPU_MAX_K && self.device().backend().wgpu().is_some() {
+        if dims.k > WGPU_MAX_K && self.device().backend().splits_long_products() {
             return self.matmul_split_k(rhs, options, dims.k);
         }
         let bias = options.bias.map(Tensor::storage);

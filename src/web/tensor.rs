@@ -237,7 +237,8 @@ impl JsTensor {
         self.op(Tensor::abs)
     }
 
-    /// Elementwise, with NumPy broadcasting.
+    /// Elementwise; either side may be a scalar or a row as long as the other's last axis (the
+    /// rules of `Tensor::binary`).
     pub fn add(&self, other: &JsTensor) -> JsResult<JsTensor> {
         self.with(other, Tensor::add)
     }

@@ -185,7 +185,7 @@ pub fn softmax(row: &[f64], log: bool) -> (Vec<f64>, Tol) {
 }
 
 /// One batch entry of a matmul in f64, and per-element tolerances: f32 accumulation over k
-/// terms is allowed 1e-4 of the sum of |a_ik * b_kj| (the kernels issue's bound).
+/// terms is allowed 1e-4 of the sum of |a_ik * b_kj| (the kernels' documented bound).
 pub fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<(f64, Tol)> {
     let mut out = Vec::with_capacity(m * n);
     for i in 0..m {

@@ -80,7 +80,7 @@ fn enumerate_now(backends: wgpu::Backends) -> Vec<wgpu::Adapter> {
         backends,
         ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
     });
-    pollster::block_on(instance.enumerate_adapters(backends))
+    crate::future::block_on(instance.enumerate_adapters(backends))
 }
 
 /// Runs driver initialisation (instance creation, adapter enumeration, device requests) one

@@ -13,6 +13,7 @@ mod matmul_template;
 pub(crate) mod pipelines;
 pub(crate) mod pool;
 mod recorder;
+pub(crate) mod shaders;
 pub(crate) mod tuner;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -197,8 +198,9 @@ impl WgpuBackend {
             ..Default::default()
         };
         #[cfg(native)]
-        let requested =
-            adapter::driver_serialized(|| pollster::block_on(adapter.request_device(&descriptor)));
+        let requested = adapter::driver_serialized(|| {
+            crate::future::block_on(adapter.request_device(&descriptor))
+        });
         #[cfg(web)]
         let requested = adapter.request_device(&descriptor).await;
         let (device, queue) = requested.map_err(|e| Error::BackendUnavailable {

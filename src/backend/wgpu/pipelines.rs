@@ -3,130 +3,15 @@
 //! A key names a shader file, an entry point and the override constants that specialise it.
 //! A misspelt kernel is a compile error, never a run-time string miss.
 
+pub(crate) use super::matmul_template::{matmul_source, Arith};
+pub(crate) use super::shaders::Shader;
+use crate::error::{Error, Result};
+use crate::ops::elementwise::UnaryKind;
+use crate::ops::quant::QuantFormat;
+use crate::ops::{Activation, BinaryOp, MatmulTile, ReduceOp};
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-
-use crate::error::{Error, Result};
-use crate::ops::elementwise::UnaryKind;
-use crate::ops::{Activation, BinaryOp, MatmulTile, ReduceOp};
-
-pub(crate) use super::matmul_template::{matmul_source, Arith};
-use crate::ops::quant::QuantFormat;
-
-/// The shader files in `shaders/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Shader {
-    ElementwiseUnary,
-    ElementwiseBinary,
-    ElementwiseBroadcast,
-    Reduce,
-    Softmax,
-    Matmul,
-    MatmulCoop,
-    Norm,
-    Layout,
-    Embedding,
-    Rope,
-    Attention,
-    TopK,
-    Quant,
-    Conv,
-    Pool,
-    MatmulGemv,
-    MatmulGemvSubgroup,
-}
-
-impl Shader {
-    pub(crate) const ALL: [Shader; 18] = [
-        Shader::ElementwiseUnary,
-        Shader::ElementwiseBinary,
-        Shader::ElementwiseBroadcast,
-        Shader::Reduce,
-        Shader::Softmax,
-        Shader::Matmul,
-        Shader::MatmulCoop,
-        Shader::Norm,
-        Shader::Layout,
-        Shader::Embedding,
-        Shader::Rope,
-        Shader::Attention,
-        Shader::TopK,
-        Shader::Quant,
-        Shader::Conv,
-        Shader::Pool,
-        Shader::MatmulGemv,
-        Shader::MatmulGemvSubgroup,
-    ];
-
-    pub(crate) fn file(self) -> &'static str {
-        match self {
-            Shader::ElementwiseUnary => "elementwise_unary.wgsl",
-            Shader::ElementwiseBinary => "elementwise_binary.wgsl",
-            Shader::ElementwiseBroadcast => "elementwise_broadcast.wgsl",
-            Shader::Reduce => "reduce.wgsl",
-            Shader::Softmax => "softmax.wgsl",
-            Shader::Matmul => "matmul.wgsl",
-            Shader::MatmulCoop => "matmul_coop.wgsl",
-            Shader::Norm => "norm.wgsl",
-            Shader::Layout => "layout.wgsl",
-            Shader::Embedding => "embedding.wgsl",
-            Shader::Rope => "rope.wgsl",
-            Shader::Attention => "attention.wgsl",
-            Shader::TopK => "topk.wgsl",
-            Shader::Quant => "quant.wgsl",
-            Shader::Conv => "conv.wgsl",
-            Shader::Pool => "pool.wgsl",
-            Shader::MatmulGemv => "matmul_gemv.wgsl",
-            Shader::MatmulGemvSubgroup => "matmul_gemv_subgroup.wgsl",
-        }
-    }
-
-    pub(crate) fn source(self) -> &'static str {
-        match self {
-            Shader::ElementwiseUnary => {
-                include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_unary.wgsl"))
-            }
-            Shader::ElementwiseBinary => {
-                include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_binary.wgsl"))
-            }
-            Shader::ElementwiseBroadcast => {
-                include_str!(concat!(
-                    env!("OUT_DIR"),
-                    "/shaders/elementwise_broadcast.wgsl"
-                ))
-            }
-            Shader::Reduce => include_str!(concat!(env!("OUT_DIR"), "/shaders/reduce.wgsl")),
-            Shader::Softmax => include_str!(concat!(env!("OUT_DIR"), "/shaders/softmax.wgsl")),
-            Shader::Matmul => include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul.wgsl")),
-            // Cooperative matrices are native-only: the browser package leaves the text out.
-            #[cfg(native)]
-            Shader::MatmulCoop => {
-                include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_coop.wgsl"))
-            }
-            #[cfg(web)]
-            Shader::MatmulCoop => "",
-            Shader::Norm => include_str!(concat!(env!("OUT_DIR"), "/shaders/norm.wgsl")),
-            Shader::Layout => include_str!(concat!(env!("OUT_DIR"), "/shaders/layout.wgsl")),
-            Shader::Embedding => include_str!(concat!(env!("OUT_DIR"), "/shaders/embedding.wgsl")),
-            Shader::Rope => include_str!(concat!(env!("OUT_DIR"), "/shaders/rope.wgsl")),
-            Shader::Attention => include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl")),
-            Shader::TopK => include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl")),
-            Shader::Quant => include_str!(concat!(env!("OUT_DIR"), "/shaders/quant.wgsl")),
-            Shader::Conv => include_str!(concat!(env!("OUT_DIR"), "/shaders/conv.wgsl")),
-            Shader::Pool => include_str!(concat!(env!("OUT_DIR"), "/shaders/pool.wgsl")),
-            Shader::MatmulGemv => {
-                include_str!(concat!(env!("OUT_DIR"), "/shaders/matmul_gemv.wgsl"))
-            }
-            Shader::MatmulGemvSubgroup => {
-                include_str!(concat!(
-                    env!("OUT_DIR"),
-                    "/shaders/matmul_gemv_subgroup.wgsl"
-                ))
-            }
-        }
-    }
-}
 
 /// How many read-only storage inputs a kernel binds (after the uniform at binding 0, before
 /// the one read-write output).

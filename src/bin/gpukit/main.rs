@@ -65,7 +65,7 @@ const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu|verify
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
   bench [--quick] [--backend NAME]
-                    run the W and D workloads of PERFORMANCE.md on the chosen device
+                    the benchmark workloads (BENCHMARKS.md) on the chosen device
   bench-cpu [--quick]
                     the CPU backend's elementwise and matmul throughput beside a plain
                     Rust loop and the gemm crate called directly
