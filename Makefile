@@ -21,9 +21,12 @@ demo: deps www
 test: deps lint www test-native test-wasm test-node test-browser test-npm test-e2e
 	$(CARGO) run --example demo
 
+# The JavaScript of the pages, scripts and npm tests is formatted by prettier (.prettierrc.json).
+JS_FILES := "www/**/*.js" "scripts/**/*.mjs" "tests/npm/**/*.{mjs,cjs,ts}"
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	node_modules/.bin/prettier --check $(JS_FILES)
 
 # Tests start from an empty matmul-tuning cache, as on a fresh machine, so first-use tuning
 # runs inside them every time instead of depending on what an earlier run left in ~/.cache.

@@ -58,7 +58,11 @@ if (json) {
     r.unit,
   ]);
   const widths = head.map((h, c) => Math.max(h.length, ...body.map((b) => b[c].length)));
-  const line = (cells) => cells.map((x, c) => x.padEnd(widths[c])).join("  ").trimEnd();
+  const line = (cells) =>
+    cells
+      .map((x, c) => x.padEnd(widths[c]))
+      .join("  ")
+      .trimEnd();
   console.log(line(head));
   console.log(line(widths.map((w) => "-".repeat(w))));
   body.forEach((b) => console.log(line(b)));

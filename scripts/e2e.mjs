@@ -14,8 +14,15 @@ const server = await serve(www, 0);
 const base = `http://127.0.0.1:${server.address().port}`;
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--disable-background-networking",
-    "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage"],
+  args: [
+    "--headless=new",
+    "--no-sandbox",
+    "--enable-unsafe-webgpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+  ],
 });
 const failures = [];
 const check = (ok, what) => {
@@ -27,9 +34,13 @@ async function open(path, timeout = 300_000) {
   const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
-  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.on("console", (m) => {
+    if (m.type() === "error") errors.push(m.text());
+  });
   await page.goto(base + path);
-  await page.waitForFunction(() => ["done", "error"].includes(document.body.dataset.status), null, { timeout });
+  await page.waitForFunction(() => ["done", "error"].includes(document.body.dataset.status), null, {
+    timeout,
+  });
   return { page, errors };
 }
 
@@ -43,8 +54,9 @@ try {
     await page.screenshot({ path: `${shots}/index.png`, fullPage: true });
     // Hostile calls (tests/npm/hostile.mjs, as in Node) against the WebGPU device: every one
     // returns or fails with an Error, none traps, and the module still computes afterwards.
-    const source = (await readFile(new URL("../tests/npm/hostile.mjs", import.meta.url), "utf8"))
-      .replace("export async function hostile", "async function hostile");
+    const source = (
+      await readFile(new URL("../tests/npm/hostile.mjs", import.meta.url), "utf8")
+    ).replace("export async function hostile", "async function hostile");
     const outcome = await page.evaluate(async (src) => {
       const hostile = new Function(`${src}; return hostile;`)();
       const gpukit = await import("/pkg/gpukit.js");
@@ -57,17 +69,30 @@ try {
       }
     }, source);
     check(!outcome.error, `index: hostile JS calls on WebGPU ${JSON.stringify(outcome)}`);
-    check(errors.length === 0, `index: no page errors after the hostile calls ${JSON.stringify(errors)}`);
+    check(
+      errors.length === 0,
+      `index: no page errors after the hostile calls ${JSON.stringify(errors)}`,
+    );
     await page.close();
   }
   // The playground on WebGPU: every op verified against the JS reference.
   {
     const { page, errors } = await open("/playground.html?backend=webgpu");
-    const info = await page.evaluate(() => ({ backend: document.body.dataset.backend, adapter: document.body.dataset.adapter }));
-    check(info.backend === "webgpu", `playground: backend is WebGPU (${info.backend}, ${info.adapter})`);
+    const info = await page.evaluate(() => ({
+      backend: document.body.dataset.backend,
+      adapter: document.body.dataset.adapter,
+    }));
+    check(
+      info.backend === "webgpu",
+      `playground: backend is WebGPU (${info.backend}, ${info.adapter})`,
+    );
     const results = await page.evaluate(() => window.gpukitResults || []);
     check(results.length >= 10, `playground: ${results.length} ops ran`);
-    for (const r of results) check(r.verified, `playground: ${r.op} verified (error ${r.err}${r.error ? ", " + r.error : ""})`);
+    for (const r of results)
+      check(
+        r.verified,
+        `playground: ${r.op} verified (error ${r.err}${r.error ? ", " + r.error : ""})`,
+      );
     check(errors.length === 0, `playground: no page errors ${JSON.stringify(errors)}`);
     await page.screenshot({ path: `${shots}/playground.png`, fullPage: true });
     await page.close();
@@ -80,16 +105,20 @@ try {
     const rows = await page.evaluate(() => window.gpukitBench || []);
     check(rows.length === 11, `bench: ${rows.length} workloads ran`);
     for (const r of rows) {
-      const fmt = (x) => (x ? (x.ok ? `${x.ms.toFixed(2)} ms` : `failed: ${x.error || x.err}`) : "n/a");
+      const fmt = (x) =>
+        x ? (x.ok ? `${x.ms.toFixed(2)} ms` : `failed: ${x.error || x.err}`) : "n/a";
       console.log(`     ${r.id}: gpukit ${fmt(r.gpukit)}, raw ${fmt(r.raw)}, tfjs ${fmt(r.tfjs)}`);
       check(r.gpukit?.ok, `bench: ${r.id} gpukit result verified`);
       // Raw WebGPU has no softmax, conv2d or attention kernel.
-      if (!["W3", "C1", "A1"].includes(r.id)) check(r.raw?.ok, `bench: ${r.id} raw WebGPU result verified`);
+      if (!["W3", "C1", "A1"].includes(r.id))
+        check(r.raw?.ok, `bench: ${r.id} raw WebGPU result verified`);
     }
     const tuning = await page.evaluate(() => window.gpukitTuning || []);
     check(tuning.length >= 1, `bench: the autotuner reported ${tuning.length} size classes`);
     for (const t of tuning) {
-      console.log(`     tuner ${t.class} [${t.shape}]: ${t.timingsUs.map(([tile, us]) => `${tile} ${us.toFixed(0)}${tile === t.best ? "*" : ""}`).join(", ")}`);
+      console.log(
+        `     tuner ${t.class} [${t.shape}]: ${t.timingsUs.map(([tile, us]) => `${tile} ${us.toFixed(0)}${tile === t.best ? "*" : ""}`).join(", ")}`,
+      );
     }
     const bars = await page.locator("#chart svg rect").count();
     check(bars >= 9, `bench: the chart has ${bars} bars`);
@@ -106,21 +135,48 @@ try {
     const stroke = async (points) => {
       await page.mouse.move(box.x + points[0][0], box.y + points[0][1]);
       await page.mouse.down();
-      for (const [x, y] of points.slice(1)) await page.mouse.move(box.x + x, box.y + y, { steps: 4 });
+      for (const [x, y] of points.slice(1))
+        await page.mouse.move(box.x + x, box.y + y, { steps: 4 });
       await page.mouse.up();
     };
-    const ellipse = (cx, cy, rx, ry) => Array.from({ length: 41 }, (_, i) => [cx + rx * Math.sin(i * Math.PI / 20), cy - ry * Math.cos(i * Math.PI / 20)]);
+    const ellipse = (cx, cy, rx, ry) =>
+      Array.from({ length: 41 }, (_, i) => [
+        cx + rx * Math.sin((i * Math.PI) / 20),
+        cy - ry * Math.cos((i * Math.PI) / 20),
+      ]);
     const digits = {
       0: [ellipse(140, 140, 65, 100)],
-      1: [[[150, 35], [145, 140], [140, 245]]],
+      1: [
+        [
+          [150, 35],
+          [145, 140],
+          [140, 245],
+        ],
+      ],
       // Written as the data's writers wrote 7s: with a bar across the stem.
-      7: [[[70, 45], [140, 45], [215, 45], [170, 140], [125, 245]], [[110, 140], [215, 140]]],
+      7: [
+        [
+          [70, 45],
+          [140, 45],
+          [215, 45],
+          [170, 140],
+          [125, 245],
+        ],
+        [
+          [110, 140],
+          [215, 140],
+        ],
+      ],
     };
     for (const [digit, strokes] of Object.entries(digits)) {
       await page.click("#clear");
       const before = await page.evaluate(() => Number(document.body.dataset.classified || 0));
       for (const s of strokes) await stroke(s);
-      await page.waitForFunction((n) => Number(document.body.dataset.classified || 0) >= n, before + strokes.length, { timeout: 60_000 });
+      await page.waitForFunction(
+        (n) => Number(document.body.dataset.classified || 0) >= n,
+        before + strokes.length,
+        { timeout: 60_000 },
+      );
       const got = await page.evaluate(() => document.body.dataset.prediction);
       check(got === digit, `digits: a drawn ${digit} is classified as ${got}`);
       await page.screenshot({ path: `${shots}/digits-${digit}.png`, fullPage: true });

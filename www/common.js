@@ -16,13 +16,15 @@ export async function openGpu() {
     const info = gpu.info;
     document.body.dataset.backend = info.backend;
     document.body.dataset.adapter = info.adapter;
-    const kind = info.backend === "cpu" ? "CPU backend (WebAssembly SIMD128)" : `WebGPU on ${info.adapter}`;
+    const kind =
+      info.backend === "cpu" ? "CPU backend (WebAssembly SIMD128)" : `WebGPU on ${info.adapter}`;
     banner.textContent = `gpukit runs on the ${kind}. ${info.selection}.`;
     if (info.software) {
       banner.classList.add("warn");
-      banner.textContent += info.backend === "cpu"
-        ? " No GPU is in use: expect CPU speeds."
-        : " This is a software adapter (no GPU hardware): expect it to be slow.";
+      banner.textContent +=
+        info.backend === "cpu"
+          ? " No GPU is in use: expect CPU speeds."
+          : " This is a software adapter (no GPU hardware): expect it to be slow.";
     }
     return gpu;
   } catch (e) {
@@ -38,7 +40,11 @@ export function random(n, seed = 1) {
   let s = seed >>> 0 || 1;
   const out = new Float32Array(n);
   for (let i = 0; i < n; i++) {
-    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0;
+    s ^= s << 13;
+    s >>>= 0;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    s >>>= 0;
     out[i] = (s / 4294967296) * 4 - 2;
   }
   return out;
@@ -60,6 +66,8 @@ export function maxError(got, want) {
 }
 
 export function nav() {
-  return `<nav><a href="index.html">gpukit</a><a href="playground.html">Playground</a>` +
-    `<a href="bench.html">Benchmarks</a><a href="digits.html">Draw a digit</a></nav>`;
+  return (
+    `<nav><a href="index.html">gpukit</a><a href="playground.html">Playground</a>` +
+    `<a href="bench.html">Benchmarks</a><a href="digits.html">Draw a digit</a></nav>`
+  );
 }

@@ -27,8 +27,11 @@ const bars = document.getElementById("bars");
 function show(probs) {
   const best = probs.indexOf(Math.max(...probs));
   document.getElementById("prediction").textContent = String(best);
-  bars.innerHTML = Array.from(probs, (p, i) =>
-    `<span>${i}</span><div class="bar${i === best ? " top" : ""}" style="width:${Math.max(1, p * 100)}%"></div><span>${(p * 100).toFixed(1)}%</span>`).join("");
+  bars.innerHTML = Array.from(
+    probs,
+    (p, i) =>
+      `<span>${i}</span><div class="bar${i === best ? " top" : ""}" style="width:${Math.max(1, p * 100)}%"></div><span>${(p * 100).toFixed(1)}%</span>`,
+  ).join("");
   document.body.dataset.prediction = String(best);
 }
 
@@ -54,7 +57,8 @@ async function classify() {
   const probs = await p.read();
   x.dispose();
   p.dispose();
-  document.getElementById("timing").textContent = `${(performance.now() - t0).toFixed(2)} ms on ${gpu.info.backend}`;
+  document.getElementById("timing").textContent =
+    `${(performance.now() - t0).toFixed(2)} ms on ${gpu.info.backend}`;
   show(Array.from(probs));
   document.body.dataset.classified = String(Number(document.body.dataset.classified || 0) + 1);
 }
@@ -65,7 +69,11 @@ const at = (e) => {
   const r = pad.getBoundingClientRect();
   return [e.clientX - r.left, e.clientY - r.top];
 };
-pad.addEventListener("pointerdown", (e) => { drawing = true; last = at(e); pad.setPointerCapture(e.pointerId); });
+pad.addEventListener("pointerdown", (e) => {
+  drawing = true;
+  last = at(e);
+  pad.setPointerCapture(e.pointerId);
+});
 pad.addEventListener("pointermove", (e) => {
   if (!drawing) return;
   const p = at(e);
@@ -78,8 +86,16 @@ pad.addEventListener("pointermove", (e) => {
   ctx.stroke();
   last = p;
 });
-const end = () => { if (drawing) { drawing = false; classify(); } };
+const end = () => {
+  if (drawing) {
+    drawing = false;
+    classify();
+  }
+};
 pad.addEventListener("pointerup", end);
 pad.addEventListener("pointercancel", end);
-document.getElementById("clear").onclick = () => { clear(); classify(); };
+document.getElementById("clear").onclick = () => {
+  clear();
+  classify();
+};
 document.body.dataset.status = "done";

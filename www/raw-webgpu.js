@@ -57,7 +57,11 @@ export class RawWebGpu {
 
   constructor(device) {
     this.device = device;
-    const make = (code) => device.createComputePipeline({ layout: "auto", compute: { module: device.createShaderModule({ code }), entryPoint: "main" } });
+    const make = (code) =>
+      device.createComputePipeline({
+        layout: "auto",
+        compute: { module: device.createShaderModule({ code }), entryPoint: "main" },
+      });
     this.unary = make(UNARY);
     this.add = make(ADD);
     this.matmul = make(MATMUL);
@@ -88,7 +92,10 @@ export class RawWebGpu {
   }
 
   encode(enc, pipeline, buffers, groups) {
-    const bind = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })) });
+    const bind = this.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })),
+    });
     const pass = enc.beginComputePass();
     pass.setPipeline(pipeline);
     pass.setBindGroup(0, bind);
@@ -101,7 +108,9 @@ export class RawWebGpu {
     this.encode(enc, this.unary, [x, y, p], this.groups(n));
   }
 
-  addOp(enc, a, b, c, n) { this.encode(enc, this.add, [a, b, c], this.groups(n)); }
+  addOp(enc, a, b, c, n) {
+    this.encode(enc, this.add, [a, b, c], this.groups(n));
+  }
 
   matmulOp(enc, a, b, c, m, k, n) {
     const d = this.uniform(new Uint32Array([m, k, n, 0]));
@@ -110,7 +119,10 @@ export class RawWebGpu {
 
   /** Submits `enc` with a copy of `src` into a mappable buffer and returns the data. */
   async finishAndRead(enc, src, n) {
-    const read = this.device.createBuffer({ size: Math.max(16, n * 4), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const read = this.device.createBuffer({
+      size: Math.max(16, n * 4),
+      usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+    });
     enc.copyBufferToBuffer(src, 0, read, 0, n * 4);
     this.device.queue.submit([enc.finish()]);
     await read.mapAsync(GPUMapMode.READ);

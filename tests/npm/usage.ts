@@ -30,5 +30,14 @@ export async function usage(): Promise<number> {
   // @ts-expect-error: activation names are checked
   x.matmul(x, { activation: "swish" });
 
-  return data.length + total + shape.length + out.length + limit + Number(software) + Number(f16) + wrong.length;
+  return (
+    data.length +
+    total +
+    shape.length +
+    out.length +
+    limit +
+    Number(software) +
+    Number(f16) +
+    wrong.length
+  );
 }
