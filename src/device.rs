@@ -9,9 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::backend::cpu::CpuBackend;
-use crate::backend::wgpu::adapter;
-use crate::backend::wgpu::WgpuBackend;
+use crate::backend::open;
 use crate::backend::BackendImpl;
 use crate::error::{Error, Result};
 use crate::info::{Backend, DeviceInfo};
@@ -87,7 +85,7 @@ impl Device {
     pub fn cpu() -> Device {
         Device::from_parts(
             BackendImpl::cpu(),
-            CpuBackend::info("explicit choice of cpu".into()),
+            open::cpu_info("explicit choice of cpu".into()),
         )
     }
 
@@ -100,7 +98,7 @@ impl Device {
         Device {
             inner: Arc::new(Inner {
                 backend: BackendImpl::cpu(),
-                info: CpuBackend::info(format!("fallback: {reason}")),
+                info: open::cpu_info(format!("fallback: {reason}")),
                 profile: Default::default(),
                 verify: Default::default(),
                 lost: Default::default(),
@@ -113,7 +111,7 @@ impl Device {
         Device {
             inner: Arc::new(Inner {
                 backend: BackendImpl::cpu(),
-                info: CpuBackend::info("internal: measuring the CPU backend".into()),
+                info: open::cpu_info("internal: measuring the CPU backend".into()),
                 profile: Default::default(),
                 verify: Default::default(),
                 lost: Default::default(),
@@ -124,7 +122,7 @@ impl Device {
     /// A shape-only device (see `BackendImpl::Meta`), for recording batches.
     pub(crate) fn meta() -> Device {
         // Built from constants: every batch makes one, so nothing here may query the system
-        // (CpuBackend::info reads /proc, which cost W5 as a batch about 0.3 ms on the H100
+        // (the CPU backend's info reads /proc, which cost W5 as a batch about 0.3 ms on the H100
         // host).
         let info = DeviceInfo {
             backend: Backend::Cpu,
@@ -157,6 +155,10 @@ impl Device {
         }
     }
 
+    fn from_opened((backend, info): open::Opened) -> Device {
+        Device::from_parts(backend, info)
+    }
+
     fn from_parts(backend: BackendImpl, info: DeviceInfo) -> Device {
         warn_if_slow(&info);
         let device = Device {
@@ -180,8 +182,8 @@ impl Device {
 
     async fn automatic() -> Result<Device> {
         #[cfg(cuda)]
-        match Device::first_cuda() {
-            Ok(device) => return Ok(device),
+        match open::first_cuda() {
+            Ok(opened) => return Ok(Device::from_opened(opened)),
             Err(e) => log::info!("gpukit: CUDA not chosen: {e}"),
         }
         let why = |info: &DeviceInfo, total: usize| {
@@ -215,7 +217,7 @@ impl Device {
         let summary = policy.summary();
         log::info!("gpukit: {summary}");
         if policy.prefers_cpu() {
-            let mut info = CpuBackend::info(format!(
+            let mut info = open::cpu_info(format!(
                 "automatic: only a software adapter ({}), slower than the CPU backend at every \
                  size; {summary}",
                 self.info().adapter
@@ -261,113 +263,39 @@ impl Device {
         Ok(Device::from_parts(hybrid, info))
     }
 
-    /// CUDA device 0 when the driver, NVRTC and cuBLAS are present and a device exists.
-    #[cfg(cuda)]
-    fn first_cuda() -> Result<Device> {
-        use crate::backend::cuda::{props, CudaBackend};
-        let count = props::device_count()?;
-        let selection =
-            format!("automatic: CUDA device 0 of {count} (CUDA is preferred on NVIDIA GPUs)");
-        let (backend, info) = CudaBackend::new(0, selection)?;
-        Ok(Device::from_parts(BackendImpl::from(backend), info))
-    }
-
     /// A device of `backend` on its adapter number `index`: the CUDA device ordinal for
     /// [`Backend::Cuda`], the index among that API's usable adapters (best first, as
     /// `gpukit devices` lists them) for wgpu backends, and only 0 for the CPU.
     pub async fn with_backend_at(backend: Backend, index: usize) -> Result<Device> {
         let selection = format!("explicit choice of {backend} device {index}");
-        let unavailable = |reason: String| Error::BackendUnavailable { backend, reason };
-        match backend {
-            Backend::Cpu if index == 0 => return Device::open(backend, selection).await,
+        let opened = match backend {
+            Backend::Cpu if index == 0 => open::cpu(selection),
             Backend::Cpu => {
-                return Err(unavailable(format!(
-                    "the CPU backend has only device 0, not {index}"
-                )))
+                return Err(Error::BackendUnavailable {
+                    backend,
+                    reason: format!("the CPU backend has only device 0, not {index}"),
+                })
             }
-            Backend::Cuda => return Device::open_cuda(index, selection),
-            _ => {}
-        }
-        let bits = adapter::wgpu_backend(backend)
-            .ok_or_else(|| unavailable("not a wgpu backend".into()))?;
-        if let Some(why) = adapter::not_compiled(backend) {
-            return Err(unavailable(why));
-        }
-        let (usable, _) = adapter::ranked(bits).await;
-        let count = usable.len();
-        let Some((adapter, _)) = usable.into_iter().nth(index) else {
-            return Err(unavailable(format!(
-                "there is no usable {backend} adapter {index} ({count} found)"
-            )));
+            Backend::Cuda => open::cuda(index, selection)?,
+            _ => open::wgpu_at(backend, index, selection).await?,
         };
-        let (wgpu, info) = WgpuBackend::new(&adapter, selection).await?;
-        Ok(Device::from_parts(BackendImpl::from(wgpu), info))
+        Ok(Device::from_opened(opened))
     }
 
-    #[cfg(cuda)]
-    fn open_cuda(index: usize, selection: String) -> Result<Device> {
-        let (backend, info) = crate::backend::cuda::CudaBackend::new(index, selection)?;
-        Ok(Device::from_parts(BackendImpl::from(backend), info))
-    }
-
-    #[cfg(not(cuda))]
-    fn open_cuda(_index: usize, _selection: String) -> Result<Device> {
-        Err(Error::BackendUnavailable {
-            backend: Backend::Cuda,
-            reason: cuda_unavailable(),
-        })
-    }
-
-    /// Opens the best usable wgpu adapter (GL only when no other API has one), or says why none
-    /// could be opened. `why` words the selection from the adapter and the number usable.
+    /// The best usable wgpu adapter, or why none could be opened.
     async fn best_wgpu(
         why: impl Fn(&DeviceInfo, usize) -> String,
     ) -> std::result::Result<Device, String> {
-        let (usable, rejected) = adapter::ranked_preferring_native().await;
-        let total = usable.len();
-        let mut failures = rejected;
-        for (adapter, info) in usable {
-            match WgpuBackend::new(&adapter, why(&info, total)).await {
-                Ok((backend, info)) => {
-                    return Ok(Device::from_parts(BackendImpl::from(backend), info))
-                }
-                Err(e) => failures.push(format!("{} ({}): {e}", info.adapter, info.backend)),
-            }
-        }
-        Err(if failures.is_empty() {
-            "no GPU adapter found".to_string()
-        } else {
-            failures.join("; ")
-        })
+        open::best_wgpu(why).await.map(Device::from_opened)
     }
 
     async fn open(backend: Backend, selection: String) -> Result<Device> {
-        let unavailable = |reason: String| Error::BackendUnavailable { backend, reason };
-        let bits = match backend {
-            Backend::Cpu => {
-                return Ok(Device::from_parts(
-                    BackendImpl::cpu(),
-                    CpuBackend::info(selection),
-                ));
-            }
-            Backend::Cuda => return Device::open_cuda(0, selection),
-            other => adapter::wgpu_backend(other)
-                .ok_or_else(|| unavailable("not a wgpu backend".into()))?,
+        let opened = match backend {
+            Backend::Cpu => open::cpu(selection),
+            Backend::Cuda => open::cuda(0, selection)?,
+            other => open::wgpu_at(other, 0, selection).await?,
         };
-        if let Some(why) = adapter::not_compiled(backend) {
-            return Err(unavailable(why));
-        }
-        let (usable, rejected) = adapter::ranked(bits).await;
-        let Some((adapter, _)) = usable.into_iter().next() else {
-            let reason = if rejected.is_empty() {
-                "no adapter found (is a driver installed?)".to_string()
-            } else {
-                format!("no usable adapter: {}", rejected.join("; "))
-            };
-            return Err(unavailable(reason));
-        };
-        let (wgpu, info) = WgpuBackend::new(&adapter, selection).await?;
-        Ok(Device::from_parts(BackendImpl::from(wgpu), info))
+        Ok(Device::from_opened(opened))
     }
 
     /// What this device is and why it was chosen.
@@ -379,7 +307,6 @@ impl Device {
         &self.inner.backend
     }
 
-    /// The backend for running op `name`, timed while a [`Profiler`](crate::Profiler) is on.
     /// The backend for the op of `spec`, timed while a profiler is on.
     pub(crate) fn op(&self, spec: &impl crate::ops::OpSpec) -> crate::profile::OpScope<'_> {
         crate::profile::OpScope::new(self, spec.name(), spec.work())

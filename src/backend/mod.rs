@@ -11,6 +11,7 @@ pub(crate) mod cpu;
 #[cfg(cuda)]
 pub(crate) mod cuda;
 pub(crate) mod hybrid;
+pub(crate) mod open;
 pub(crate) mod replay;
 pub(crate) mod wgpu;
 
