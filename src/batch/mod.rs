@@ -331,11 +331,21 @@ impl Batch {
         self.push(Op::Unary(op, x), shape, None)
     }
 
-    /// `op(a, b)` elementwise, with a scalar or a row broadcast on either side.
+    /// `op(a, b)` elementwise, with NumPy broadcasting. An operand that no repeat describes
+    /// (`[3, 1]` against `[3, 384]`) is expanded by a recorded `broadcast_to` first, so fused
+    /// kernels read every input by repetition.
     pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value> {
         let (sa, sb) = (self.shape_of(a, op.name())?, self.shape_of(b, op.name())?);
-        let shape = broadcast(op.name(), &sa, &sb)?.shape;
-        self.push(Op::Binary(op, a, b), shape, None)
+        let bc = broadcast(op.name(), &sa, &sb)?;
+        let mut expand = |v: Value, yes: bool| -> Result<Value> {
+            if !yes {
+                return Ok(v);
+            }
+            let shape = bc.shape.clone();
+            self.apply("broadcast_to", &[v], move |t| t[0].broadcast_to(&shape))
+        };
+        let (a, b) = (expand(a, bc.expand_a)?, expand(b, bc.expand_b)?);
+        self.push(Op::Binary(op, a, b), bc.shape, None)
     }
 
     /// relu.

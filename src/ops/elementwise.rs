@@ -266,78 +266,62 @@ impl BinaryOp {
     }
 }
 
-/// How two shapes combine: the output shape and how many elements of each operand repeat
-/// (`out[i] = op(a[i % a_len], b[i % b_len])`).
+/// How two shapes combine (NumPy's rules): the output shape, how many elements of each operand
+/// repeat (`out[i] = op(a[i % a_len], b[i % b_len])`), and whether an operand must first be
+/// expanded to the output shape because no such repeat describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Broadcast {
     pub shape: Vec<usize>,
     pub a_len: usize,
     pub b_len: usize,
+    /// `a` is materialised to `shape` first (then `a_len` is the output's length).
+    pub expand_a: bool,
+    pub expand_b: bool,
 }
 
-/// Broadcasting rules: equal shapes; either side a scalar (one element); or either side a row
-/// (shape `[k]`, or `[1, .., 1, k]`) whose length equals the other side's last axis.
+/// NumPy broadcasting: shapes are aligned at their last axis, and each pair of sizes must be
+/// equal or contain a 1 (a missing axis counts as 1). An operand whose shape, without its
+/// leading 1s, is the tail of the output shape (a scalar, a row, `[12, 384]` against
+/// `[3, 12, 384]`) is read by repetition; any other (`[3, 1]` against `[3, 384]`) is expanded
+/// by a strided copy first.
 pub(crate) fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Broadcast> {
-    let (na, nb): (usize, usize) = (a.iter().product(), b.iter().product());
-    let is_row = |s: &[usize]| {
-        s.split_last()
-            .is_some_and(|(_, lead)| lead.iter().all(|&d| d == 1))
+    let rank = a.len().max(b.len());
+    let size = |s: &[usize], i: usize| {
+        // Axis i of the output, aligned at the last axis; a missing axis is 1.
+        (i + s.len()).checked_sub(rank).map_or(1, |j| s[j])
     };
-    let wider = |x: &[usize], y: &[usize]| {
-        if x.len() >= y.len() {
-            x.to_vec()
-        } else {
-            y.to_vec()
-        }
+    let mut shape = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let (x, y) = (size(a, i), size(b, i));
+        shape.push(match (x, y) {
+            _ if x == y => x,
+            (1, _) => y,
+            (_, 1) => x,
+            _ => {
+                return Err(Error::shape(
+                    op,
+                    a,
+                    b,
+                    "(shapes broadcast when, from the last axis, each pair of sizes is equal or one is 1)",
+                ))
+            }
+        });
+    }
+    let repeats = |s: &[usize]| {
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        shape.ends_with(&s[lead..])
     };
-    if a == b {
-        return Ok(Broadcast {
-            shape: a.to_vec(),
-            a_len: na,
-            b_len: nb,
-        });
-    }
-    if na == 1 && nb == 1 {
-        return Ok(Broadcast {
-            shape: wider(a, b),
-            a_len: 1,
-            b_len: 1,
-        });
-    }
-    if nb == 1 && b.len() <= a.len() {
-        return Ok(Broadcast {
-            shape: a.to_vec(),
-            a_len: na,
-            b_len: 1,
-        });
-    }
-    if na == 1 && a.len() <= b.len() {
-        return Ok(Broadcast {
-            shape: b.to_vec(),
-            a_len: 1,
-            b_len: nb,
-        });
-    }
-    if is_row(b) && b.len() <= a.len() && a.last() == b.last() {
-        return Ok(Broadcast {
-            shape: a.to_vec(),
-            a_len: na,
-            b_len: nb,
-        });
-    }
-    if is_row(a) && a.len() <= b.len() && a.last() == b.last() {
-        return Ok(Broadcast {
-            shape: b.to_vec(),
-            a_len: na,
-            b_len: nb,
-        });
-    }
-    Err(Error::shape(
-        op,
-        a,
-        b,
-        "(expected equal shapes, a one-element scalar, or a row whose length is the other's last axis)",
-    ))
+    let (expand_a, expand_b) = (!repeats(a), !repeats(b));
+    let len = |s: &[usize], expand: bool| -> Result<usize> {
+        crate::shape::numel(op, if expand { &shape } else { s })
+    };
+    Ok(Broadcast {
+        a_len: len(a, expand_a)?,
+        b_len: len(b, expand_b)?,
+        expand_a,
+        expand_b,
+        shape,
+    })
 }
 
 impl Tensor {
@@ -357,6 +341,12 @@ impl Tensor {
         self.same_device(rhs, op.name())?;
         let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
         let n = self.device().check_output(op.name(), &bc.shape)?;
+        // Operands no repeat describes are materialised at the output's shape first.
+        let expanded = |t: &Tensor, expand: bool| -> Result<Option<Tensor>> {
+            expand.then(|| t.broadcast_to(&bc.shape)).transpose()
+        };
+        let (ea, eb) = (expanded(self, bc.expand_a)?, expanded(rhs, bc.expand_b)?);
+        let (lhs, rhs_in) = (ea.as_ref().unwrap_or(self), eb.as_ref().unwrap_or(rhs));
         let spec = BinarySpec {
             op,
             n,
@@ -366,7 +356,7 @@ impl Tensor {
         let storage = self
             .device()
             .op(&spec)
-            .binary(self.storage(), rhs.storage(), spec)?;
+            .binary(lhs.storage(), rhs_in.storage(), spec)?;
         let out = self.with_storage(storage, bc.shape);
         out.verified(op.name(), [self, rhs], Tol::Elementwise, move |t| {
             t[0].binary(op, t[1])
@@ -437,19 +427,19 @@ impl Tensor {
     pub fn abs(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Abs)
     }
-    /// `self + rhs`, broadcasting a scalar or a row.
+    /// `self + rhs`, with NumPy broadcasting.
     pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Add, rhs)
     }
-    /// `self - rhs`, broadcasting a scalar or a row.
+    /// `self - rhs`, with NumPy broadcasting.
     pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Sub, rhs)
     }
-    /// `self * rhs`, broadcasting a scalar or a row.
+    /// `self * rhs`, with NumPy broadcasting.
     pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Mul, rhs)
     }
-    /// `self / rhs`, broadcasting a scalar or a row.
+    /// `self / rhs`, with NumPy broadcasting.
     pub fn div(&self, rhs: &Tensor) -> Result<Tensor> {
         self.binary(BinaryOp::Div, rhs)
     }
@@ -470,6 +460,26 @@ mod tests {
         assert!(broadcast("add", &[2, 3], &[2]).is_err());
         assert!(broadcast("add", &[2, 3], &[3, 2]).is_err());
         assert!(broadcast("add", &[3], &[2, 1, 3]).is_ok());
+        // NumPy's general cases: tails repeat, anything else is expanded.
+        let b = broadcast("add", &[3, 12, 4], &[12, 4]).unwrap();
+        assert_eq!(
+            (b.a_len, b.b_len, b.expand_a, b.expand_b),
+            (144, 48, false, false)
+        );
+        let b = broadcast("div", &[3, 4], &[3, 1]).unwrap();
+        assert_eq!(
+            (b.shape.clone(), b.expand_a, b.expand_b),
+            (vec![3, 4], false, true)
+        );
+        assert_eq!(b.b_len, 12);
+        let b = broadcast("mul", &[2, 1, 3], &[4, 1]).unwrap();
+        assert_eq!(
+            (b.shape.clone(), b.expand_a, b.expand_b),
+            (vec![2, 4, 3], true, true)
+        );
+        let b = broadcast("add", &[0, 1], &[1, 5]).unwrap();
+        assert_eq!((b.shape.clone(), b.a_len), (vec![0, 5], 0));
+        assert!(broadcast("add", &[0], &[2]).is_err());
         let e = broadcast("sub", &[2, 3], &[4]).unwrap_err();
         assert!(
             e.to_string().contains("[2, 3]") && e.to_string().contains("[4]"),

@@ -1,4 +1,4 @@
-//! Layout ops: `permute` / `transpose`, `slice` along an axis, and `concat`. Each is a strided
+//! Layout ops: `permute` / `transpose`, `slice` along an axis, `concat` and `broadcast_to`. Each is a strided
 //! copy on the device (one kernel, `shaders/layout.wgsl`); nothing goes through the host.
 //! Tensors of up to 8 axes.
 
@@ -60,7 +60,12 @@ fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<()> {
 }
 
 impl Tensor {
-    fn copies(&self, parts: &[(&Tensor, CopySpec)], shape: Vec<usize>) -> Result<Tensor> {
+    /// A new tensor of `shape` from strided copies of `parts` (zero where none writes).
+    pub(crate) fn copies(
+        &self,
+        parts: &[(&Tensor, CopySpec)],
+        shape: Vec<usize>,
+    ) -> Result<Tensor> {
         let storages: Vec<_> = parts.iter().map(|(t, _)| t.storage()).collect();
         let n = self.device().check_output("copy", &shape)?;
         let spec = LayoutSpec {
@@ -106,6 +111,46 @@ impl Tensor {
             shape: shape.clone(),
         };
         self.copies(&[(self, spec)], shape)
+    }
+
+    /// This tensor repeated along new or size-1 axes to `shape`, by NumPy's rules (aligned at
+    /// the last axis; each size equal to the target's or 1). A copy, unless the shape is
+    /// already `shape`.
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        let from = self.shape();
+        if from == shape {
+            return Ok(self.clone());
+        }
+        check_rank("broadcast_to", shape)?;
+        let skip = shape.len().checked_sub(from.len());
+        let fits = skip.is_some_and(|skip| {
+            from.iter()
+                .zip(&shape[skip..])
+                .all(|(&f, &t)| f == t || f == 1)
+        });
+        let Some(skip) = skip.filter(|_| fits) else {
+            return Err(Error::shape(
+                "broadcast_to",
+                from,
+                shape,
+                "(each size must equal the target's or be 1, aligned at the last axis)",
+            ));
+        };
+        let in_strides = strides(from);
+        let src_strides = (0..shape.len())
+            .map(|i| match i.checked_sub(skip) {
+                Some(j) if from[j] != 1 => in_strides[j],
+                _ => 0,
+            })
+            .collect();
+        let spec = CopySpec {
+            src_strides,
+            src_offset: 0,
+            out_strides: strides(shape),
+            out_offset: 0,
+            shape: shape.to_vec(),
+        };
+        self.copies(&[(self, spec)], shape.to_vec())
     }
 
     /// Swaps two axes.
@@ -205,7 +250,8 @@ mod tests {
     }
 }
 
-/// A new tensor of `n` elements assembled by strided copies, one per input in order.
+/// A new tensor of `n` elements assembled by strided copies, one per input in order. Elements
+/// no copy writes are zero.
 #[derive(Debug, Clone)]
 pub(crate) struct LayoutSpec {
     pub n: usize,

@@ -59,6 +59,105 @@ impl Tensor {
         self.reduce_rows(op, lead.iter().product(), cols, lead.to_vec())
     }
 
+    /// Reduces along `axis`: with `keepdim` the axis stays with size 1, else it goes. The
+    /// last axis is reduced in place; any other is first moved last by a copy.
+    pub fn reduce_axis(&self, op: ReduceOp, axis: usize, keepdim: bool) -> Result<Tensor> {
+        let rank = self.shape().len();
+        if axis >= rank {
+            return Err(Error::InvalidArgument {
+                op: op.name(),
+                reason: format!("axis {axis} does not exist in a tensor of {rank} axes"),
+            });
+        }
+        let moved = self.axis_last(axis)?;
+        let out = moved.reduce_last(op)?;
+        out.reshape(&reduced_shape(self.shape(), axis, keepdim))
+    }
+
+    /// This tensor with `axis` moved to the end (the tensor itself when it is already last).
+    pub(crate) fn axis_last(&self, axis: usize) -> Result<Tensor> {
+        let rank = self.shape().len();
+        if axis + 1 == rank {
+            return Ok(self.clone());
+        }
+        let mut axes: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
+        axes.push(axis);
+        self.permute(&axes)
+    }
+
+    /// Sum along `axis` (see [`Tensor::reduce_axis`]).
+    pub fn sum_axis(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce_axis(ReduceOp::Sum, axis, keepdim)
+    }
+
+    /// Mean along `axis`.
+    pub fn mean_axis(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce_axis(ReduceOp::Mean, axis, keepdim)
+    }
+
+    /// Maximum along `axis` (NaN if the axis holds one).
+    pub fn max_axis(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce_axis(ReduceOp::Max, axis, keepdim)
+    }
+
+    /// Minimum along `axis` (NaN if the axis holds one).
+    pub fn min_axis(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.reduce_axis(ReduceOp::Min, axis, keepdim)
+    }
+
+    /// Mean pooling with lengths: `self` is `[batch, seq, ..]`, and entry `i` averages its
+    /// first `lengths[i]` positions along axis 1 (the rest, padding, is never read, so NaN
+    /// there does no harm): shape `[batch, ..]`. A length of 0 gives NaN (0 / 0).
+    pub fn masked_mean(&self, lengths: &[u32]) -> Result<Tensor> {
+        let shape = self.shape();
+        let (batch, seq, rest) = match shape {
+            [batch, seq, rest @ ..] => (*batch, *seq, rest),
+            _ => {
+                return Err(Error::InvalidArgument {
+                    op: "masked_mean",
+                    reason: format!("expected [batch, seq, ..], got {shape:?}"),
+                })
+            }
+        };
+        if lengths.len() != batch {
+            return Err(Error::InvalidArgument {
+                op: "masked_mean",
+                reason: format!("{} lengths for a batch of {batch}", lengths.len()),
+            });
+        }
+        if let Some((i, &l)) = lengths.iter().enumerate().find(|(_, &l)| l as usize > seq) {
+            return Err(Error::InvalidArgument {
+                op: "masked_mean",
+                reason: format!("length {l} of entry {i} is more than the {seq} positions"),
+            });
+        }
+        // The real positions of each entry, copied into a zeroed tensor, then summed.
+        let row: usize = rest.iter().product();
+        let parts: Vec<(&Tensor, crate::ops::layout::CopySpec)> = lengths
+            .iter()
+            .enumerate()
+            .filter(|(_, &l)| l > 0 && row > 0)
+            .map(|(i, &l)| {
+                let at = i * seq * row;
+                let spec = crate::ops::layout::CopySpec {
+                    shape: vec![l as usize * row],
+                    src_strides: vec![1],
+                    src_offset: at,
+                    out_strides: vec![1],
+                    out_offset: at,
+                };
+                (self, spec)
+            })
+            .collect();
+        let kept = self.copies(&parts, shape.to_vec())?;
+        let sums = kept.sum_axis(1, false)?;
+        let mut count_shape = vec![batch];
+        count_shape.extend(std::iter::repeat_n(1, rest.len()));
+        let counts: Vec<f32> = lengths.iter().map(|&l| l as f32).collect();
+        let counts = self.device().tensor(&counts, &count_shape)?;
+        sums.div(&counts)
+    }
+
     fn reduce_rows(
         &self,
         op: ReduceOp,
@@ -173,4 +272,15 @@ impl OpSpec for DotSpec {
     fn work(&self) -> Work {
         Work::elements(self.n, 2)
     }
+}
+
+/// `shape` without `axis`, or with it as 1 under `keepdim`.
+pub(crate) fn reduced_shape(shape: &[usize], axis: usize, keepdim: bool) -> Vec<usize> {
+    let mut out = shape.to_vec();
+    if keepdim {
+        out[axis] = 1;
+    } else {
+        out.remove(axis);
+    }
+    out
 }

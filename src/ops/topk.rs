@@ -61,6 +61,24 @@ impl Tensor {
         Ok((values, indices))
     }
 
+    /// The index (as f32) of the largest element along `axis` (the first, for ties; NaN counts
+    /// as largest); with `keepdim` the axis stays with size 1.
+    pub fn argmax_axis(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        let rank = self.shape().len();
+        if axis >= rank {
+            return Err(Error::InvalidArgument {
+                op: "argmax",
+                reason: format!("axis {axis} does not exist in a tensor of {rank} axes"),
+            });
+        }
+        let out = self.axis_last(axis)?.argmax_last()?;
+        out.reshape(&crate::ops::reduce::reduced_shape(
+            self.shape(),
+            axis,
+            keepdim,
+        ))
+    }
+
     /// The column index (as f32) of each row's largest element: shape `[..]`.
     pub fn argmax_last(&self) -> Result<Tensor> {
         if self.shape().last() == Some(&0) {

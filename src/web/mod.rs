@@ -104,6 +104,16 @@ fn optional_index(value: &JsValue, what: &str, default: usize) -> Result<usize, 
 
 /// A parameter (a scale, an alpha, a base) from JS: a finite number that stays finite in f32.
 #[inline(never)]
+/// An optional boolean: `undefined` is false; anything but a boolean is an error.
+fn flag(value: &JsValue, what: &str) -> Result<bool, JsError> {
+    if value.is_undefined() {
+        return Ok(false);
+    }
+    value
+        .as_bool()
+        .ok_or_else(|| js_error(format!("{what} must be a boolean, got {}", describe(value))))
+}
+
 fn number(value: &JsValue, what: &str) -> Result<f32, JsError> {
     match value.as_f64() {
         Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(x as f32),

@@ -237,8 +237,7 @@ impl JsTensor {
         self.op(Tensor::abs)
     }
 
-    /// Elementwise; either side may be a scalar or a row as long as the other's last axis (the
-    /// rules of `Tensor::binary`).
+    /// Elementwise, with NumPy broadcasting.
     pub fn add(&self, other: &JsTensor) -> JsResult<JsTensor> {
         self.with(other, Tensor::add)
     }
@@ -290,6 +289,58 @@ impl JsTensor {
     #[wasm_bindgen(js_name = minLast)]
     pub fn min_last(&self) -> JsResult<JsTensor> {
         self.op(Tensor::min_last)
+    }
+    /// Reduction along one axis: `op` is "sum", "mean", "max" or "min"; with `keepdim` the axis
+    /// stays with size 1.
+    #[wasm_bindgen(js_name = reduceAxis)]
+    pub fn reduce_axis(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "\"sum\" | \"mean\" | \"max\" | \"min\"")]
+        op: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "boolean | undefined")] keepdim: &JsValue,
+    ) -> JsResult<JsTensor> {
+        let op = match super::string(op, "reduceAxis: op")?.as_str() {
+            "sum" => crate::ReduceOp::Sum,
+            "mean" => crate::ReduceOp::Mean,
+            "max" => crate::ReduceOp::Max,
+            "min" => crate::ReduceOp::Min,
+            other => {
+                return Err(js_error(format!(
+                    "reduceAxis: op must be \"sum\", \"mean\", \"max\" or \"min\", got {other:?}"
+                )))
+            }
+        };
+        let axis = super::index(axis, "reduceAxis: axis")?;
+        let keepdim = super::flag(keepdim, "reduceAxis: keepdim")?;
+        self.op(|t| t.reduce_axis(op, axis, keepdim))
+    }
+    /// Index (as a number) of the largest element along one axis.
+    #[wasm_bindgen(js_name = argmaxAxis)]
+    pub fn argmax_axis(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "boolean | undefined")] keepdim: &JsValue,
+    ) -> JsResult<JsTensor> {
+        let axis = super::index(axis, "argmaxAxis: axis")?;
+        let keepdim = super::flag(keepdim, "argmaxAxis: keepdim")?;
+        self.op(|t| t.argmax_axis(axis, keepdim))
+    }
+    /// Mean pooling of [batch, seq, ..] over the first `lengths[i]` positions of entry i.
+    #[wasm_bindgen(js_name = maskedMean)]
+    pub fn masked_mean(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number[] | Uint32Array")] lengths: JsValue,
+    ) -> JsResult<JsTensor> {
+        let lengths = usizes(&lengths, "maskedMean: lengths")?;
+        let lengths = lengths
+            .into_iter()
+            .map(|l| {
+                u32::try_from(l)
+                    .map_err(|_| js_error(format!("maskedMean: length {l} is too large")))
+            })
+            .collect::<Result<Vec<u32>, _>>()?;
+        self.op(|t| t.masked_mean(&lengths))
     }
     /// Dot product of two tensors of the same length: shape [].
     pub fn dot(&self, other: &JsTensor) -> JsResult<JsTensor> {
@@ -353,6 +404,15 @@ impl JsTensor {
         self.op(|t| t.rms_norm(w.as_ref(), b.as_ref(), eps))
     }
 
+    /// This tensor repeated to `shape` by NumPy's broadcasting rules.
+    #[wasm_bindgen(js_name = broadcastTo)]
+    pub fn broadcast_to(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+    ) -> JsResult<JsTensor> {
+        let shape = usizes(&shape, "shape")?;
+        self.op(|t| t.broadcast_to(&shape))
+    }
     /// Reorders the axes.
     pub fn permute(
         &self,

@@ -12,9 +12,10 @@ macro_rules! with_suite_tests {
     ($callback:ident!($($args:tt)*)) => {
         $callback!($($args)* [
             // suite/elementwise.rs
-            unary_random, unary_edges, binary_random, binary_edges, chained_ops,
+            unary_random, unary_edges, binary_random, binary_edges, chained_ops, broadcasting,
             // suite/reduce.rs, softmax.rs, norm.rs
-            reduce_random, reduce_edges, dot_random, softmax_random, softmax_edges, norms,
+            reduce_random, reduce_edges, dot_random, reduce_axes, softmax_random, softmax_edges,
+            norms,
             // suite/matmul.rs
             matmul_random, matmul_edges, matmul_options, matmul_tiles_and_f16, matmul_long_k,
             matmul_f16_small_rows,

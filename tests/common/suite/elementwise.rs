@@ -179,3 +179,162 @@ pub async fn chained_ops(dev: &Device) {
     let want: Vec<(f64, Tol)> = want.into_iter().map(|w| (w, tol)).collect();
     check("100 chained ops", &|i| format!("{:e}", x[i]), &got, &want);
 }
+
+/// The element of `x` (shape `from`) that NumPy broadcasting places at output index `i` of
+/// `to`: output coordinates aligned at the last axis, size-1 axes read at 0.
+fn broadcast_index(i: usize, to: &[usize], from: &[usize]) -> usize {
+    let (mut rem, mut at, mut stride) = (i, 0, 1);
+    for (k, &size) in to.iter().enumerate().rev() {
+        let c = rem % size;
+        rem /= size;
+        if let Some(j) = (k + from.len()).checked_sub(to.len()) {
+            if from[j] != 1 {
+                at += c * stride;
+            }
+            stride *= from[j];
+        }
+    }
+    at
+}
+
+/// A random pair of shapes that broadcast, of up to 6 axes: each side drops leading axes
+/// and turns some sizes into 1.
+fn broadcast_pair(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let rank = 1 + (rng.next_u64() % 6) as usize;
+    let out: Vec<usize> = (0..rank)
+        .map(|_| [1usize, 2, 3, 4, 5][(rng.next_u64() % 5) as usize])
+        .collect();
+    let mut side = || {
+        let drop = (rng.next_u64() % (rank as u64 + 1)) as usize;
+        out[drop..]
+            .iter()
+            .map(|&d| {
+                if rng.next_u64().is_multiple_of(3) {
+                    1
+                } else {
+                    d
+                }
+            })
+            .collect::<Vec<usize>>()
+    };
+    let (a, b) = (side(), side());
+    // The output is what the sides broadcast to (a size that both sides turned into 1 is 1).
+    let rank = a.len().max(b.len());
+    let size = |s: &[usize], i: usize| (i + s.len()).checked_sub(rank).map_or(1, |j| s[j]);
+    let out = (0..rank).map(|i| size(&a, i).max(size(&b, i))).collect();
+    (a, b, out)
+}
+
+/// NumPy broadcasting for every binary op, eagerly and in a batch (where operands that need
+/// expanding are recorded as `broadcast_to`), on random shapes of up to 6 axes, with the
+/// edge values among the inputs; `broadcast_to` itself; and the error for shapes that do not
+/// broadcast.
+pub async fn broadcasting(dev: &Device) {
+    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+    for seed in 0..40u64 {
+        let mut rng = Rng::new(31_000 + seed);
+        let (sa, sb, out) = broadcast_pair(&mut rng);
+        let op = ops[(seed % 4) as usize];
+        let (na, nb) = (sa.iter().product::<usize>(), sb.iter().product::<usize>());
+        let mut a = rng.signed_vec(na, 0.1, 4.0);
+        let b = rng.signed_vec(nb, 0.1, 4.0);
+        if na > 0 {
+            a[0] = EDGES[(seed as usize) % EDGES.len()];
+        }
+        let ctx = format!(
+            "{} {sa:?} with {sb:?} -> {out:?}, seed {}",
+            op.name(),
+            31_000 + seed
+        );
+        let n: usize = out.iter().product();
+        let want: Vec<(f64, Tol)> = (0..n)
+            .map(|i| {
+                let x = a[broadcast_index(i, &out, &sa)] as f64;
+                let y = b[broadcast_index(i, &out, &sb)] as f64;
+                oracle::binary(op, x, y)
+            })
+            .collect();
+        let (ta, tb) = (dev.tensor(&a, &sa).unwrap(), dev.tensor(&b, &sb).unwrap());
+        let y = ta.binary(op, &tb).unwrap();
+        assert_eq!(y.shape(), &out[..], "{ctx}: output shape");
+        check(
+            &ctx,
+            &|i| format!("flat {i}"),
+            &y.read().await.unwrap(),
+            &want,
+        );
+
+        let mut batch = dev.batch();
+        let (va, vb) = (
+            batch.upload(&a, &sa).unwrap(),
+            batch.upload(&b, &sb).unwrap(),
+        );
+        let v = batch.binary(op, va, vb).unwrap();
+        // A second op after it, so fusion sees the broadcast operands as leaves.
+        let w = batch.scale(v, 2.0).unwrap();
+        batch.output(w).unwrap();
+        let got = batch.run().await.unwrap().get(w).unwrap().to_vec();
+        let twice: Vec<(f64, Tol)> = want.iter().map(|&(v, t)| (2.0 * v, t)).collect();
+        check(
+            &format!("{ctx} (batch)"),
+            &|i| format!("flat {i}"),
+            &got,
+            &twice,
+        );
+
+        let expanded = ta.broadcast_to(&out).unwrap();
+        let want_a: Vec<(f64, Tol)> = (0..n)
+            .map(|i| {
+                (
+                    a[broadcast_index(i, &out, &sa)] as f64,
+                    Tol {
+                        atol: 0.0,
+                        rtol: 0.0,
+                    },
+                )
+            })
+            .collect();
+        let got = expanded.read().await.unwrap();
+        check(
+            &format!("broadcast_to {sa:?} -> {out:?}"),
+            &|i| format!("flat {i}"),
+            &got,
+            &want_a,
+        );
+    }
+    // The classic cases, by name.
+    let x = dev
+        .tensor(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2])
+        .unwrap();
+    let col = dev.tensor(&[10.0, 20.0, 30.0], &[3, 1]).unwrap();
+    let got = x.div(&col).unwrap().read().await.unwrap();
+    let want = [
+        1.0f32 / 10.0,
+        2.0 / 10.0,
+        3.0 / 20.0,
+        4.0 / 20.0,
+        5.0 / 30.0,
+        6.0 / 30.0,
+    ];
+    assert_eq!(got, want);
+    for (sa, sb) in [
+        (vec![2, 3], vec![2]),
+        (vec![4, 1, 3], vec![2, 2]),
+        (vec![0], vec![2]),
+    ] {
+        let (ta, tb) = (
+            dev.tensor(&vec![1.0; sa.iter().product()], &sa).unwrap(),
+            dev.tensor(&vec![1.0; sb.iter().product()], &sb).unwrap(),
+        );
+        let e = ta.add(&tb).unwrap_err();
+        assert!(
+            matches!(e, Error::ShapeMismatch { .. }) && e.to_string().contains("broadcast"),
+            "{sa:?} + {sb:?}: {e}"
+        );
+        let e = ta.broadcast_to(&sb).unwrap_err();
+        assert!(
+            matches!(e, Error::ShapeMismatch { .. }),
+            "broadcast_to: {e}"
+        );
+    }
+}

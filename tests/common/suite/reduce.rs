@@ -157,3 +157,132 @@ pub async fn dot_random(dev: &Device) {
         Error::ShapeMismatch { .. }
     ));
 }
+
+/// `shape` without `axis` (or with it as 1), and the f64 rows along `axis` of `x`, in the
+/// output's order.
+fn axis_rows(x: &[f32], shape: &[usize], axis: usize) -> Vec<Vec<f64>> {
+    let outer: usize = shape[..axis].iter().product();
+    let size = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let mut rows = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            rows.push(
+                (0..size)
+                    .map(|k| x[(o * size + k) * inner + i] as f64)
+                    .collect(),
+            );
+        }
+    }
+    rows
+}
+
+/// sum, mean, max, min and argmax along every axis of random shapes of up to 6 axes, with and
+/// without keepdim, NaN and ±Inf among the inputs; masked_mean with lengths from 0 to the
+/// whole sequence and NaN in the padding; and the errors for a missing axis and bad lengths.
+pub async fn reduce_axes(dev: &Device) {
+    for seed in 0..24u64 {
+        let mut rng = Rng::new(32_000 + seed);
+        let rank = 1 + (rng.next_u64() % 6) as usize;
+        let shape: Vec<usize> = (0..rank)
+            .map(|_| [1usize, 2, 3, 5, 7][(rng.next_u64() % 5) as usize])
+            .collect();
+        let n: usize = shape.iter().product();
+        let mut x = rng.vec(n, -4.0, 4.0);
+        if seed % 3 == 0 {
+            x[(rng.next_u64() % n as u64) as usize] = EDGES[(seed as usize / 3) % 3];
+        }
+        let t = dev.tensor(&x, &shape).unwrap();
+        for axis in 0..rank {
+            let rows = axis_rows(&x, &shape, axis);
+            for (k, op) in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min]
+                .into_iter()
+                .enumerate()
+            {
+                let keepdim = (seed as usize + k + axis) % 2 == 0;
+                let y = t.reduce_axis(op, axis, keepdim).unwrap();
+                let mut want_shape = shape.clone();
+                if keepdim {
+                    want_shape[axis] = 1;
+                } else {
+                    want_shape.remove(axis);
+                }
+                let ctx = format!(
+                    "{} axis {axis} of {shape:?} (keepdim {keepdim}), seed {}",
+                    op.name(),
+                    32_000 + seed
+                );
+                assert_eq!(y.shape(), &want_shape[..], "{ctx}");
+                let want: Vec<(f64, Tol)> = rows.iter().map(|r| oracle::reduce(op, r)).collect();
+                check(
+                    &ctx,
+                    &|i| format!("row {i}"),
+                    &y.read().await.unwrap(),
+                    &want,
+                );
+            }
+            let y = t.argmax_axis(axis, false).unwrap();
+            let want: Vec<(f64, Tol)> = rows
+                .iter()
+                .map(|r| {
+                    // The first NaN, else the first largest.
+                    let at = r.iter().position(|v| v.is_nan()).unwrap_or_else(|| {
+                        let m = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        r.iter().position(|&v| v == m).unwrap_or(0)
+                    });
+                    (
+                        at as f64,
+                        Tol {
+                            atol: 0.0,
+                            rtol: 0.0,
+                        },
+                    )
+                })
+                .collect();
+            let ctx = format!("argmax axis {axis} of {shape:?}, seed {}", 32_000 + seed);
+            check(
+                &ctx,
+                &|i| format!("row {i}"),
+                &y.read().await.unwrap(),
+                &want,
+            );
+        }
+        let e = t.reduce_axis(ReduceOp::Sum, rank, false).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+        assert!(t.argmax_axis(rank, true).is_err());
+    }
+
+    // Mean pooling: [3, 5, 4] with lengths 5, 2 and 0; the padding holds NaN.
+    let (b, s, d) = (3, 5, 4);
+    let mut x = Rng::new(32_500).vec(b * s * d, -2.0, 2.0);
+    let lengths = [5u32, 2, 0];
+    for (i, &l) in lengths.iter().enumerate() {
+        for p in l as usize..s {
+            x[(i * s + p) * d] = f32::NAN;
+        }
+    }
+    let t = dev.tensor(&x, &[b, s, d]).unwrap();
+    let y = t.masked_mean(&lengths).unwrap();
+    assert_eq!(y.shape(), &[b, d]);
+    let want: Vec<(f64, Tol)> = (0..b * d)
+        .map(|j| {
+            let (i, c) = (j / d, j % d);
+            let l = lengths[i] as usize;
+            let sum: f64 = (0..l).map(|p| x[(i * s + p) * d + c] as f64).sum();
+            let tol = Tol {
+                atol: 1e-6,
+                rtol: 1e-6,
+            };
+            (if l == 0 { f64::NAN } else { sum / l as f64 }, tol)
+        })
+        .collect();
+    check(
+        "masked_mean",
+        &|i| format!("{i}"),
+        &y.read().await.unwrap(),
+        &want,
+    );
+    assert!(t.masked_mean(&[1, 2]).is_err());
+    assert!(t.masked_mean(&[1, 6, 0]).is_err());
+    assert!(dev.tensor(&[1.0], &[1]).unwrap().masked_mean(&[1]).is_err());
+}

@@ -41,6 +41,11 @@ impl WgpuBackend {
         let mut st = s.state();
         let out = s.alloc(&mut st, n * 4)?;
         s.check_binding("a layout op's output", n)?;
+        // Elements no part writes are zero (a pooled buffer holds old data).
+        let covered: usize = layout.parts.iter().map(CopySpec::len).sum();
+        if (covered as u64) < n {
+            s.clear(&mut st, &out);
+        }
         for (src, spec) in parts.iter().zip(&layout.parts) {
             let len = spec.len() as u64;
             if len == 0 {
