@@ -199,7 +199,7 @@ pub async fn reduce_axes(dev: &Device) {
                 .into_iter()
                 .enumerate()
             {
-                let keepdim = (seed as usize + k + axis) % 2 == 0;
+                let keepdim = (seed as usize + k + axis).is_multiple_of(2);
                 let y = t.reduce_axis(op, axis, keepdim).unwrap();
                 let mut want_shape = shape.clone();
                 if keepdim {
