@@ -53,7 +53,7 @@ test-browser:
 		$(CARGO) test --target wasm32-unknown-unknown --test browser
 
 ## The npm package in pkg/ (wasm-pack: an ES-module build for browsers and a CommonJS one for
-## Node, both wasm32 with SIMD128), checked against the 300 KB gzipped size budget.
+## Node, both wasm32 with SIMD128), checked against the 350 KB gzipped size budget.
 pkg: deps
 	bash scripts/build-pkg.sh
 

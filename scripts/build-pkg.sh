@@ -36,8 +36,9 @@ cp pkg-template/README.md "$out/README.md"
 raw=$(wc -c < "$out/web/gpukit_bg.wasm")
 gz=$(gzip -9 -c "$out/web/gpukit_bg.wasm" | wc -c)
 echo "build-pkg: gpukit $version in $out/: gpukit_bg.wasm $raw bytes, $gz bytes gzipped (gzip -9)"
-# The package's size budget: 300 KB gzipped.
-if [ "$gz" -gt 300000 ]; then
-  echo "build-pkg: the gzipped wasm is over the 300 KB budget" >&2
+# The package's size budget: 350 KB gzipped (300 KB until NumPy broadcasting, axis
+# reductions and the dtypes; BENCHMARKS.md has the figures).
+if [ "$gz" -gt 350000 ]; then
+  echo "build-pkg: the gzipped wasm is over the 350 KB budget" >&2
   exit 1
 fi

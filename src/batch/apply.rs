@@ -66,7 +66,7 @@ impl Batch {
         self.push_apply(name, inputs, out.shape().to_vec(), Rc::new(f))
     }
 
-    fn push_apply(
+    pub(super) fn push_apply(
         &mut self,
         name: &'static str,
         inputs: &[Value],

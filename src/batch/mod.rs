@@ -337,12 +337,14 @@ impl Batch {
     pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value> {
         let (sa, sb) = (self.shape_of(a, op.name())?, self.shape_of(b, op.name())?);
         let bc = broadcast(op.name(), &sa, &sb)?;
+        // The shapes are known to broadcast, so the node is recorded without a trial run.
         let mut expand = |v: Value, yes: bool| -> Result<Value> {
             if !yes {
                 return Ok(v);
             }
             let shape = bc.shape.clone();
-            self.apply("broadcast_to", &[v], move |t| t[0].broadcast_to(&shape))
+            let f = std::rc::Rc::new(move |t: &[&Tensor]| t[0].broadcast_to(&shape));
+            self.push_apply("broadcast_to", &[v], bc.shape.clone(), f)
         };
         let (a, b) = (expand(a, bc.expand_a)?, expand(b, bc.expand_b)?);
         self.push(Op::Binary(op, a, b), bc.shape, None)

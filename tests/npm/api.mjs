@@ -126,6 +126,42 @@ export async function run(gpukit, label) {
     "broadcast add",
   );
 
+  // NumPy broadcasting: a column against a matrix, and broadcastTo.
+  const col = gpu.tensor(new Float32Array([10, 20]), [2, 1]);
+  close(
+    await m.div(col).read(),
+    Array.from(md, (v, i) => v / [10, 20][Math.floor(i / 3)]),
+    1e-6,
+    "broadcast div by a column",
+  );
+  close(await col.broadcastTo([2, 3]).read(), [10, 10, 10, 20, 20, 20], 0, "broadcastTo");
+  assert.throws(() => m.add(gpu.tensor(new Float32Array([1, 2]), [2])), /broadcast/);
+  // Reductions over one axis, argmax over one axis, mean pooling with lengths.
+  close(
+    await m.reduceAxis("sum", 0).read(),
+    [0, 1, 2].map((c) => md[c] + md[3 + c]),
+    1e-6,
+    "reduceAxis sum 0",
+  );
+  const keptMax = m.reduceAxis("max", 1, true);
+  assert.deepEqual(keptMax.shape, [2, 1]);
+  close(
+    await keptMax.read(),
+    [0, 1].map((r) => Math.max(...md.slice(r * 3, r * 3 + 3))),
+    0,
+    "reduceAxis max 1 keepdim",
+  );
+  close(
+    await m.argmaxAxis(0).read(),
+    [0, 1, 2].map((c) => (md[3 + c] > md[c] ? 1 : 0)),
+    0,
+    "argmaxAxis 0",
+  );
+  assert.throws(() => m.reduceAxis("median", 0), /reduceAxis: op/);
+  assert.throws(() => m.reduceAxis("sum", 0, "yes"), /keepdim must be a boolean/);
+  const seq = gpu.tensor(new Float32Array([1, 2, 3, 4, 5, 6, NaN, NaN]), [2, 2, 2]);
+  close(await seq.maskedMean([2, 1]).read(), [2, 3, 5, 6], 1e-6, "maskedMean");
+
   // Reductions and softmax.
   const zs = rand(777);
   const z = gpu.tensor(zs, [777]);
