@@ -43,6 +43,7 @@ mod discover;
 mod error;
 mod future;
 mod info;
+mod load;
 mod loss;
 pub mod ops;
 mod policy;

@@ -11,21 +11,67 @@ use crate::backend::Storage;
 use crate::device::Device;
 use crate::error::{Error, Result};
 
-/// The element type of a tensor.
+/// An element type. Every tensor is stored as [`DType::F32`] on every backend today; the other
+/// types are formats data can be loaded from ([`Device::tensor_from_bytes`],
+/// [`Device::load_safetensors`]), converted exactly to f32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum DType {
     /// 32-bit IEEE float.
     F32,
+    /// 16-bit IEEE float (half).
+    F16,
+    /// bfloat16: the upper 16 bits of an f32.
+    BF16,
+    /// 32-bit signed integer.
+    I32,
+    /// 32-bit unsigned integer.
+    U32,
 }
 
 impl DType {
+    /// Every dtype.
+    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32];
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 => 2,
         }
+    }
+
+    /// The lowercase name (`"f32"`, `"bf16"`, ...), as JS and JSON spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I32 => "i32",
+            DType::U32 => "u32",
+        }
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = Error;
+
+    /// Parses a name of [`DType::name`].
+    fn from_str(s: &str) -> Result<DType> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| Error::InvalidArgument {
+                op: "dtype",
+                reason: format!("unknown dtype {s:?} (known: f32, f16, bf16, i32, u32)"),
+            })
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

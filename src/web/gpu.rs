@@ -114,6 +114,24 @@ impl JsGpu {
         JsTensor::wrap(self.device.tensor(&data, &shape))
     }
 
+    /// A tensor from little-endian bytes of `dtype` ("f32", "f16", "bf16", "i32" or "u32"),
+    /// converted exactly to f32 (integers within ±2^24).
+    #[wasm_bindgen(js_name = tensorFromBytes)]
+    pub fn tensor_from_bytes(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "\"f32\" | \"f16\" | \"bf16\" | \"i32\" | \"u32\"")]
+        dtype: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
+    ) -> Result<JsTensor, JsError> {
+        let dtype: crate::DType = super::string(dtype, "tensorFromBytes: dtype")?
+            .parse()
+            .map_err(js_error)?;
+        let shape = usizes(&shape, "shape")?;
+        let bytes = super::byte_data(bytes, "tensorFromBytes: bytes")?;
+        JsTensor::wrap(self.device.tensor_from_bytes(&bytes, dtype, &shape))
+    }
+
     /// A tensor of shape [] holding `value`.
     pub fn scalar(
         &self,

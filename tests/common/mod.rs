@@ -26,8 +26,8 @@ macro_rules! with_suite_tests {
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,
-            // suite/errors.rs, device.rs, random.rs
-            errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
+            // suite/load.rs, errors.rs, device.rs, random.rs
+            loading, errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
         ]);
     };
 }

@@ -162,6 +162,23 @@ export async function run(gpukit, label) {
   const seq = gpu.tensor(new Float32Array([1, 2, 3, 4, 5, 6, NaN, NaN]), [2, 2, 2]);
   close(await seq.maskedMean([2, 1]).read(), [2, 3, 5, 6], 1e-6, "maskedMean");
 
+  // Loading from bytes: f16 bits and i32 values, from an unaligned view.
+  const raw = new Uint8Array(1 + 8);
+  new DataView(raw.buffer).setUint16(1, 0x3c00, true); // 1.0
+  new DataView(raw.buffer).setUint16(3, 0xc000, true); // -2.0
+  new DataView(raw.buffer).setUint16(5, 0x7c00, true); // inf
+  new DataView(raw.buffer).setUint16(7, 0x0001, true); // the smallest subnormal
+  close(
+    await gpu.tensorFromBytes(raw.subarray(1), "f16", [4]).read(),
+    [1, -2, Infinity, 2 ** -24],
+    0,
+    "tensorFromBytes f16",
+  );
+  const ids = new Uint8Array(new Int32Array([7, -3, 16777216]).buffer);
+  close(await gpu.tensorFromBytes(ids, "i32", [3]).read(), [7, -3, 16777216], 0, "i32");
+  assert.throws(() => gpu.tensorFromBytes(ids, "f64", [3]), /unknown dtype/);
+  assert.throws(() => gpu.tensorFromBytes(ids, "i32", [4]), /bytes/);
+
   // Reductions and softmax.
   const zs = rand(777);
   const z = gpu.tensor(zs, [777]);
