@@ -1,4 +1,5 @@
-//! Layout ops: `permute` / `transpose`, `slice` along an axis, `concat` and `broadcast_to`. Each is a strided
+//! Layout ops: `permute` / `transpose`, `slice`, `split` and `chunk` along an axis, `concat` and
+//! `broadcast_to`. Each is a strided
 //! copy on the device (one kernel, `shaders/layout.wgsl`); nothing goes through the host.
 //! Tensors of up to 8 axes.
 
@@ -186,6 +187,55 @@ impl Tensor {
             shape: shape.clone(),
         };
         self.copies(&[(self, spec)], shape)
+    }
+
+    /// Splits along `axis` into parts of `sizes` elements each (they must add up to the axis's
+    /// length), each part a copy.
+    pub fn split(&self, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        let rank = self.shape().len();
+        check_axis("split", axis, rank)?;
+        let total = crate::shape::sum("split", sizes.iter().copied())?;
+        if total != self.shape()[axis] {
+            return Err(Error::InvalidArgument {
+                op: "split",
+                reason: format!(
+                    "sizes {sizes:?} add up to {total}, not axis {axis}'s length {}",
+                    self.shape()[axis]
+                ),
+            });
+        }
+        let mut start = 0;
+        sizes
+            .iter()
+            .map(|&size| {
+                let part = self.slice(axis, start..start + size);
+                start += size;
+                part
+            })
+            .collect()
+    }
+
+    /// Splits along `axis` into `n` parts of `ceil(len / n)` elements, the last smaller (and
+    /// fewer parts when there are not enough elements), as PyTorch's `chunk` does.
+    pub fn chunk(&self, n: usize, axis: usize) -> Result<Vec<Tensor>> {
+        let rank = self.shape().len();
+        check_axis("chunk", axis, rank)?;
+        if n == 0 {
+            return Err(Error::InvalidArgument {
+                op: "chunk",
+                reason: "the number of chunks must be at least 1".into(),
+            });
+        }
+        let len = self.shape()[axis];
+        let step = len.div_ceil(n).max(1);
+        let sizes: Vec<usize> = (0..len)
+            .step_by(step)
+            .map(|start| step.min(len - start))
+            .collect();
+        if sizes.is_empty() {
+            return Ok(vec![self.clone()]);
+        }
+        self.split(axis, &sizes)
     }
 
     /// Joins tensors along `axis`; all other axes must agree.

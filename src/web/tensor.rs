@@ -477,6 +477,37 @@ impl JsTensor {
         Ok(pair(values, indices))
     }
 
+    /// Parts of `sizes` elements along `axis` (adding up to its length).
+    #[wasm_bindgen(unchecked_return_type = "Tensor[]")]
+    pub fn split(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number[]")] sizes: JsValue,
+    ) -> JsResult<Array> {
+        let axis = super::index(axis, "split: axis")?;
+        let sizes = usizes(&sizes, "split: sizes")?;
+        let parts = self.get()?.split(axis, &sizes).map_err(js_error)?;
+        Ok(parts
+            .into_iter()
+            .map(|t| JsValue::from(JsTensor::new(t)))
+            .collect())
+    }
+    /// `n` nearly equal parts along `axis` (PyTorch's chunk).
+    #[wasm_bindgen(unchecked_return_type = "Tensor[]")]
+    pub fn chunk(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] n: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
+    ) -> JsResult<Array> {
+        let n = super::index(n, "chunk: n")?;
+        let axis = super::index(axis, "chunk: axis")?;
+        let parts = self.get()?.chunk(n, axis).map_err(js_error)?;
+        Ok(parts
+            .into_iter()
+            .map(|t| JsValue::from(JsTensor::new(t)))
+            .collect())
+    }
+
     /// The index (as a float) of each row's largest element.
     pub fn argmax(&self) -> JsResult<JsTensor> {
         self.op(Tensor::argmax_last)

@@ -162,6 +162,13 @@ export async function run(gpukit, label) {
   const seq = gpu.tensor(new Float32Array([1, 2, 3, 4, 5, 6, NaN, NaN]), [2, 2, 2]);
   close(await seq.maskedMean([2, 1]).read(), [2, 3, 5, 6], 1e-6, "maskedMean");
 
+  // split and chunk along the columns of m ([2, 3]).
+  const [left, right] = m.split(1, [1, 2]);
+  close(await left.read(), [md[0], md[3]], 0, "split left");
+  close(await right.read(), [md[1], md[2], md[4], md[5]], 0, "split right");
+  assert.equal(m.chunk(2, 1).length, 2);
+  assert.throws(() => m.split(1, [1, 1]), /add up to/);
+
   // Loading from bytes: f16 bits and i32 values, from an unaligned view.
   const raw = new Uint8Array(1 + 8);
   new DataView(raw.buffer).setUint16(1, 0x3c00, true); // 1.0

@@ -141,3 +141,55 @@ pub async fn layout(dev: &Device) {
     ));
     assert!(Tensor::concat(&[], 0).is_err());
 }
+
+/// split and chunk against the host's slices of the same data, joined back by concat; their
+/// errors.
+pub async fn split_and_chunk(dev: &Device) {
+    let shape = [4usize, 7, 3];
+    let x = Rng::new(34_000).vec(shape.iter().product(), -1.0, 1.0);
+    let t = dev.tensor(&x, &shape).unwrap();
+    // The host's part of axis 1 from `start`, `len` long.
+    let part = |start: usize, len: usize| -> Vec<f32> {
+        let mut out = Vec::new();
+        for a in 0..shape[0] {
+            for b in start..start + len {
+                out.extend(&x[(a * shape[1] + b) * shape[2]..][..shape[2]]);
+            }
+        }
+        out
+    };
+    let cases: [(&str, Vec<Tensor>, Vec<usize>); 2] = [
+        (
+            "split [2, 0, 5]",
+            t.split(1, &[2, 0, 5]).unwrap(),
+            vec![2, 0, 5],
+        ),
+        ("chunk 3", t.chunk(3, 1).unwrap(), vec![3, 3, 1]),
+    ];
+    for (what, parts, sizes) in cases {
+        assert_eq!(parts.len(), sizes.len(), "{what}");
+        let mut start = 0;
+        for (p, &len) in parts.iter().zip(&sizes) {
+            assert_eq!(p.shape(), &[shape[0], len, shape[2]], "{what}");
+            assert_eq!(
+                p.read().await.unwrap(),
+                part(start, len),
+                "{what} from {start}"
+            );
+            start += len;
+        }
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        let joined = Tensor::concat(&refs, 1).unwrap();
+        assert_eq!(
+            joined.read().await.unwrap(),
+            x,
+            "{what}: concat of the parts"
+        );
+    }
+    // More chunks than elements: one per element.
+    assert_eq!(t.chunk(10, 0).unwrap().len(), 4);
+    assert!(t.split(1, &[3, 3]).is_err());
+    assert!(t.split(3, &[4]).is_err());
+    assert!(t.chunk(0, 1).is_err());
+    assert!(t.chunk(2, 5).is_err());
+}
