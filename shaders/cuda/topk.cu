@@ -20,7 +20,8 @@ extern "C" __global__ void topk_rows(const float* __restrict__ x, u64 rows, u64 
             u64 best = 0;
             for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
                 u64 key = ((u64)order_key(row[c]) << 32) | (u64)(0xffffffffu - (u32)c);
-                if (key < bound && key > best) best = key;
+                // Round 0 has no bound: a NaN in column 0 has the all-ones key.
+                if ((round == 0 || key < bound) && key > best) best = key;
             }
             for (int o = 16; o > 0; o >>= 1) {
                 u64 other = __shfl_xor_sync(0xffffffffu, best, o);

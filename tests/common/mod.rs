@@ -22,7 +22,8 @@ macro_rules! with_suite_tests {
             // suite/conv.rs, pool.rs, attention.rs
             conv, pool, attention, attention_special_values, attention_input_errors,
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
-            embedding, rope, layout, split_and_chunk, topk_and_argmax, quantized,
+            embedding, rope, layout, split_and_chunk, topk_and_argmax, topk_nan_first,
+            quantized,
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,

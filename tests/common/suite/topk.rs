@@ -72,3 +72,24 @@ pub async fn topk_and_argmax(dev: &Device) {
         Error::Empty { .. }
     ));
 }
+
+/// NaN in the first column: it ranks highest, and one-column rows of NaN work (CUDA's top-k
+/// once read far out of bounds there: NaN's key was its "no bound yet" sentinel).
+pub async fn topk_nan_first(dev: &Device) {
+    let x = dev
+        .tensor(&[f32::NAN, 1.0, 2.0, f32::NAN, f32::NAN, -1.0], &[2, 3])
+        .unwrap();
+    let (values, indices) = x.topk_last(3).unwrap();
+    let v = values.read().await.unwrap();
+    assert!(v[0].is_nan() && v[1] == 2.0 && v[2] == 1.0, "{v:?}");
+    assert!(v[3].is_nan() && v[4].is_nan() && v[5] == -1.0, "{v:?}");
+    assert_eq!(
+        indices.read().await.unwrap(),
+        vec![0.0, 2.0, 1.0, 0.0, 1.0, 2.0]
+    );
+    let column = dev.tensor(&[f32::NAN; 5], &[5, 1]).unwrap();
+    assert_eq!(
+        column.argmax_last().unwrap().read().await.unwrap(),
+        vec![0.0; 5]
+    );
+}
