@@ -73,6 +73,10 @@ impl Device {
 }
 
 impl Tensor {
+    /// Blocking [`Tensor::to`].
+    pub fn to_blocking(&self, device: &Device) -> Result<Tensor> {
+        block_on(self.to(device))
+    }
     /// Blocking [`Tensor::read`].
     pub fn read_blocking(&self) -> Result<Vec<f32>> {
         block_on(self.read())
@@ -103,5 +107,36 @@ impl Graph {
     /// Blocking [`Graph::run`].
     pub fn run_blocking(&mut self, inputs: &[(Value, &[f32])]) -> Result<BatchResult> {
         block_on(self.run(inputs))
+    }
+}
+
+impl crate::DeviceGroup {
+    /// Blocking [`DeviceGroup::cuda_all`](crate::DeviceGroup::cuda_all).
+    pub fn cuda_all_blocking() -> Result<crate::DeviceGroup> {
+        block_on(crate::DeviceGroup::cuda_all())
+    }
+    /// Blocking [`DeviceGroup::all_reduce`](crate::DeviceGroup::all_reduce).
+    pub fn all_reduce_blocking(
+        &self,
+        tensors: &[Tensor],
+        op: crate::ReduceOp,
+    ) -> Result<Vec<Tensor>> {
+        block_on(self.all_reduce(tensors, op))
+    }
+    /// Blocking [`DeviceGroup::broadcast`](crate::DeviceGroup::broadcast).
+    pub fn broadcast_blocking(&self, tensors: &[Tensor], root: usize) -> Result<Vec<Tensor>> {
+        block_on(self.broadcast(tensors, root))
+    }
+    /// Blocking [`DeviceGroup::all_gather`](crate::DeviceGroup::all_gather).
+    pub fn all_gather_blocking(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
+        block_on(self.all_gather(tensors))
+    }
+    /// Blocking [`DeviceGroup::reduce_scatter`](crate::DeviceGroup::reduce_scatter).
+    pub fn reduce_scatter_blocking(
+        &self,
+        tensors: &[Tensor],
+        op: crate::ReduceOp,
+    ) -> Result<Vec<Tensor>> {
+        block_on(self.reduce_scatter(tensors, op))
     }
 }

@@ -330,7 +330,9 @@ impl Device {
         crate::Profiler::start(self)
     }
 
-    pub(crate) fn same(&self, other: &Device) -> bool {
+    /// Whether `other` is a handle to this same device (clones are; two devices opened on one
+    /// adapter are not).
+    pub fn same(&self, other: &Device) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 

@@ -42,6 +42,7 @@ mod device;
 mod discover;
 mod error;
 mod future;
+mod group;
 mod info;
 mod load;
 mod loss;
@@ -62,6 +63,7 @@ pub use batch::{Batch, BatchMatmul, BatchResult, Graph, Value};
 pub use device::Device;
 pub use discover::{discover, recommended, BackendReport, FoundDevice};
 pub use error::{Error, Result};
+pub use group::DeviceGroup;
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::quant::{QuantFormat, QuantTensor};
 pub use ops::{

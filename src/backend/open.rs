@@ -30,6 +30,21 @@ pub(crate) fn first_cuda() -> Result<Opened> {
     cuda(0, selection)
 }
 
+/// The number of CUDA devices (an error saying why where CUDA cannot run).
+#[cfg(cuda)]
+pub(crate) fn cuda_count() -> Result<usize> {
+    super::cuda::props::device_count()
+}
+
+/// Without the `cuda` feature (or in the browser): why there are no CUDA devices.
+#[cfg(not(cuda))]
+pub(crate) fn cuda_count() -> Result<usize> {
+    Err(Error::BackendUnavailable {
+        backend: Backend::Cuda,
+        reason: crate::device::cuda_unavailable(),
+    })
+}
+
 /// The CUDA device of ordinal `index`.
 #[cfg(cuda)]
 pub(crate) fn cuda(index: usize, selection: String) -> Result<Opened> {

@@ -27,8 +27,8 @@ macro_rules! with_suite_tests {
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,
-            // suite/load.rs, errors.rs, device.rs, random.rs
-            loading, errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
+            // suite/load.rs, group.rs, errors.rs, device.rs, random.rs
+            loading, collectives, errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
         ]);
     };
 }

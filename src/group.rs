@@ -1,0 +1,203 @@
+//! Several devices working together: moving tensors between devices, and the collectives of a
+//! [`DeviceGroup`] (all-reduce, broadcast, all-gather, reduce-scatter), one tensor per device.
+//!
+//! Data moves between devices through the host (a read, then an upload), which works for any
+//! pair: CUDA, Vulkan, WebGPU and the CPU backend, natively and in the browser. Reductions run
+//! on the group's first device with gpukit's own ops, so sum, mean, max and min give exactly
+//! what the single-device ops give (NaN included) on every backend.
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ops::ReduceOp;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// A copy of this tensor on `device`, or the tensor itself when it is already there. The
+    /// data goes through the host: read back here, uploaded there.
+    pub async fn to(&self, device: &Device) -> Result<Tensor> {
+        if self.device().same(device) {
+            return Ok(self.clone());
+        }
+        let data = self.read().await?;
+        device.tensor(&data, self.shape())
+    }
+}
+
+/// Devices that run collectives together: rank `i` is `devices()[i]`, and every collective takes
+/// one tensor per rank, each on its rank's device, and returns one per rank.
+#[derive(Clone)]
+pub struct DeviceGroup {
+    devices: Vec<Device>,
+}
+
+impl std::fmt::Debug for DeviceGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| format!("{} ({})", d.info().adapter, d.info().backend))
+            .collect();
+        f.debug_struct("DeviceGroup")
+            .field("devices", &names)
+            .finish()
+    }
+}
+
+impl DeviceGroup {
+    /// A group of `devices` (at least one), ranked in this order.
+    pub fn new(devices: Vec<Device>) -> Result<DeviceGroup> {
+        if devices.is_empty() {
+            return Err(Error::InvalidArgument {
+                op: "DeviceGroup::new",
+                reason: "a group needs at least one device".into(),
+            });
+        }
+        Ok(DeviceGroup { devices })
+    }
+
+    /// Every CUDA device of this machine, by ordinal.
+    pub async fn cuda_all() -> Result<DeviceGroup> {
+        let count = crate::backend::open::cuda_count()?;
+        let mut devices = Vec::with_capacity(count);
+        for i in 0..count {
+            devices.push(Device::with_backend_at(crate::Backend::Cuda, i).await?);
+        }
+        DeviceGroup::new(devices)
+    }
+
+    /// The devices, by rank.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// Checks that `tensors` has one tensor per rank, on that rank's device, all of one shape.
+    fn check(&self, op: &'static str, tensors: &[Tensor]) -> Result<()> {
+        if tensors.len() != self.devices.len() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "{} tensors for a group of {} devices (one per rank)",
+                    tensors.len(),
+                    self.devices.len()
+                ),
+            });
+        }
+        for (rank, (t, d)) in tensors.iter().zip(&self.devices).enumerate() {
+            if !t.device().same(d) {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("the tensor of rank {rank} is not on that rank's device"),
+                });
+            }
+            if t.shape() != tensors[0].shape() {
+                return Err(Error::shape(
+                    op,
+                    t.shape(),
+                    tensors[0].shape(),
+                    "(a rank's tensor against rank 0's: every rank's tensor has one shape)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `tensors` reduced elementwise by `op` (sum, mean, max or min; NaN wins max and min),
+    /// on every rank.
+    pub async fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
+        self.check("all_reduce", tensors)?;
+        let reduced = self.reduce_on_first(tensors, op).await?;
+        self.spread(&reduced).await
+    }
+
+    /// The tensor of rank `root` on every rank.
+    pub async fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<Vec<Tensor>> {
+        self.check("broadcast", tensors)?;
+        let Some(source) = tensors.get(root) else {
+            return Err(Error::InvalidArgument {
+                op: "broadcast",
+                reason: format!("root {root} is not a rank of a group of {}", self.size()),
+            });
+        };
+        self.spread(source).await
+    }
+
+    /// Every rank's tensor joined along axis 0 (rank order), on every rank.
+    pub async fn all_gather(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.check("all_gather", tensors)?;
+        let joined = self.gather_on_first(tensors, "all_gather").await?;
+        self.spread(&joined).await
+    }
+
+    /// `tensors` reduced by `op`, then split along axis 0 into one equal part per rank: rank
+    /// `i` gets part `i`. Axis 0's length must be a multiple of the group's size.
+    pub async fn reduce_scatter(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
+        self.check("reduce_scatter", tensors)?;
+        let rows = tensors[0].shape().first().copied().unwrap_or(0);
+        if tensors[0].shape().is_empty() || !rows.is_multiple_of(self.size()) {
+            return Err(Error::InvalidArgument {
+                op: "reduce_scatter",
+                reason: format!(
+                    "axis 0 of {:?} does not split into {} equal parts",
+                    tensors[0].shape(),
+                    self.size()
+                ),
+            });
+        }
+        let reduced = self.reduce_on_first(tensors, op).await?;
+        let parts = reduced.chunk(self.size(), 0)?;
+        let parts = if parts.len() == self.size() {
+            parts
+        } else {
+            // Axis 0 of length 0: every rank gets the empty tensor.
+            vec![reduced; self.size()]
+        };
+        let mut out = Vec::with_capacity(self.size());
+        for (part, device) in parts.iter().zip(&self.devices) {
+            out.push(part.to(device).await?);
+        }
+        Ok(out)
+    }
+
+    /// Every rank's tensor stacked along a new axis 0 on rank 0's device.
+    async fn gather_on_first(&self, tensors: &[Tensor], op: &'static str) -> Result<Tensor> {
+        let first = &self.devices[0];
+        let mut moved = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            moved.push(t.to(first).await?);
+        }
+        let refs: Vec<&Tensor> = moved.iter().collect();
+        Tensor::concat(&refs, 0).map_err(|e| match e {
+            Error::InvalidArgument { reason, .. } => Error::InvalidArgument { op, reason },
+            other => other,
+        })
+    }
+
+    /// `op` over the ranks' tensors, elementwise, on rank 0's device.
+    async fn reduce_on_first(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Tensor> {
+        let shape = tensors[0].shape().to_vec();
+        let mut stacked_shape = vec![1];
+        stacked_shape.extend(&shape);
+        let first = &self.devices[0];
+        let mut rows = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            rows.push(t.to(first).await?.reshape(&stacked_shape)?);
+        }
+        let refs: Vec<&Tensor> = rows.iter().collect();
+        let stacked = Tensor::concat(&refs, 0)?;
+        stacked.reduce_axis(op, 0, false)?.reshape(&shape)
+    }
+
+    /// `tensor` on every rank (rank 0's copy is `tensor` itself when it is already there).
+    async fn spread(&self, tensor: &Tensor) -> Result<Vec<Tensor>> {
+        let mut out = Vec::with_capacity(self.size());
+        for device in &self.devices {
+            out.push(tensor.to(device).await?);
+        }
+        Ok(out)
+    }
+}
