@@ -6,6 +6,9 @@
 //! on the group's first device with gpukit's own ops, so sum, mean, max and min give exactly
 //! what the single-device ops give (NaN included) on every backend.
 
+use std::sync::{Arc, OnceLock};
+
+use crate::backend::collective::Collectives;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::ReduceOp;
@@ -28,6 +31,8 @@ impl Tensor {
 #[derive(Clone)]
 pub struct DeviceGroup {
     devices: Vec<Device>,
+    /// NCCL where every rank is a different CUDA device (made at the first collective).
+    fast: Arc<OnceLock<Option<Collectives>>>,
 }
 
 impl std::fmt::Debug for DeviceGroup {
@@ -52,7 +57,10 @@ impl DeviceGroup {
                 reason: "a group needs at least one device".into(),
             });
         }
-        Ok(DeviceGroup { devices })
+        Ok(DeviceGroup {
+            devices,
+            fast: Arc::default(),
+        })
     }
 
     /// Every CUDA device of this machine, by ordinal.
@@ -106,10 +114,39 @@ impl DeviceGroup {
         Ok(())
     }
 
-    /// `tensors` reduced elementwise by `op` (sum, mean, max or min; NaN wins max and min),
-    /// on every rank.
+    /// Whether collectives run on NCCL (every rank a different CUDA device of this process,
+    /// and libnccl found) rather than through the host.
+    pub fn uses_nccl(&self) -> bool {
+        self.fast().is_some()
+    }
+
+    fn fast(&self) -> Option<&Collectives> {
+        self.fast
+            .get_or_init(|| {
+                if self.devices.len() < 2 {
+                    return None;
+                }
+                let backends: Vec<_> = self.devices.iter().map(Device::backend).collect();
+                Collectives::for_backends(&backends)
+            })
+            .as_ref()
+    }
+
+    /// `tensors` reduced elementwise by `op` (sum, mean, max or min), on every rank. Through
+    /// the host, NaN wins max and min as in the single-device ops; on NCCL the sums run in
+    /// NCCL's order and max and min follow NCCL.
     pub async fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
         self.check("all_reduce", tensors)?;
+        if let Some(fast) = self.fast() {
+            let backends: Vec<_> = self.devices.iter().map(Device::backend).collect();
+            let inputs: Vec<_> = tensors.iter().map(Tensor::storage).collect();
+            let outs = fast.all_reduce(&backends, &inputs, tensors[0].len(), op)?;
+            return Ok(outs
+                .into_iter()
+                .zip(&self.devices)
+                .map(|(s, d)| Tensor::new(d.clone(), s, tensors[0].shape().to_vec()))
+                .collect());
+        }
         let reduced = self.reduce_on_first(tensors, op).await?;
         self.spread(&reduced).await
     }

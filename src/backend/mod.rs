@@ -6,6 +6,7 @@
 //! `ops/`; [`BackendImpl`] routes each op with one `dispatch!` line, the same way for every
 //! variant.
 
+pub(crate) mod collective;
 pub(crate) mod control;
 pub(crate) mod cpu;
 #[cfg(cuda)]

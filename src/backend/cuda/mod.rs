@@ -17,6 +17,7 @@ pub(crate) mod errors;
 mod fused;
 pub(crate) mod graph;
 mod module;
+pub(crate) mod nccl;
 mod ops;
 mod pool;
 pub(crate) mod props;

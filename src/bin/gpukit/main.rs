@@ -6,6 +6,7 @@
 //! gpukit info     [--json]     the device Device::new() picks, why, and the recommendation
 //! gpukit bench    [--json] [--quick] [--backend NAME]
 //! gpukit bench-cpu [--json] [--quick]  the CPU backend beside a Rust loop and the gemm crate
+//! gpukit bench-group [--json]  all_reduce over every CUDA device (NCCL where it loads)
 //! gpukit verify   [--json] [--backend NAME]  every op family checked against the CPU backend
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
@@ -17,7 +18,7 @@ mod baseline_cuda;
 #[cfg(native)]
 mod bench;
 #[cfg(native)]
-#[cfg(native)]
+mod bench_group;
 #[cfg(native)]
 mod cpu_bench;
 #[cfg(native)]
@@ -43,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Some("info") => report::info(json),
         Some("bench") => bench::run(&args[1..]),
         Some("bench-cpu") => cpu_bench::run(&args[1..]),
+        Some("bench-group") => bench_group::run(&args[1..]),
         Some("verify") => verify::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
@@ -60,12 +62,13 @@ fn main() -> std::process::ExitCode {
 }
 
 #[cfg(native)]
-const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu|verify> [--json]
+const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
   bench [--quick] [--backend NAME]
                     the benchmark workloads (BENCHMARKS.md) on the chosen device
+  bench-group       all_reduce over every CUDA device, 1 MB to 1 GB (NCCL where it loads)
   bench-cpu [--quick]
                     the CPU backend's elementwise and matmul throughput beside a plain
                     Rust loop and the gemm crate called directly

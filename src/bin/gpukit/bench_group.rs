@@ -1,0 +1,73 @@
+//! `gpukit bench-group`: all_reduce (sum) over every CUDA device of the machine, from 1 MB to
+//! 1 GB per rank, as algorithm and bus bandwidth (NCCL's definitions: bus = algorithm x
+//! 2 (n - 1) / n), each the median of timed runs, every device synchronised after each.
+//! `scripts/peers/torch_all_reduce.py` measures PyTorch the same way.
+
+use gpukit::{DeviceGroup, ReduceOp};
+use serde::Serialize;
+
+use crate::bench::{median, time};
+
+#[derive(Serialize)]
+struct Row {
+    bytes: usize,
+    us: f64,
+    algbw_gbs: f64,
+    busbw_gbs: f64,
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let json = args.iter().any(|a| a == "--json");
+    if let Some(other) = args.iter().find(|a| *a != "--json") {
+        return Err(format!("unknown bench-group option {other:?}"));
+    }
+    let group = DeviceGroup::cuda_all_blocking().map_err(|e| e.to_string())?;
+    let ranks = group.size();
+    let mut rows = Vec::new();
+    for mb in [1usize, 8, 64, 256, 1024] {
+        let bytes = mb << 20;
+        let n = bytes / 4;
+        let tensors = group
+            .devices()
+            .iter()
+            .enumerate()
+            .map(|(r, d)| d.tensor(&vec![r as f32 + 0.5; n], &[n]))
+            .collect::<gpukit::Result<Vec<_>>>()
+            .map_err(|e| e.to_string())?;
+        let runs = if mb >= 256 { 5 } else { 20 };
+        let t = time(3, runs, || {
+            drop(group.all_reduce_blocking(&tensors, ReduceOp::Sum)?);
+            for d in group.devices() {
+                d.synchronize_blocking()?;
+            }
+            Ok(())
+        })?;
+        let secs = median(t);
+        let algbw = bytes as f64 / secs / 1e9;
+        rows.push(Row {
+            bytes,
+            us: secs * 1e6,
+            algbw_gbs: algbw,
+            busbw_gbs: algbw * 2.0 * (ranks as f64 - 1.0) / ranks as f64,
+        });
+    }
+    if json {
+        let out = serde_json::json!({ "ranks": ranks, "nccl": group.uses_nccl(), "rows": rows });
+        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!(
+        "all_reduce (sum) over {ranks} CUDA devices, {}",
+        if group.uses_nccl() { "NCCL" } else { "through the host" }
+    );
+    for r in &rows {
+        println!(
+            "{:>6} MiB  {:>10.1} us  alg {:>7.1} GB/s  bus {:>7.1} GB/s",
+            r.bytes >> 20,
+            r.us,
+            r.algbw_gbs,
+            r.busbw_gbs
+        );
+    }
+    Ok(())
+}

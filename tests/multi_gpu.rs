@@ -1,0 +1,79 @@
+//! The collectives of a group of every CUDA device of this machine, on NCCL, against an f64
+//! reference. Runs where there are at least two CUDA devices; elsewhere prints a `SKIPPED`
+//! line, unless `GPUKIT_REQUIRE_GPUS=2` is set (on the two-GPU machine), which makes fewer
+//! devices, or NCCL missing, a failure.
+#![cfg(not(target_arch = "wasm32"))]
+
+use gpukit::{Backend, Device, DeviceGroup, ReduceOp};
+
+fn group() -> Option<DeviceGroup> {
+    let required = std::env::var_os("GPUKIT_REQUIRE_GPUS").is_some();
+    let found = DeviceGroup::cuda_all_blocking().map_err(|e| e.to_string());
+    match found {
+        Ok(g) if g.size() >= 2 => Some(g),
+        Ok(g) if required => panic!("GPUKIT_REQUIRE_GPUS is set but {} CUDA device(s)", g.size()),
+        Err(e) if required => panic!("GPUKIT_REQUIRE_GPUS is set but CUDA cannot run: {e}"),
+        other => {
+            use std::io::Write;
+            let why = match other {
+                Ok(g) => format!("{} CUDA device(s)", g.size()),
+                Err(e) => e,
+            };
+            let _ = writeln!(std::io::stderr(), "SKIPPED (two GPUs): {why}");
+            None
+        }
+    }
+}
+
+#[test]
+fn all_reduce_over_nccl_matches_the_reference() {
+    let Some(group) = group() else { return };
+    if std::env::var_os("GPUKIT_REQUIRE_GPUS").is_some() {
+        assert!(group.uses_nccl(), "NCCL should run the group's collectives");
+    }
+    let ranks = group.size();
+    for n in [0usize, 1, 1023, 1 << 20] {
+        let data: Vec<Vec<f32>> = (0..ranks)
+            .map(|r| {
+                (0..n)
+                    .map(|i| ((i * 7919 + r * 104729) % 2001) as f32 / 1000.0 - 1.0)
+                    .collect()
+            })
+            .collect();
+        let tensors: Vec<_> = data
+            .iter()
+            .zip(group.devices())
+            .map(|(d, dev)| dev.tensor(d, &[n]).unwrap())
+            .collect();
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+            let out = group.all_reduce_blocking(&tensors, op).unwrap();
+            for (rank, t) in out.iter().enumerate() {
+                assert!(t.device().same(&group.devices()[rank]));
+                let got = t.read_blocking().unwrap();
+                for (i, &g) in got.iter().enumerate() {
+                    let column = data.iter().map(|d| d[i] as f64);
+                    let want = match op {
+                        ReduceOp::Sum => column.sum::<f64>(),
+                        ReduceOp::Mean => column.sum::<f64>() / ranks as f64,
+                        ReduceOp::Max => column.fold(f64::NEG_INFINITY, f64::max),
+                        ReduceOp::Min => column.fold(f64::INFINITY, f64::min),
+                    };
+                    assert!(
+                        (g as f64 - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                        "{} of {n} on rank {rank}, [{i}]: {g} vs {want}",
+                        op.name()
+                    );
+                }
+            }
+        }
+    }
+    // The host-staged path on the same devices agrees: a group of one CUDA device and the CPU.
+    let mixed = DeviceGroup::new(vec![group.devices()[0].clone(), Device::cpu()]).unwrap();
+    assert!(!mixed.uses_nccl());
+    let a = group.devices()[0].tensor(&[1.0, 2.0], &[2]).unwrap();
+    let b = Device::cpu().tensor(&[3.0, -4.0], &[2]).unwrap();
+    let b = b.to_blocking(&mixed.devices()[1]).unwrap();
+    let out = mixed.all_reduce_blocking(&[a, b], ReduceOp::Sum).unwrap();
+    assert_eq!(out[1].read_blocking().unwrap(), vec![4.0, -2.0]);
+    assert_eq!(group.devices()[0].info().backend, Backend::Cuda);
+}
