@@ -15,11 +15,23 @@ use crate::ops::ReduceOp;
 use crate::tensor::Tensor;
 
 impl Tensor {
-    /// A copy of this tensor on `device`, or the tensor itself when it is already there. The
-    /// data goes through the host: read back here, uploaded there.
+    /// A copy of this tensor on `device`, or the tensor itself when it is already there.
+    /// Between CUDA devices it is one peer copy (NVLink or PCIe P2P where the GPUs reach each
+    /// other), ordered on both devices' streams; between other devices the data goes through
+    /// the host: read back here, uploaded there.
     pub async fn to(&self, device: &Device) -> Result<Tensor> {
         if self.device().same(device) {
             return Ok(self.clone());
+        }
+        self.device().check_lost()?;
+        device.check_lost()?;
+        let peer = self
+            .device()
+            .backend()
+            .copy_to_device(self.storage(), self.len(), device.backend());
+        if let Some(copied) = peer {
+            let storage = device.note_loss(copied)?;
+            return Ok(Tensor::new(device.clone(), storage, self.shape().to_vec()));
         }
         let data = self.read().await?;
         device.tensor(&data, self.shape())

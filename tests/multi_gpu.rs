@@ -77,3 +77,35 @@ fn all_reduce_over_nccl_matches_the_reference() {
     assert_eq!(out[1].read_blocking().unwrap(), vec![4.0, -2.0]);
     assert_eq!(group.devices()[0].info().backend, Backend::Cuda);
 }
+
+#[test]
+fn peer_copies_keep_every_bit_and_order_with_both_streams() {
+    let Some(group) = group() else { return };
+    let (d0, d1) = (&group.devices()[0], &group.devices()[1]);
+    for n in [0usize, 1, 4099, 1 << 22] {
+        let data: Vec<f32> = (0..n)
+            .map(|i| match i % 5 {
+                0 => f32::NAN,
+                1 => -0.0,
+                2 => f32::INFINITY,
+                _ => i as f32 * 0.25 - 3.0,
+            })
+            .collect();
+        // Written by an op just before the copy, read by an op just after it.
+        let x = d0.tensor(&data, &[n]).unwrap().scale(2.0).unwrap();
+        let y = x.to_blocking(d1).unwrap();
+        assert!(y.device().same(d1));
+        let z = y.scale(0.5).unwrap();
+        drop(x);
+        let got = z.read_blocking().unwrap();
+        assert_eq!(got.len(), n);
+        for (i, (g, w)) in got.iter().zip(&data).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{n} elements, [{i}]: {g} vs {w}"
+            );
+        }
+        let back = y.to_blocking(d0).unwrap().read_blocking().unwrap();
+        assert_eq!(back.len(), n);
+    }
+}

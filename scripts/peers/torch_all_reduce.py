@@ -41,11 +41,34 @@ def worker(rank, world, out):
     dist.destroy_process_group()
 
 
+def peer_copies():
+    """x.to("cuda:1") from cuda:0, as gpukit's Tensor::to, timed the same way."""
+    rows = []
+    for mb in [64, 1024]:
+        x = torch.full(((mb << 20) // 4,), 1.5, device="cuda:0")
+        times = []
+        for i in range(3 + 10):
+            torch.cuda.synchronize(0)
+            torch.cuda.synchronize(1)
+            t0 = time.perf_counter()
+            y = x.to("cuda:1")
+            torch.cuda.synchronize(0)
+            torch.cuda.synchronize(1)
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+            del y
+        secs = statistics.median(times)
+        rows.append({"bytes": mb << 20, "us": secs * 1e6, "gbs": (mb << 20) / secs / 1e9})
+    return rows
+
+
 if __name__ == "__main__":
     world = torch.cuda.device_count()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     mp.spawn(worker, args=(world, q), nprocs=world, join=False)
     rows = q.get()
+    copies = peer_copies() if world >= 2 else []
     print(json.dumps({"ranks": world, "torch": torch.__version__,
-                      "nccl": ".".join(map(str, torch.cuda.nccl.version())), "rows": rows}, indent=2))
+                      "nccl": ".".join(map(str, torch.cuda.nccl.version())), "rows": rows,
+                      "peer_copies": copies}, indent=2))

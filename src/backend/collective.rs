@@ -60,3 +60,21 @@ impl Collectives {
         }
     }
 }
+
+impl BackendImpl {
+    /// The first `n` elements of `x` on `dst` without going through the host, where both are
+    /// CUDA devices (a peer copy); `None` where the data must go through the host.
+    pub(crate) fn copy_to_device(
+        &self,
+        x: &Storage,
+        n: usize,
+        dst: &BackendImpl,
+    ) -> Option<Result<Storage>> {
+        #[cfg(cuda)]
+        if let (Some(src), Some(to), Storage::Cuda(x)) = (self.cuda(), dst.cuda(), x) {
+            return Some(src.copy_to_peer(x, n, to).map(Storage::Cuda));
+        }
+        let _ = (x, n, dst);
+        None
+    }
+}

@@ -139,3 +139,61 @@ impl Nccl {
         }
     }
 }
+
+/// Whether device `a` can read and write device `b`'s memory directly (NVLink or PCIe P2P).
+pub(crate) fn can_access_peer(a: &CudaBackend, b: &CudaBackend) -> bool {
+    let mut can = 0;
+    // SAFETY: both devices are open; the call only queries the topology.
+    let r = unsafe {
+        cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device())
+    };
+    r == cudarc::driver::sys::CUresult::CUDA_SUCCESS && can == 1
+}
+
+impl CudaBackend {
+    /// A copy of the first `n` elements of `x` on `dst`'s device, by one `cuMemcpyPeerAsync`
+    /// (over NVLink or PCIe P2P where the devices can reach each other, with peer access
+    /// enabled once per pair; the driver stages through the host otherwise). `dst`'s stream
+    /// waits for this stream's work before the copy, and this stream for the copy before
+    /// anything after it, so neither side's later work can overtake it.
+    pub(crate) fn copy_to_peer(
+        &self,
+        x: &CudaStorage,
+        n: usize,
+        dst: &CudaBackend,
+    ) -> Result<CudaStorage> {
+        let out = dst.alloc(n)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if can_access_peer(dst, self) {
+            dst.bind()?;
+            // SAFETY: enables access from dst's context to this one's; "already enabled" is fine.
+            let r = unsafe { cudarc::driver::sys::cuCtxEnablePeerAccess(self.ctx.cu_ctx(), 0) };
+            let ok = matches!(
+                r,
+                cudarc::driver::sys::CUresult::CUDA_SUCCESS
+                    | cudarc::driver::sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            );
+            if !ok {
+                log::info!("gpukit: peer access from CUDA device {} was refused: {r:?}", dst.ctx.ordinal());
+            }
+        }
+        dst.stream.join(&self.stream).map_err(super::errors::driver)?;
+        // SAFETY: both buffers are live device allocations of at least n * 4 bytes, on the
+        // contexts named; the stream is dst's.
+        unsafe {
+            cudarc::driver::result::memcpy_peer_async(
+                dst.ctx.cu_ctx(),
+                out.ptr(),
+                self.ctx.cu_ctx(),
+                x.ptr(),
+                n * 4,
+                dst.stream.cu_stream(),
+            )
+        }
+        .map_err(super::errors::driver)?;
+        self.stream.join(&dst.stream).map_err(super::errors::driver)?;
+        Ok(out)
+    }
+}

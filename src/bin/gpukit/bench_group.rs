@@ -1,12 +1,20 @@
 //! `gpukit bench-group`: all_reduce (sum) over every CUDA device of the machine, from 1 MB to
 //! 1 GB per rank, as algorithm and bus bandwidth (NCCL's definitions: bus = algorithm x
 //! 2 (n - 1) / n), each the median of timed runs, every device synchronised after each.
+//! Then peer copies from device 0 to device 1 (`Tensor::to`) of 64 MiB and 1 GiB.
 //! `scripts/peers/torch_all_reduce.py` measures PyTorch the same way.
 
 use gpukit::{DeviceGroup, ReduceOp};
 use serde::Serialize;
 
 use crate::bench::{median, time};
+
+#[derive(Serialize)]
+struct Copy {
+    bytes: usize,
+    us: f64,
+    gbs: f64,
+}
 
 #[derive(Serialize)]
 struct Row {
@@ -51,8 +59,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
             busbw_gbs: algbw * 2.0 * (ranks as f64 - 1.0) / ranks as f64,
         });
     }
+    // Peer copies, device 0 to device 1.
+    let mut copies = Vec::new();
+    if let [d0, d1, ..] = group.devices() {
+        for mb in [64usize, 1024] {
+            let n = (mb << 20) / 4;
+            let x = d0.tensor(&vec![1.5; n], &[n]).map_err(|e| e.to_string())?;
+            let t = time(3, 10, || {
+                drop(x.to_blocking(d1)?);
+                d0.synchronize_blocking()?;
+                d1.synchronize_blocking()
+            })?;
+            let secs = median(t);
+            copies.push(Copy {
+                bytes: mb << 20,
+                us: secs * 1e6,
+                gbs: (mb << 20) as f64 / secs / 1e9,
+            });
+        }
+    }
     if json {
-        let out = serde_json::json!({ "ranks": ranks, "nccl": group.uses_nccl(), "rows": rows });
+        let out = serde_json::json!({
+            "ranks": ranks,
+            "nccl": group.uses_nccl(),
+            "rows": rows,
+            "peer_copies": copies,
+        });
         println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
         return Ok(());
     }
@@ -67,6 +99,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
             r.us,
             r.algbw_gbs,
             r.busbw_gbs
+        );
+    }
+    for c in &copies {
+        println!(
+            "peer copy 0 -> 1, {:>6} MiB  {:>10.1} us  {:>7.1} GB/s",
+            c.bytes >> 20,
+            c.us,
+            c.gbs
         );
     }
     Ok(())
