@@ -165,3 +165,32 @@ fn cuda_report() -> BackendReport {
         devices: Vec::new(),
     }
 }
+
+/// How this machine's CUDA devices connect: the peer-access matrix (`peer_access[i][j]`: device
+/// `i` reads and writes device `j`'s memory directly over NVLink or PCIe) and the NCCL version
+/// where libnccl loads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CudaTopology {
+    /// `[i][j]`: whether device `i` can access device `j` (the diagonal is true).
+    pub peer_access: Vec<Vec<bool>>,
+    /// NCCL's version, where the library loads.
+    pub nccl: Option<String>,
+}
+
+/// The CUDA devices' topology, or why CUDA cannot run.
+pub fn cuda_topology() -> crate::Result<CudaTopology> {
+    #[cfg(cuda)]
+    {
+        use crate::backend::cuda::props;
+        let count = props::device_count()?;
+        Ok(CudaTopology {
+            peer_access: props::peer_matrix(count)?,
+            nccl: props::nccl_version(),
+        })
+    }
+    #[cfg(not(cuda))]
+    Err(crate::Error::BackendUnavailable {
+        backend: Backend::Cuda,
+        reason: cuda_unavailable(),
+    })
+}

@@ -1,14 +1,16 @@
 //! Several devices working together: moving tensors between devices, and the collectives of a
 //! [`DeviceGroup`] (all-reduce, broadcast, all-gather, reduce-scatter), one tensor per device.
 //!
-//! Data moves between devices through the host (a read, then an upload), which works for any
-//! pair: CUDA, Vulkan, WebGPU and the CPU backend, natively and in the browser. Reductions run
-//! on the group's first device with gpukit's own ops, so sum, mean, max and min give exactly
-//! what the single-device ops give (NaN included) on every backend.
+//! Between CUDA devices a tensor moves by one peer copy; between any others through the host
+//! (a read, then an upload), so every pair works: CUDA, Vulkan, WebGPU and the CPU backend,
+//! natively and in the browser. A group of different CUDA devices runs its collectives on NCCL
+//! where libnccl loads; any other group stages them through rank 0, reducing there with
+//! gpukit's own ops, so sum, mean, max and min give exactly what the single-device ops give
+//! (NaN included) on every backend.
 
 use std::sync::{Arc, OnceLock};
 
-use crate::backend::collective::Collectives;
+use crate::backend::collective::{Collectives, Kind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::ReduceOp;
@@ -25,10 +27,10 @@ impl Tensor {
         }
         self.device().check_lost()?;
         device.check_lost()?;
-        let peer = self
-            .device()
-            .backend()
-            .copy_to_device(self.storage(), self.len(), device.backend());
+        let peer =
+            self.device()
+                .backend()
+                .copy_to_device(self.storage(), self.len(), device.backend());
         if let Some(copied) = peer {
             let storage = device.note_loss(copied)?;
             return Ok(Tensor::new(device.clone(), storage, self.shape().to_vec()));
@@ -144,20 +146,38 @@ impl DeviceGroup {
             .as_ref()
     }
 
-    /// `tensors` reduced elementwise by `op` (sum, mean, max or min), on every rank. Through
-    /// the host, NaN wins max and min as in the single-device ops; on NCCL the sums run in
-    /// NCCL's order and max and min follow NCCL.
+    /// `kind` on NCCL when the group runs there, with `shape` for every rank's output.
+    fn on_nccl(
+        &self,
+        tensors: &[Tensor],
+        kind: Kind,
+        shape: &[usize],
+    ) -> Result<Option<Vec<Tensor>>> {
+        let Some(fast) = self.fast() else {
+            return Ok(None);
+        };
+        for d in &self.devices {
+            d.check_lost()?;
+        }
+        let backends: Vec<_> = self.devices.iter().map(Device::backend).collect();
+        let inputs: Vec<_> = tensors.iter().map(Tensor::storage).collect();
+        let outs = fast.run(&backends, &inputs, tensors[0].len(), kind)?;
+        Ok(Some(
+            outs.into_iter()
+                .zip(&self.devices)
+                .map(|(s, d)| Tensor::new(d.clone(), s, shape.to_vec()))
+                .collect(),
+        ))
+    }
+
+    /// `tensors` reduced elementwise by `op` (sum, mean, max or min), on every rank. Staged
+    /// through rank 0, NaN wins max and min as in the single-device ops; on NCCL the sums run
+    /// in NCCL's order and max and min follow NCCL.
     pub async fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
         self.check("all_reduce", tensors)?;
-        if let Some(fast) = self.fast() {
-            let backends: Vec<_> = self.devices.iter().map(Device::backend).collect();
-            let inputs: Vec<_> = tensors.iter().map(Tensor::storage).collect();
-            let outs = fast.all_reduce(&backends, &inputs, tensors[0].len(), op)?;
-            return Ok(outs
-                .into_iter()
-                .zip(&self.devices)
-                .map(|(s, d)| Tensor::new(d.clone(), s, tensors[0].shape().to_vec()))
-                .collect());
+        let shape = tensors[0].shape().to_vec();
+        if let Some(out) = self.on_nccl(tensors, Kind::AllReduce(op), &shape)? {
+            return Ok(out);
         }
         let reduced = self.reduce_on_first(tensors, op).await?;
         self.spread(&reduced).await
@@ -172,12 +192,23 @@ impl DeviceGroup {
                 reason: format!("root {root} is not a rank of a group of {}", self.size()),
             });
         };
+        let shape = source.shape().to_vec();
+        if let Some(out) = self.on_nccl(tensors, Kind::Broadcast(root), &shape)? {
+            return Ok(out);
+        }
         self.spread(source).await
     }
 
     /// Every rank's tensor joined along axis 0 (rank order), on every rank.
     pub async fn all_gather(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
         self.check("all_gather", tensors)?;
+        if let Some((&rows, rest)) = tensors[0].shape().split_first() {
+            let mut shape = vec![rows * self.size()];
+            shape.extend(rest);
+            if let Some(out) = self.on_nccl(tensors, Kind::AllGather, &shape)? {
+                return Ok(out);
+            }
+        }
         let joined = self.gather_on_first(tensors, "all_gather").await?;
         self.spread(&joined).await
     }
@@ -196,6 +227,11 @@ impl DeviceGroup {
                     self.size()
                 ),
             });
+        }
+        let mut part_shape = tensors[0].shape().to_vec();
+        part_shape[0] = rows / self.size();
+        if let Some(out) = self.on_nccl(tensors, Kind::ReduceScatter(op), &part_shape)? {
+            return Ok(out);
         }
         let reduced = self.reduce_on_first(tensors, op).await?;
         let parts = reduced.chunk(self.size(), 0)?;

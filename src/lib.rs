@@ -61,7 +61,9 @@ mod web;
 
 pub use batch::{Batch, BatchMatmul, BatchResult, Graph, Value};
 pub use device::Device;
-pub use discover::{discover, recommended, BackendReport, FoundDevice};
+pub use discover::{
+    cuda_topology, discover, recommended, BackendReport, CudaTopology, FoundDevice,
+};
 pub use error::{Error, Result};
 pub use group::DeviceGroup;
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};

@@ -67,6 +67,48 @@ fn all_reduce_over_nccl_matches_the_reference() {
             }
         }
     }
+    // broadcast, all_gather and reduce_scatter on NCCL, against the host's arithmetic.
+    let rows = 2 * ranks;
+    let data: Vec<Vec<f32>> = (0..ranks)
+        .map(|r| (0..rows * 3).map(|i| (i + 100 * r) as f32 * 0.5).collect())
+        .collect();
+    let tensors: Vec<_> = data
+        .iter()
+        .zip(group.devices())
+        .map(|(d, dev)| dev.tensor(d, &[rows, 3]).unwrap())
+        .collect();
+    for (rank, t) in group
+        .broadcast_blocking(&tensors, 1)
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            t.read_blocking().unwrap(),
+            data[1],
+            "broadcast on rank {rank}"
+        );
+    }
+    let joined: Vec<f32> = data.concat();
+    for t in group.all_gather_blocking(&tensors).unwrap() {
+        assert_eq!(t.shape(), &[rows * ranks, 3]);
+        assert_eq!(t.read_blocking().unwrap(), joined);
+    }
+    let parts = group
+        .reduce_scatter_blocking(&tensors, ReduceOp::Sum)
+        .unwrap();
+    let part = rows * 3 / ranks;
+    for (rank, t) in parts.iter().enumerate() {
+        assert_eq!(t.shape(), &[rows / ranks, 3]);
+        let want: Vec<f32> = (rank * part..(rank + 1) * part)
+            .map(|i| data.iter().map(|d| d[i]).sum())
+            .collect();
+        assert_eq!(
+            t.read_blocking().unwrap(),
+            want,
+            "reduce_scatter on rank {rank}"
+        );
+    }
     // The host-staged path on the same devices agrees: a group of one CUDA device and the CPU.
     let mixed = DeviceGroup::new(vec![group.devices()[0].clone(), Device::cpu()]).unwrap();
     assert!(!mixed.uses_nccl());

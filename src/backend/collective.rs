@@ -32,13 +32,13 @@ impl Collectives {
         None
     }
 
-    /// `op` over `inputs` (one per rank, `n` elements each), the result on every rank.
-    pub(crate) fn all_reduce(
+    /// `kind` over `inputs` (one per rank, `n` elements each): one storage per rank.
+    pub(crate) fn run(
         &self,
         backends: &[&BackendImpl],
         inputs: &[&Storage],
         n: usize,
-        op: ReduceOp,
+        kind: Kind,
     ) -> Result<Vec<Storage>> {
         #[cfg(cuda)]
         {
@@ -50,15 +50,35 @@ impl Collectives {
                 .iter()
                 .map(|s| s.as_cuda())
                 .collect::<Result<Vec<_>>>()?;
-            let outs = self.nccl.all_reduce(&cuda, &ins, n, op)?;
+            let nccl = &self.nccl;
+            let outs = match kind {
+                Kind::AllReduce(op) => nccl.all_reduce(&cuda, &ins, n, op)?,
+                Kind::Broadcast(root) => nccl.broadcast(&cuda, &ins, n, root)?,
+                Kind::AllGather => nccl.all_gather(&cuda, &ins, n)?,
+                Kind::ReduceScatter(op) => nccl.reduce_scatter(&cuda, &ins, n, op)?,
+            };
             Ok(outs.into_iter().map(Storage::Cuda).collect())
         }
         #[cfg(not(cuda))]
         {
-            let _ = (backends, inputs, n, op);
+            let _ = (backends, inputs, n, kind);
             Err(super::mismatch())
         }
     }
+}
+
+/// A collective and its parameter (read only by the CUDA build's NCCL path).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(cuda), allow(dead_code))]
+pub(crate) enum Kind {
+    /// The reduction on every rank.
+    AllReduce(ReduceOp),
+    /// The root rank's tensor on every rank.
+    Broadcast(usize),
+    /// Every rank's tensor, in rank order, on every rank.
+    AllGather,
+    /// The reduction, rank `i` keeping part `i`.
+    ReduceScatter(ReduceOp),
 }
 
 impl BackendImpl {

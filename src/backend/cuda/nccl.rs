@@ -92,43 +92,45 @@ impl Nccl {
         })
     }
 
-    /// `op` over `inputs` (one per rank, `n` elements each), the result on every rank.
-    pub(crate) fn all_reduce(
+    /// One collective: an output of `out_len` elements per rank, and `call(rank, comm, input,
+    /// output)` for every rank inside one NCCL group call (each input `in_len` elements).
+    fn collective(
         &self,
+        what: &str,
         backends: &[&CudaBackend],
         inputs: &[&CudaStorage],
-        n: usize,
-        op: ReduceOp,
+        (in_len, out_len): (usize, usize),
+        call: impl Fn(
+            usize,
+            &Comm,
+            &Raw<'_>,
+            &mut Raw<'_>,
+        ) -> std::result::Result<result::NcclStatus, result::NcclError>,
     ) -> Result<Vec<CudaStorage>> {
-        let op = match op {
-            ReduceOp::Sum => NcclOp::Sum,
-            ReduceOp::Mean => NcclOp::Avg,
-            ReduceOp::Max => NcclOp::Max,
-            ReduceOp::Min => NcclOp::Min,
-        };
         let outputs = backends
             .iter()
-            .map(|b| b.alloc(n))
+            .map(|b| b.alloc(out_len))
             .collect::<Result<Vec<_>>>()?;
-        if n == 0 {
+        if out_len == 0 {
             return Ok(outputs);
         }
         let comms = self.comms.lock().unwrap_or_else(PoisonError::into_inner);
         result::group_start().map_err(|e| nccl_error("group start", e))?;
         let mut failure = None;
-        for (((comm, b), input), output) in comms.0.iter().zip(backends).zip(inputs).zip(&outputs) {
+        let ranks = comms.0.iter().zip(backends).zip(inputs).zip(&outputs);
+        for (rank, (((comm, b), input), output)) in ranks.enumerate() {
             let send = Raw {
                 ptr: input.ptr(),
-                len: n,
+                len: in_len,
                 stream: &b.stream,
             };
             let mut recv = Raw {
                 ptr: output.ptr(),
-                len: n,
+                len: out_len,
                 stream: &b.stream,
             };
-            if let Err(e) = comm.all_reduce(&send, &mut recv, &op) {
-                failure.get_or_insert(nccl_error("all_reduce", e));
+            if let Err(e) = call(rank, comm, &send, &mut recv) {
+                failure.get_or_insert(nccl_error(what, e));
             }
         }
         // The group is closed even after a failed call, so NCCL is not left inside it.
@@ -137,6 +139,93 @@ impl Nccl {
             (Some(e), _) | (None, Err(e)) => Err(e),
             (None, Ok(_)) => Ok(outputs),
         }
+    }
+
+    /// `op` over `inputs` (one per rank, `n` elements each), the result on every rank.
+    pub(crate) fn all_reduce(
+        &self,
+        backends: &[&CudaBackend],
+        inputs: &[&CudaStorage],
+        n: usize,
+        op: ReduceOp,
+    ) -> Result<Vec<CudaStorage>> {
+        let op = nccl_op(op);
+        self.collective(
+            "all_reduce",
+            backends,
+            inputs,
+            (n, n),
+            |_, comm, send, recv| comm.all_reduce(send, recv, &op),
+        )
+    }
+
+    /// Rank `root`'s `n` elements on every rank.
+    pub(crate) fn broadcast(
+        &self,
+        backends: &[&CudaBackend],
+        inputs: &[&CudaStorage],
+        n: usize,
+        root: usize,
+    ) -> Result<Vec<CudaStorage>> {
+        let root_rank = i32::try_from(root).map_err(|_| Error::InvalidArgument {
+            op: "broadcast",
+            reason: format!("root {root} is not a rank"),
+        })?;
+        self.collective(
+            "broadcast",
+            backends,
+            inputs,
+            (n, n),
+            |rank, comm, send, recv| {
+                comm.broadcast((rank == root).then_some(send), recv, root_rank)
+            },
+        )
+    }
+
+    /// Every rank's `n` elements, in rank order, on every rank.
+    pub(crate) fn all_gather(
+        &self,
+        backends: &[&CudaBackend],
+        inputs: &[&CudaStorage],
+        n: usize,
+    ) -> Result<Vec<CudaStorage>> {
+        let total = n * backends.len();
+        self.collective(
+            "all_gather",
+            backends,
+            inputs,
+            (n, total),
+            |_, comm, send, recv| comm.all_gather(send, recv),
+        )
+    }
+
+    /// `op` over `inputs` (`n` elements each, a multiple of the ranks), rank `i` keeping part
+    /// `i` of `n / ranks` elements.
+    pub(crate) fn reduce_scatter(
+        &self,
+        backends: &[&CudaBackend],
+        inputs: &[&CudaStorage],
+        n: usize,
+        op: ReduceOp,
+    ) -> Result<Vec<CudaStorage>> {
+        let op = nccl_op(op);
+        let part = n / backends.len().max(1);
+        self.collective(
+            "reduce_scatter",
+            backends,
+            inputs,
+            (n, part),
+            |_, comm, send, recv| comm.reduce_scatter(send, recv, &op),
+        )
+    }
+}
+
+fn nccl_op(op: ReduceOp) -> NcclOp {
+    match op {
+        ReduceOp::Sum => NcclOp::Sum,
+        ReduceOp::Mean => NcclOp::Avg,
+        ReduceOp::Max => NcclOp::Max,
+        ReduceOp::Min => NcclOp::Min,
     }
 }
 
@@ -176,10 +265,15 @@ impl CudaBackend {
                     | cudarc::driver::sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
             );
             if !ok {
-                log::info!("gpukit: peer access from CUDA device {} was refused: {r:?}", dst.ctx.ordinal());
+                log::info!(
+                    "gpukit: peer access from CUDA device {} was refused: {r:?}",
+                    dst.ctx.ordinal()
+                );
             }
         }
-        dst.stream.join(&self.stream).map_err(super::errors::driver)?;
+        dst.stream
+            .join(&self.stream)
+            .map_err(super::errors::driver)?;
         // SAFETY: both buffers are live device allocations of at least n * 4 bytes, on the
         // contexts named; the stream is dst's.
         unsafe {
@@ -193,7 +287,9 @@ impl CudaBackend {
             )
         }
         .map_err(super::errors::driver)?;
-        self.stream.join(&dst.stream).map_err(super::errors::driver)?;
+        self.stream
+            .join(&dst.stream)
+            .map_err(super::errors::driver)?;
         Ok(out)
     }
 }

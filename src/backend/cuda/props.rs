@@ -119,3 +119,36 @@ pub(crate) fn query(ordinal: usize) -> Result<(String, CudaProperties)> {
     };
     Ok((name, props))
 }
+
+/// Which devices can reach which directly (`[i][j]`: device `i` can access device `j`'s
+/// memory; the diagonal is true).
+pub(crate) fn peer_matrix(count: usize) -> Result<Vec<Vec<bool>>> {
+    let devs = (0..count)
+        .map(|i| cu::device::get(i as i32).map_err(errors::driver))
+        .collect::<Result<Vec<_>>>()?;
+    let mut m = vec![vec![false; count]; count];
+    for (i, &a) in devs.iter().enumerate() {
+        for (j, &b) in devs.iter().enumerate() {
+            let mut can = 0;
+            // SAFETY: both handles come from cuDeviceGet; the call only queries the topology.
+            let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, a, b) };
+            m[i][j] = i == j || (r == sys::CUresult::CUDA_SUCCESS && can == 1);
+        }
+    }
+    Ok(m)
+}
+
+/// The NCCL version (`"2.28.9"`) where libnccl loads.
+pub(crate) fn nccl_version() -> Option<String> {
+    if !super::nccl::available() {
+        return None;
+    }
+    let mut v = 0;
+    // SAFETY: the library is present (checked above); writes one int.
+    let r = unsafe { cudarc::nccl::sys::ncclGetVersion(&mut v) };
+    if r != cudarc::nccl::sys::ncclResult_t::ncclSuccess {
+        return None;
+    }
+    // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
+    Some(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
+}

@@ -85,12 +85,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "rows": rows,
             "peer_copies": copies,
         });
-        println!("{}", serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
     println!(
         "all_reduce (sum) over {ranks} CUDA devices, {}",
-        if group.uses_nccl() { "NCCL" } else { "through the host" }
+        if group.uses_nccl() {
+            "NCCL"
+        } else {
+            "through the host"
+        }
     );
     for r in &rows {
         println!(

@@ -62,7 +62,8 @@ fn main() -> std::process::ExitCode {
 }
 
 #[cfg(native)]
-const USAGE: &str = "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify> [--json]
+const USAGE: &str =
+    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why

@@ -178,6 +178,33 @@ pub fn devices(json: bool) -> CliResult {
             ],
             &body,
         );
+        // Which GPU reaches which directly, and NCCL where it loads.
+        if let Ok(topology) = gpukit::cuda_topology() {
+            println!("\npeer access (row reaches column directly):");
+            let n = topology.peer_access.len();
+            let mut head = vec!["".to_string()];
+            head.extend((0..n).map(|j| format!("GPU{j}")));
+            let body: Vec<Vec<String>> = topology
+                .peer_access
+                .iter()
+                .enumerate()
+                .map(|(i, row)| {
+                    let mut r = vec![format!("GPU{i}")];
+                    r.extend(row.iter().enumerate().map(|(j, &can)| match (i == j, can) {
+                        (true, _) => "X".into(),
+                        (false, true) => "yes".into(),
+                        (false, false) => "no".into(),
+                    }));
+                    r
+                })
+                .collect();
+            let head: Vec<&str> = head.iter().map(String::as_str).collect();
+            table(&head, &body);
+            match topology.nccl {
+                Some(v) => println!("NCCL {v}: groups of CUDA devices run their collectives on it"),
+                None => println!("NCCL not found: groups stage their collectives through rank 0"),
+            }
+        }
     }
     Ok(())
 }
