@@ -131,6 +131,14 @@ impl crate::DeviceGroup {
     pub fn all_gather_blocking(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
         block_on(self.all_gather(tensors))
     }
+    /// Blocking [`DeviceGroup::data_parallel`](crate::DeviceGroup::data_parallel).
+    pub fn data_parallel_blocking(
+        &self,
+        x: &Tensor,
+        f: impl Fn(usize, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        block_on(self.data_parallel(x, f))
+    }
     /// Blocking [`DeviceGroup::reduce_scatter`](crate::DeviceGroup::reduce_scatter).
     pub fn reduce_scatter_blocking(
         &self,

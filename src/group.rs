@@ -248,6 +248,130 @@ impl DeviceGroup {
         Ok(out)
     }
 
+    /// Data parallelism: `x` split along axis 0 into one part per rank (as [`Tensor::chunk`]
+    /// splits, so with fewer rows than ranks the last ranks get none), each part moved to its
+    /// rank's device and given to `f` with the rank (run eager ops there, or replay a graph
+    /// compiled on that device), and the results joined along axis 0 on `x`'s device.
+    pub async fn data_parallel(
+        &self,
+        x: &Tensor,
+        f: impl Fn(usize, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if x.shape().is_empty() {
+            return Err(Error::InvalidArgument {
+                op: "data_parallel",
+                reason: "a tensor of shape [] has no axis 0 to split".into(),
+            });
+        }
+        let parts = x.chunk(self.size(), 0)?;
+        // Every part is sent before any rank's work is enqueued: a copy waits for everything
+        // its source device has enqueued, so sending after rank 0's work would wait for it.
+        let mut moved = Vec::with_capacity(parts.len());
+        for (part, device) in parts.iter().zip(&self.devices) {
+            moved.push(part.to(device).await?);
+        }
+        let outs = moved
+            .iter()
+            .enumerate()
+            .map(|(rank, part)| f(rank, part))
+            .collect::<Result<Vec<_>>>()?;
+        let mut back = Vec::with_capacity(outs.len());
+        for out in &outs {
+            back.push(out.to(x.device()).await?);
+        }
+        let refs: Vec<&Tensor> = back.iter().collect();
+        Tensor::concat(&refs, 0)
+    }
+
+    /// A column-parallel linear layer: rank `i` holds rows `i` of the weight
+    /// (`weights[i]`: `[out_i, in]`, and `biases[i]`: `[out_i]`), and `xs[i]` is the same
+    /// input `[.., in]` on every rank. Every rank gets the whole `[.., sum of out_i]` output
+    /// (all-gather along the last axis).
+    pub async fn linear_column_parallel(
+        &self,
+        xs: &[Tensor],
+        weights: &[Tensor],
+        biases: Option<&[Tensor]>,
+    ) -> Result<Vec<Tensor>> {
+        self.check("linear_column_parallel", xs)?;
+        let parts = self.linear_parts(xs, weights, biases)?;
+        // Gather along axis 0 (each rank's part as a row), then move that axis last.
+        let lead = parts[0].shape()[..parts[0].shape().len() - 1].to_vec();
+        let rows: usize = lead.iter().product();
+        let flat = parts
+            .iter()
+            .map(|p| {
+                let width = p.shape().last().copied().unwrap_or(0);
+                p.reshape(&[1, rows, width])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let widths: Vec<usize> = flat.iter().map(|p| p.shape()[2]).collect();
+        if widths.iter().any(|&w| w != widths[0]) {
+            return Err(Error::InvalidArgument {
+                op: "linear_column_parallel",
+                reason: format!("every rank's weight must have as many rows; got {widths:?}"),
+            });
+        }
+        let gathered = self.all_gather(&flat).await?;
+        gathered
+            .iter()
+            .map(|g| {
+                let mut shape = lead.clone();
+                shape.push(widths[0] * self.size());
+                g.permute(&[1, 0, 2])?.reshape(&shape)
+            })
+            .collect()
+    }
+
+    /// A row-parallel linear layer: rank `i` holds columns `i` of the weight (`weights[i]`:
+    /// `[out, in_i]`) and the matching columns of the input (`xs[i]`: `[.., in_i]`); the
+    /// partial products are summed on every rank (all-reduce), then `bias` (`[out]`, on rank
+    /// 0's device) is added once.
+    pub async fn linear_row_parallel(
+        &self,
+        xs: &[Tensor],
+        weights: &[Tensor],
+        bias: Option<&Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let partial = self.linear_parts(xs, weights, None)?;
+        let mut summed = self.all_reduce(&partial, ReduceOp::Sum).await?;
+        if let Some(b) = bias {
+            for (out, device) in summed.iter_mut().zip(&self.devices) {
+                *out = out.add(&b.to(device).await?)?;
+            }
+        }
+        Ok(summed)
+    }
+
+    /// `xs[i] x weights[i]^T (+ biases[i])` on each rank.
+    fn linear_parts(
+        &self,
+        xs: &[Tensor],
+        weights: &[Tensor],
+        biases: Option<&[Tensor]>,
+    ) -> Result<Vec<Tensor>> {
+        let counts = [
+            xs.len(),
+            weights.len(),
+            biases.map_or(self.size(), <[Tensor]>::len),
+        ];
+        if counts.iter().any(|&c| c != self.size()) {
+            return Err(Error::InvalidArgument {
+                op: "parallel linear",
+                reason: format!(
+                    "{} inputs, {} weights and {} biases for a group of {} (one each per rank)",
+                    counts[0],
+                    counts[1],
+                    counts[2],
+                    self.size()
+                ),
+            });
+        }
+        (0..self.size())
+            .map(|i| xs[i].linear(&weights[i], biases.map(|b| &b[i]), None))
+            .collect()
+    }
+
     /// Every rank's tensor stacked along a new axis 0 on rank 0's device.
     async fn gather_on_first(&self, tensors: &[Tensor], op: &'static str) -> Result<Tensor> {
         let first = &self.devices[0];

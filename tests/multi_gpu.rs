@@ -151,3 +151,33 @@ fn peer_copies_keep_every_bit_and_order_with_both_streams() {
         assert_eq!(back.len(), n);
     }
 }
+
+#[test]
+fn data_parallel_over_both_gpus_matches_one_gpu() {
+    let Some(group) = group() else { return };
+    let d0 = &group.devices()[0];
+    let (rows, k, n) = (64usize, 256usize, 128usize);
+    let xs: Vec<f32> = (0..rows * k)
+        .map(|i| ((i * 31) % 97) as f32 / 97.0 - 0.5)
+        .collect();
+    let ws: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 17) % 89) as f32 / 89.0 - 0.5)
+        .collect();
+    let x = d0.tensor(&xs, &[rows, k]).unwrap();
+    let weights: Vec<_> = group
+        .devices()
+        .iter()
+        .map(|d| d.tensor(&ws, &[n, k]).unwrap())
+        .collect();
+    let one = x.linear(&weights[0], None, None).unwrap().gelu().unwrap();
+    let both = group
+        .data_parallel_blocking(&x, |rank, part| {
+            part.linear(&weights[rank], None, None)?.gelu()
+        })
+        .unwrap();
+    assert_eq!(both.shape(), one.shape());
+    let (a, b) = (one.read_blocking().unwrap(), both.read_blocking().unwrap());
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "[{i}]: {x} vs {y}");
+    }
+}

@@ -28,7 +28,7 @@ macro_rules! with_suite_tests {
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,
             // suite/load.rs, group.rs, errors.rs, device.rs, random.rs
-            loading, collectives, errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
+            loading, collectives, parallel_helpers, errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,
         ]);
     };
 }

@@ -1,7 +1,8 @@
 //! `gpukit bench-group`: all_reduce (sum) over every CUDA device of the machine, from 1 MB to
 //! 1 GB per rank, as algorithm and bus bandwidth (NCCL's definitions: bus = algorithm x
 //! 2 (n - 1) / n), each the median of timed runs, every device synchronised after each.
-//! Then peer copies from device 0 to device 1 (`Tensor::to`) of 64 MiB and 1 GiB.
+//! Then peer copies from device 0 to device 1 (`Tensor::to`) of 64 MiB and 1 GiB, and a
+//! data-parallel workload on one GPU and on the group.
 //! `scripts/peers/torch_all_reduce.py` measures PyTorch the same way.
 
 use gpukit::{DeviceGroup, ReduceOp};
@@ -78,12 +79,55 @@ pub fn run(args: &[String]) -> Result<(), String> {
             });
         }
     }
+    // Data parallel: 8192 rows through four linear [4096, 4096] + gelu layers, on device 0
+    // alone and split over the group (the split, the copies there and back and the join
+    // included).
+    let (n_rows, k, layers) = (8192usize, 4096usize, 4);
+    let d0 = &group.devices()[0];
+    let x = d0
+        .tensor(&crate::bench::data(n_rows * k, 40), &[n_rows, k])
+        .map_err(|e| e.to_string())?;
+    let w = crate::bench::data(k * k, 41);
+    let weights = group
+        .devices()
+        .iter()
+        .map(|d| d.tensor(&w, &[k, k]))
+        .collect::<gpukit::Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
+    let forward = |rank: usize, t: &gpukit::Tensor| -> gpukit::Result<gpukit::Tensor> {
+        let mut t = t.clone();
+        for _ in 0..layers {
+            t = t.linear(&weights[rank], None, None)?.gelu()?;
+        }
+        Ok(t)
+    };
+    let one = median(time(1, 5, || {
+        drop(forward(0, &x)?);
+        d0.synchronize_blocking()
+    })?);
+    let split = median(time(1, 5, || {
+        drop(group.data_parallel_blocking(&x, forward)?);
+        for d in group.devices() {
+            d.synchronize_blocking()?;
+        }
+        Ok(())
+    })?);
+    let flops = 2.0 * (n_rows * k * k * layers) as f64;
+    let parallel = serde_json::json!({
+        "workload": format!("{n_rows} rows through {layers} x (linear [{k}, {k}] + gelu)"),
+        "one_gpu_ms": one * 1e3,
+        "group_ms": split * 1e3,
+        "one_gpu_tflops": flops / one / 1e12,
+        "group_tflops": flops / split / 1e12,
+        "speedup": one / split,
+    });
     if json {
         let out = serde_json::json!({
             "ranks": ranks,
             "nccl": group.uses_nccl(),
             "rows": rows,
             "peer_copies": copies,
+            "data_parallel": parallel,
         });
         println!(
             "{}",
@@ -116,5 +160,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
             c.gbs
         );
     }
+    println!(
+        "data parallel, {}: one GPU {:.2} ms, {ranks} GPUs {:.2} ms ({:.2}x)",
+        parallel["workload"].as_str().unwrap_or(""),
+        one * 1e3,
+        split * 1e3,
+        one / split
+    );
     Ok(())
 }

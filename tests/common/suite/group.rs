@@ -125,3 +125,123 @@ pub async fn collectives(dev: &Device) {
     let e = group.reduce_scatter(&odd, ReduceOp::Sum).await.unwrap_err();
     assert!(e.to_string().contains("equal parts"), "{e}");
 }
+
+/// data_parallel, and column- and row-parallel linear layers over three ranks, against the
+/// same work on one device.
+pub async fn parallel_helpers(dev: &Device) {
+    let group = DeviceGroup::new(vec![dev.clone(), Device::cpu(), Device::cpu()]).unwrap();
+    let mut rng = Rng::new(36_000);
+    // Data parallel: 7 rows over 3 ranks (3, 3, 1), each rank scaling by rank + 1.
+    let xs = rng.vec(7 * 5, -1.0, 1.0);
+    let x = dev.tensor(&xs, &[7, 5]).unwrap();
+    let y = group
+        .data_parallel(&x, |rank, part| part.scale(rank as f32 + 1.0))
+        .await
+        .unwrap();
+    assert!(y.device().same(dev));
+    assert_eq!(y.shape(), &[7, 5]);
+    let want: Vec<(f64, Tol)> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| oracle::unary(UnaryOp::Scale((i / 5 / 3) as f32 + 1.0), v as f64))
+        .collect();
+    check(
+        "data_parallel",
+        &|i| format!("{i}"),
+        &y.read().await.unwrap(),
+        &want,
+    );
+    assert!(group
+        .data_parallel(&dev.scalar(1.0).unwrap(), |_, t| Ok(t.clone()))
+        .await
+        .is_err());
+
+    // The reference: x [3, 6] times w [6, 6]^T plus b, on one CPU device.
+    let (m, k, n) = (3usize, 6usize, 6usize);
+    let (xh, wh, bh) = (
+        rng.vec(m * k, -1.0, 1.0),
+        rng.vec(n * k, -1.0, 1.0),
+        rng.vec(n, -1.0, 1.0),
+    );
+    let cpu = Device::cpu();
+    let full = cpu
+        .tensor(&xh, &[m, k])
+        .unwrap()
+        .linear(
+            &cpu.tensor(&wh, &[n, k]).unwrap(),
+            Some(&cpu.tensor(&bh, &[n]).unwrap()),
+            None,
+        )
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let want: Vec<(f64, Tol)> = full
+        .iter()
+        .map(|&v| {
+            (
+                v as f64,
+                Tol {
+                    atol: 1e-5,
+                    rtol: 1e-5,
+                },
+            )
+        })
+        .collect();
+    let ranks = group.size();
+    // Column parallel: rank i holds weight rows 2i..2i+2 and bias entries 2i..2i+2.
+    let per = n / ranks;
+    let on =
+        |r: usize, data: &[f32], shape: &[usize]| group.devices()[r].tensor(data, shape).unwrap();
+    let xs: Vec<Tensor> = (0..ranks).map(|r| on(r, &xh, &[m, k])).collect();
+    let ws: Vec<Tensor> = (0..ranks)
+        .map(|r| on(r, &wh[r * per * k..(r + 1) * per * k], &[per, k]))
+        .collect();
+    let bs: Vec<Tensor> = (0..ranks)
+        .map(|r| on(r, &bh[r * per..(r + 1) * per], &[per]))
+        .collect();
+    let outs = group
+        .linear_column_parallel(&xs, &ws, Some(&bs))
+        .await
+        .unwrap();
+    for (r, out) in outs.iter().enumerate() {
+        assert_eq!(out.shape(), &[m, n]);
+        check(
+            &format!("column-parallel linear, rank {r}"),
+            &|i| format!("{i}"),
+            &out.read().await.unwrap(),
+            &want,
+        );
+    }
+    // Row parallel: rank i holds weight columns 2i..2i+2 and the same columns of x.
+    let cols = k / ranks;
+    let take = |data: &[f32], rows: usize, r: usize| -> Vec<f32> {
+        (0..rows)
+            .flat_map(|i| data[i * k + r * cols..i * k + (r + 1) * cols].to_vec())
+            .collect()
+    };
+    let xs: Vec<Tensor> = (0..ranks)
+        .map(|r| on(r, &take(&xh, m, r), &[m, cols]))
+        .collect();
+    let ws: Vec<Tensor> = (0..ranks)
+        .map(|r| on(r, &take(&wh, n, r), &[n, cols]))
+        .collect();
+    let bias = dev.tensor(&bh, &[n]).unwrap();
+    let outs = group
+        .linear_row_parallel(&xs, &ws, Some(&bias))
+        .await
+        .unwrap();
+    for (r, out) in outs.iter().enumerate() {
+        check(
+            &format!("row-parallel linear, rank {r}"),
+            &|i| format!("{i}"),
+            &out.read().await.unwrap(),
+            &want,
+        );
+    }
+    let e = group
+        .linear_row_parallel(&xs[..2], &ws, None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("one each per rank"), "{e}");
+}
