@@ -148,3 +148,10 @@ impl crate::DeviceGroup {
         block_on(self.reduce_scatter(tensors, op))
     }
 }
+
+impl crate::ProcessGroup {
+    /// Blocking [`ProcessGroup::from_env`](crate::ProcessGroup::from_env).
+    pub fn from_env_blocking() -> Result<crate::ProcessGroup> {
+        block_on(crate::ProcessGroup::from_env())
+    }
+}

@@ -48,7 +48,11 @@ mod load;
 mod loss;
 pub mod ops;
 mod policy;
+#[cfg(native)]
+mod process;
 mod profile;
+#[cfg(native)]
+mod rendezvous;
 
 mod shape;
 mod slice;
@@ -73,6 +77,8 @@ pub use ops::{
     Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
 pub use policy::{Costs, DispatchPolicy, OpClass};
+#[cfg(native)]
+pub use process::ProcessGroup;
 pub use profile::{OpProfile, Profiler};
 pub use stats::{MemoryStats, TuneRecord};
 pub use tensor::{DType, Tensor};

@@ -26,6 +26,25 @@ impl Collectives {
         }
     }
 
+    /// This process's rank of an NCCL communicator over several processes.
+    #[cfg(cuda)]
+    pub(crate) fn for_rank(
+        backend: &BackendImpl,
+        rank: usize,
+        world: usize,
+        id: &[u8; 128],
+    ) -> Result<Collectives> {
+        let cuda = backend
+            .cuda()
+            .ok_or_else(|| crate::error::Error::InvalidArgument {
+                op: "ProcessGroup",
+                reason: "one process per GPU needs a CUDA device".into(),
+            })?;
+        Ok(Collectives {
+            nccl: super::cuda::nccl::Nccl::from_rank(cuda, rank, world, id)?,
+        })
+    }
+
     /// Without CUDA there is nothing faster than the host.
     #[cfg(not(cuda))]
     pub(crate) fn for_backends(_backends: &[&BackendImpl]) -> Option<Collectives> {

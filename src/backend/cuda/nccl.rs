@@ -16,6 +16,8 @@ use crate::ops::ReduceOp;
 /// Communicators of a group, one per rank, used one collective at a time.
 pub(crate) struct Nccl {
     comms: Mutex<Comms>,
+    /// Ranks in all (this process may hold only some of them).
+    world: usize,
 }
 
 struct Comms(Vec<Comm>);
@@ -62,6 +64,18 @@ fn nccl_error(what: &str, e: result::NcclError) -> Error {
     }
 }
 
+/// A new NCCL unique id (rank 0 makes it and sends it to every other rank).
+pub(crate) fn unique_id() -> Result<[u8; 128]> {
+    if !available() {
+        return Err(Error::BackendUnavailable {
+            backend: Backend::Cuda,
+            reason: "NCCL (libnccl.so.2) was not found on the library path".into(),
+        });
+    }
+    let id = cudarc::nccl::Id::new().map_err(|e| nccl_error("unique id", e))?;
+    Ok(id.internal().map(|c| c as u8))
+}
+
 /// Whether libnccl can be loaded (checked before any call, which would panic without it).
 pub(crate) fn available() -> bool {
     // SAFETY: only tries to open the library by its usual names.
@@ -88,7 +102,42 @@ impl Nccl {
         let streams = backends.iter().map(|b| b.stream.clone()).collect();
         let comms = Comm::from_devices(streams).map_err(|e| nccl_error("init", e))?;
         Ok(Nccl {
+            world: comms.len(),
             comms: Mutex::new(Comms(comms)),
+        })
+    }
+
+    /// This process's rank of a communicator spanning processes (and nodes): `id` is the
+    /// NCCL unique id rank 0 made (see [`unique_id`]) and every rank received.
+    pub(crate) fn from_rank(
+        backend: &CudaBackend,
+        rank: usize,
+        world: usize,
+        id: &[u8; 128],
+    ) -> Result<Nccl> {
+        if !available() {
+            return Err(Error::BackendUnavailable {
+                backend: Backend::Cuda,
+                reason: "NCCL (libnccl.so.2) was not found on the library path".into(),
+            });
+        }
+        if i32::try_from(world).is_err() || rank >= world {
+            return Err(Error::InvalidArgument {
+                op: "NCCL group",
+                reason: format!("rank {rank} of a world of {world}"),
+            });
+        }
+        let internal = id.map(|b| b as std::ffi::c_char);
+        let comm = Comm::from_rank(
+            backend.stream.clone(),
+            rank,
+            world,
+            cudarc::nccl::Id::uninit(internal),
+        )
+        .map_err(|e| nccl_error("init", e))?;
+        Ok(Nccl {
+            comms: Mutex::new(Comms(vec![comm])),
+            world,
         })
     }
 
@@ -189,7 +238,7 @@ impl Nccl {
         inputs: &[&CudaStorage],
         n: usize,
     ) -> Result<Vec<CudaStorage>> {
-        let total = n * backends.len();
+        let total = n * self.world;
         self.collective(
             "all_gather",
             backends,
@@ -209,7 +258,7 @@ impl Nccl {
         op: ReduceOp,
     ) -> Result<Vec<CudaStorage>> {
         let op = nccl_op(op);
-        let part = n / backends.len().max(1);
+        let part = n / self.world.max(1);
         self.collective(
             "reduce_scatter",
             backends,
