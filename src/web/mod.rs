@@ -12,6 +12,7 @@ mod batch;
 mod gpu;
 mod options;
 mod tensor;
+mod tensor_axes;
 
 use js_sys::{Array, ArrayBuffer, Reflect};
 use wasm_bindgen::prelude::*;

@@ -34,7 +34,10 @@ impl JsTensor {
         })
     }
 
-    fn op(&self, f: impl FnOnce(&Tensor) -> crate::Result<Tensor>) -> JsResult<JsTensor> {
+    pub(super) fn op(
+        &self,
+        f: impl FnOnce(&Tensor) -> crate::Result<Tensor>,
+    ) -> JsResult<JsTensor> {
         JsTensor::wrap(f(self.get()?))
     }
 
@@ -290,58 +293,6 @@ impl JsTensor {
     pub fn min_last(&self) -> JsResult<JsTensor> {
         self.op(Tensor::min_last)
     }
-    /// Reduction along one axis: `op` is "sum", "mean", "max" or "min"; with `keepdim` the axis
-    /// stays with size 1.
-    #[wasm_bindgen(js_name = reduceAxis)]
-    pub fn reduce_axis(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "\"sum\" | \"mean\" | \"max\" | \"min\"")]
-        op: &JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
-        #[wasm_bindgen(unchecked_param_type = "boolean | undefined")] keepdim: &JsValue,
-    ) -> JsResult<JsTensor> {
-        let op = match super::string(op, "reduceAxis: op")?.as_str() {
-            "sum" => crate::ReduceOp::Sum,
-            "mean" => crate::ReduceOp::Mean,
-            "max" => crate::ReduceOp::Max,
-            "min" => crate::ReduceOp::Min,
-            other => {
-                return Err(js_error(format!(
-                    "reduceAxis: op must be \"sum\", \"mean\", \"max\" or \"min\", got {other:?}"
-                )))
-            }
-        };
-        let axis = super::index(axis, "reduceAxis: axis")?;
-        let keepdim = super::flag(keepdim, "reduceAxis: keepdim")?;
-        self.op(|t| t.reduce_axis(op, axis, keepdim))
-    }
-    /// Index (as a number) of the largest element along one axis.
-    #[wasm_bindgen(js_name = argmaxAxis)]
-    pub fn argmax_axis(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
-        #[wasm_bindgen(unchecked_param_type = "boolean | undefined")] keepdim: &JsValue,
-    ) -> JsResult<JsTensor> {
-        let axis = super::index(axis, "argmaxAxis: axis")?;
-        let keepdim = super::flag(keepdim, "argmaxAxis: keepdim")?;
-        self.op(|t| t.argmax_axis(axis, keepdim))
-    }
-    /// Mean pooling of [batch, seq, ..] over the first `lengths[i]` positions of entry i.
-    #[wasm_bindgen(js_name = maskedMean)]
-    pub fn masked_mean(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "number[] | Uint32Array")] lengths: JsValue,
-    ) -> JsResult<JsTensor> {
-        let lengths = usizes(&lengths, "maskedMean: lengths")?;
-        let lengths = lengths
-            .into_iter()
-            .map(|l| {
-                u32::try_from(l)
-                    .map_err(|_| js_error(format!("maskedMean: length {l} is too large")))
-            })
-            .collect::<Result<Vec<u32>, _>>()?;
-        self.op(|t| t.masked_mean(&lengths))
-    }
     /// Dot product of two tensors of the same length: shape [].
     pub fn dot(&self, other: &JsTensor) -> JsResult<JsTensor> {
         self.with(other, Tensor::dot)
@@ -404,15 +355,6 @@ impl JsTensor {
         self.op(|t| t.rms_norm(w.as_ref(), b.as_ref(), eps))
     }
 
-    /// This tensor repeated to `shape` by NumPy's broadcasting rules.
-    #[wasm_bindgen(js_name = broadcastTo)]
-    pub fn broadcast_to(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
-    ) -> JsResult<JsTensor> {
-        let shape = usizes(&shape, "shape")?;
-        self.op(|t| t.broadcast_to(&shape))
-    }
     /// Reorders the axes.
     pub fn permute(
         &self,
@@ -475,37 +417,6 @@ impl JsTensor {
         let k = super::index(k, "topk: k")?;
         let (values, indices) = self.get()?.topk_last(k).map_err(js_error)?;
         Ok(pair(values, indices))
-    }
-
-    /// Parts of `sizes` elements along `axis` (adding up to its length).
-    #[wasm_bindgen(unchecked_return_type = "Tensor[]")]
-    pub fn split(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number[]")] sizes: JsValue,
-    ) -> JsResult<Array> {
-        let axis = super::index(axis, "split: axis")?;
-        let sizes = usizes(&sizes, "split: sizes")?;
-        let parts = self.get()?.split(axis, &sizes).map_err(js_error)?;
-        Ok(parts
-            .into_iter()
-            .map(|t| JsValue::from(JsTensor::new(t)))
-            .collect())
-    }
-    /// `n` nearly equal parts along `axis` (PyTorch's chunk).
-    #[wasm_bindgen(unchecked_return_type = "Tensor[]")]
-    pub fn chunk(
-        &self,
-        #[wasm_bindgen(unchecked_param_type = "number")] n: &JsValue,
-        #[wasm_bindgen(unchecked_param_type = "number")] axis: &JsValue,
-    ) -> JsResult<Array> {
-        let n = super::index(n, "chunk: n")?;
-        let axis = super::index(axis, "chunk: axis")?;
-        let parts = self.get()?.chunk(n, axis).map_err(js_error)?;
-        Ok(parts
-            .into_iter()
-            .map(|t| JsValue::from(JsTensor::new(t)))
-            .collect())
     }
 
     /// The index (as a float) of each row's largest element.
