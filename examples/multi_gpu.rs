@@ -7,7 +7,8 @@
 //!     RANK=1 WORLD_SIZE=2 cargo run --release --example multi_gpu
 //! (`LOCAL_RANK` picks the GPU, default `RANK`; `MASTER_ADDR`/`MASTER_PORT` name rank 0, default
 //! 127.0.0.1:29500, so several nodes work too, with NCCL between them.)
-//! Each rank adds up everyone's data and checks the result.
+//! Without CUDA (or NCCL) the processes run on their automatic device and exchange data over
+//! TCP through rank 0. Each rank adds up everyone's data and checks the result.
 
 use gpukit::{DeviceGroup, ProcessGroup, ReduceOp};
 
@@ -26,7 +27,10 @@ fn main() -> gpukit::Result<()> {
         );
         let gathered = group.all_gather(&x)?.read_blocking()?;
         assert_eq!(gathered.len(), n * world);
-        println!("rank {rank} of {world}: all_reduce and all_gather agree (sum {want})");
+        let transport = if group.uses_nccl() { "NCCL" } else { "TCP" };
+        println!(
+            "rank {rank} of {world} ({transport}): all_reduce and all_gather agree (sum {want})"
+        );
         return Ok(());
     }
     let group = DeviceGroup::cuda_all_blocking()?;
