@@ -45,3 +45,15 @@ extern "C" __global__ void binary(u32 op, const float* __restrict__ a, u64 la,
         }
     }
 }
+
+// where(cond, a, b): out[i] = cond[i % lc] != 0 ? a[i % la] : b[i % lb] (NaN counts as true).
+extern "C" __global__ void where_select(const float* __restrict__ c, u64 lc,
+                                        const float* __restrict__ a, u64 la,
+                                        const float* __restrict__ b, u64 lb,
+                                        float* __restrict__ out, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (u64)gridDim.x * blockDim.x) {
+        const float v = c[lc == n ? i : i % lc];
+        out[i] = v != 0.0f || is_nan(v) ? a[la == n ? i : i % la] : b[lb == n ? i : i % lb];
+    }
+}

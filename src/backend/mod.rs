@@ -19,7 +19,7 @@ pub(crate) mod wgpu;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
 use crate::ops::fused::FusedSpec;
 use crate::ops::layout::LayoutSpec;
@@ -52,6 +52,14 @@ pub(crate) trait BackendOps {
         a: &Self::Storage,
         b: &Self::Storage,
         spec: BinarySpec,
+    ) -> Result<Self::Storage>;
+    /// `where(cond, a, b)` (see [`WhereSpec`]).
+    fn where_select(
+        &self,
+        cond: &Self::Storage,
+        a: &Self::Storage,
+        b: &Self::Storage,
+        spec: WhereSpec,
     ) -> Result<Self::Storage>;
     /// See [`ReduceSpec`].
     fn reduce(&self, x: &Self::Storage, spec: ReduceSpec) -> Result<Self::Storage>;
@@ -333,6 +341,16 @@ impl BackendImpl {
 
     pub(crate) fn binary(&self, a: &Storage, b: &Storage, spec: BinarySpec) -> Result<Storage> {
         dispatch!(self.binary(one a, one b; spec), spec)
+    }
+
+    pub(crate) fn where_select(
+        &self,
+        cond: &Storage,
+        a: &Storage,
+        b: &Storage,
+        spec: WhereSpec,
+    ) -> Result<Storage> {
+        dispatch!(self.where_select(one cond, one a, one b; spec), spec)
     }
 
     pub(crate) fn reduce(&self, x: &Storage, spec: ReduceSpec) -> Result<Storage> {

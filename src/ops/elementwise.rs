@@ -335,6 +335,41 @@ impl Tensor {
         out.verified(op.name(), [self], Tol::Elementwise, move |t| t[0].unary(op))
     }
 
+    /// `where(self, on_true, on_false)`: `on_true` where this condition is not zero (NaN
+    /// counts as true, as in NumPy), else `on_false`; the three broadcast together by NumPy's
+    /// rules.
+    pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        self.same_device(on_true, "where")?;
+        self.same_device(on_false, "where")?;
+        let ab = broadcast("where", on_true.shape(), on_false.shape())?;
+        let shape = broadcast("where", self.shape(), &ab.shape)?.shape;
+        let n = self.device().check_output("where", &shape)?;
+        // Each operand is read by repetition, or expanded to the output's shape first.
+        let fit = |t: &Tensor| -> Result<(Option<Tensor>, usize)> {
+            let b = broadcast("where", t.shape(), &shape)?;
+            if b.expand_a {
+                Ok((Some(t.broadcast_to(&shape)?), n))
+            } else {
+                Ok((None, b.a_len))
+            }
+        };
+        let (c, a, b) = (fit(self)?, fit(on_true)?, fit(on_false)?);
+        let spec = WhereSpec {
+            n,
+            lens: [c.1, a.1, b.1],
+        };
+        let storage = self.device().op(&spec).where_select(
+            c.0.as_ref().unwrap_or(self).storage(),
+            a.0.as_ref().unwrap_or(on_true).storage(),
+            b.0.as_ref().unwrap_or(on_false).storage(),
+            spec,
+        )?;
+        let out = self.with_storage(storage, shape);
+        out.verified_many("where", &[self, on_true, on_false], Tol::Exact, |t| {
+            t[0].where_cond(t[1], t[2])
+        })
+    }
+
     /// Applies a binary op with broadcasting (see [`BinaryOp`]); shapes that do not broadcast
     /// give [`Error::ShapeMismatch`] naming both.
     pub fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
@@ -542,5 +577,22 @@ impl OpSpec for BinarySpec {
 
     fn work(&self) -> Work {
         Work::elements(self.n, 3)
+    }
+}
+
+/// `where(cond, a, b)` over `n` elements: operand `j` is read at `i % lens[j]` (cond, a, b).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WhereSpec {
+    pub n: usize,
+    pub lens: [usize; 3],
+}
+
+impl OpSpec for WhereSpec {
+    fn name(&self) -> &'static str {
+        "where"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, 4)
     }
 }

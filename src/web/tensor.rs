@@ -240,6 +240,13 @@ impl JsTensor {
         self.op(Tensor::abs)
     }
 
+    /// `onTrue` where this condition is not zero (NaN counts as true), else `onFalse`; the
+    /// three broadcast together.
+    #[wasm_bindgen(js_name = "where")]
+    pub fn where_cond(&self, on_true: &JsTensor, on_false: &JsTensor) -> JsResult<JsTensor> {
+        JsTensor::wrap(self.get()?.where_cond(on_true.get()?, on_false.get()?))
+    }
+
     /// Elementwise, with NumPy broadcasting.
     pub fn add(&self, other: &JsTensor) -> JsResult<JsTensor> {
         self.with(other, Tensor::add)

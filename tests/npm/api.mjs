@@ -162,6 +162,10 @@ export async function run(gpukit, label) {
   const seq = gpu.tensor(new Float32Array([1, 2, 3, 4, 5, 6, NaN, NaN]), [2, 2, 2]);
   close(await seq.maskedMean([2, 1]).read(), [2, 3, 5, 6], 1e-6, "maskedMean");
 
+  // where: a column condition over m ([2, 3]), NaN counting as true.
+  const cond = gpu.tensor(new Float32Array([0, NaN]), [2, 1]);
+  close(await cond.where(m, gpu.scalar(-1)).read(), [-1, -1, -1, md[3], md[4], md[5]], 0, "where");
+
   // split and chunk along the columns of m ([2, 3]).
   const [left, right] = m.split(1, [1, 2]);
   close(await left.read(), [md[0], md[3]], 0, "split left");

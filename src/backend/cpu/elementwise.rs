@@ -114,3 +114,18 @@ pub(super) fn unary_in_place(op: UnaryOp, v: &mut [f32]) {
         }
     });
 }
+
+/// `out[i] = c[i % lc] != 0 ? a[i % la] : b[i % lb]` (NaN counts as true).
+pub(super) fn where_select(x: [&[f32]; 3], lens: [usize; 3], n: usize) -> Vec<f32> {
+    let at = |j: usize, i: usize| x[j][if lens[j] == n { i } else { i % lens[j] }];
+    (0..n)
+        .map(|i| {
+            let c = at(0, i);
+            if c != 0.0 || c.is_nan() {
+                at(1, i)
+            } else {
+                at(2, i)
+            }
+        })
+        .collect()
+}

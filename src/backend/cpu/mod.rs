@@ -29,7 +29,7 @@ use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
 use crate::ops::fused::{Expr, FusedSpec};
 use crate::ops::layout::LayoutSpec;
@@ -164,6 +164,20 @@ impl BackendOps for CpuBackend {
         let e = Expr::Binary(s.op, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
         let inputs = [(a, s.a_len), (b, s.b_len)];
         Ok(CpuStorage(fused::evaluate(&e, &inputs, s.n)))
+    }
+
+    fn where_select(
+        &self,
+        c: &CpuStorage,
+        a: &CpuStorage,
+        b: &CpuStorage,
+        s: WhereSpec,
+    ) -> Result<CpuStorage> {
+        Ok(CpuStorage(elementwise::where_select(
+            [&c.0, &a.0, &b.0],
+            s.lens,
+            s.n,
+        )))
     }
 
     fn reduce(&self, x: &CpuStorage, s: ReduceSpec) -> Result<CpuStorage> {

@@ -80,6 +80,7 @@ pub(crate) const COMMON: &str = include_str!("../../../shaders/cuda/common.cuh")
 pub(crate) enum Entry {
     Unary,
     Binary,
+    Where,
     Epilogue,
     ToF16,
     ToBf16,
@@ -107,6 +108,7 @@ impl Entry {
         match self {
             Unary => (Source::Elementwise, "unary"),
             Binary => (Source::Elementwise, "binary"),
+            Where => (Source::Elementwise, "where_select"),
             Epilogue => (Source::Matmul, "epilogue"),
             ToF16 => (Source::Matmul, "to_f16"),
             ToBf16 => (Source::Matmul, "to_bf16"),
@@ -329,6 +331,7 @@ mod tests {
         for e in [
             Unary,
             Binary,
+            Where,
             Epilogue,
             ToF16,
             ToBf16,

@@ -9,7 +9,7 @@ use crate::backend::BackendOps;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
 use crate::ops::fused::{Expr, FusedSpec, MAX_INPUTS};
 use crate::ops::layout::{CopySpec, LayoutSpec, MAX_RANK};
@@ -128,6 +128,23 @@ impl BackendOps for CudaBackend {
                 u(n),
             ];
             self.launch_1d(Entry::Binary, (n as u64).div_ceil(4), &args)?;
+        }
+        Ok(out)
+    }
+
+    fn where_select(
+        &self,
+        c: &CudaStorage,
+        a: &CudaStorage,
+        b: &CudaStorage,
+        spec: WhereSpec,
+    ) -> Result<CudaStorage> {
+        let n = spec.n;
+        let out = self.alloc(n)?;
+        if n > 0 {
+            let [lc, la, lb] = spec.lens;
+            let args = [p(c), u(lc), p(a), u(la), p(b), u(lb), p(&out), u(n)];
+            self.launch_1d(Entry::Where, n as u64, &args)?;
         }
         Ok(out)
     }

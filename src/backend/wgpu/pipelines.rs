@@ -81,6 +81,8 @@ pub(crate) enum Kernel {
     Unary(UnaryKind),
     Binary(BinaryOp),
     BinaryBroadcast(BinaryOp),
+    /// `where(cond, a, b)`, every operand read by repetition.
+    Where,
     ReducePartial {
         op: ReduceOp,
         dot: bool,
@@ -145,6 +147,7 @@ impl Kernel {
             Kernel::Unary(_) => Shader::ElementwiseUnary,
             Kernel::Binary(_) => Shader::ElementwiseBinary,
             Kernel::BinaryBroadcast(_) => Shader::ElementwiseBroadcast,
+            Kernel::Where => Shader::ElementwiseWhere,
             Kernel::ReducePartial { .. } | Kernel::ReduceFinish(_) => Shader::Reduce,
             Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
                 Shader::Softmax
@@ -214,6 +217,7 @@ impl Kernel {
             Kernel::Unary(_)
             | Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
+            | Kernel::Where
             | Kernel::Matmul { .. }
             | Kernel::Norm { .. }
             | Kernel::Copy
@@ -254,7 +258,8 @@ impl Kernel {
             | Kernel::Norm { .. }
             | Kernel::Rope { .. }
             | Kernel::Conv2d { .. }
-            | Kernel::Gemv { .. } => Layout::ThreeInputs,
+            | Kernel::Gemv { .. }
+            | Kernel::Where => Layout::ThreeInputs,
             Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
             | Kernel::ReducePartial { .. }
@@ -280,6 +285,7 @@ impl Kernel {
             | Kernel::Copy
             | Kernel::Embedding
             | Kernel::TopK
+            | Kernel::Where
             | Kernel::Fused { .. } => vec![],
             Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],

@@ -22,10 +22,11 @@ pub(crate) enum Shader {
     Pool,
     MatmulGemv,
     MatmulGemvSubgroup,
+    ElementwiseWhere,
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 18] = [
+    pub(crate) const ALL: [Shader; 19] = [
         Shader::ElementwiseUnary,
         Shader::ElementwiseBinary,
         Shader::ElementwiseBroadcast,
@@ -44,6 +45,7 @@ impl Shader {
         Shader::Pool,
         Shader::MatmulGemv,
         Shader::MatmulGemvSubgroup,
+        Shader::ElementwiseWhere,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -66,6 +68,7 @@ impl Shader {
             Shader::Pool => "pool.wgsl",
             Shader::MatmulGemv => "matmul_gemv.wgsl",
             Shader::MatmulGemvSubgroup => "matmul_gemv_subgroup.wgsl",
+            Shader::ElementwiseWhere => "elementwise_where.wgsl",
         }
     }
 
@@ -110,6 +113,9 @@ impl Shader {
                     env!("OUT_DIR"),
                     "/shaders/matmul_gemv_subgroup.wgsl"
                 ))
+            }
+            Shader::ElementwiseWhere => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_where.wgsl"))
             }
         }
     }

@@ -336,3 +336,71 @@ pub async fn broadcasting(dev: &Device) {
         );
     }
 }
+
+/// where(cond, a, b) with NumPy broadcasting of all three, zeros of both signs and NaN in the
+/// condition (NaN is true), NaN and ±Inf among the values, and its errors.
+pub async fn where_cond(dev: &Device) {
+    for seed in 0..24u64 {
+        let mut rng = Rng::new(37_000 + seed);
+        let (sa, sb, out) = broadcast_pair(&mut rng);
+        // The condition broadcasts too: the output's shape with some sizes turned into 1.
+        let sc: Vec<usize> = out
+            .iter()
+            .map(|&d| {
+                if rng.next_u64().is_multiple_of(3) {
+                    1
+                } else {
+                    d
+                }
+            })
+            .collect();
+        let count = |s: &[usize]| s.iter().product::<usize>();
+        let c: Vec<f32> = (0..count(&sc))
+            .map(|_| [0.0, -0.0, 1.0, -2.5, f32::NAN][(rng.next_u64() % 5) as usize])
+            .collect();
+        let a = rng.signed_vec(count(&sa), 0.1, 4.0);
+        let mut b = rng.signed_vec(count(&sb), 0.1, 4.0);
+        if !b.is_empty() {
+            b[0] = EDGES[seed as usize % EDGES.len()];
+        }
+        let n = count(&out);
+        let want: Vec<(f64, Tol)> = (0..n)
+            .map(|i| {
+                let cv = c[broadcast_index(i, &out, &sc)];
+                let v = if cv != 0.0 || cv.is_nan() {
+                    a[broadcast_index(i, &out, &sa)]
+                } else {
+                    b[broadcast_index(i, &out, &sb)]
+                };
+                (
+                    v as f64,
+                    Tol {
+                        atol: 0.0,
+                        rtol: 0.0,
+                    },
+                )
+            })
+            .collect();
+        let (tc, ta, tb) = (
+            dev.tensor(&c, &sc).unwrap(),
+            dev.tensor(&a, &sa).unwrap(),
+            dev.tensor(&b, &sb).unwrap(),
+        );
+        let y = tc.where_cond(&ta, &tb).unwrap();
+        let ctx = format!(
+            "where {sc:?} {sa:?} {sb:?} -> {out:?}, seed {}",
+            37_000 + seed
+        );
+        assert_eq!(y.shape(), &out[..], "{ctx}");
+        check(
+            &ctx,
+            &|i| format!("flat {i}"),
+            &y.read().await.unwrap(),
+            &want,
+        );
+    }
+    let t = |s: &[usize]| dev.tensor(&vec![1.0; s.iter().product()], s).unwrap();
+    let e = t(&[2, 3]).where_cond(&t(&[2]), &t(&[3])).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { .. }), "{e}");
+    assert!(t(&[4]).where_cond(&t(&[3]), &t(&[3])).is_err());
+}

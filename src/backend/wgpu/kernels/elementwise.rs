@@ -137,3 +137,73 @@ impl WgpuBackend {
         Ok(s.storage(out))
     }
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct WhereParams {
+    n: u32,
+    base: u32,
+    lc: u32,
+    la: u32,
+    lb: u32,
+    _pad: [u32; 3],
+}
+
+impl WgpuBackend {
+    /// `where(cond, a, b)` over `n` elements, each operand read at `i % len` (see
+    /// elementwise_where.wgsl), in binding-sized chunks.
+    pub(super) fn encode_where(
+        &self,
+        c: Operand<'_, WgpuStorage>,
+        a: Operand<'_, WgpuStorage>,
+        b: Operand<'_, WgpuStorage>,
+        n: usize,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let mut st = s.state();
+        let n = n as u64;
+        let out = s.alloc(&mut st, n * 4)?;
+        let ops = [c, a, b].map(|(x, l)| (x, l as u64));
+        let bufs = [ops[0].0.buffer()?, ops[1].0.buffer()?, ops[2].0.buffer()?];
+        for (_, l) in ops {
+            if l != n {
+                s.check_binding("a where operand", l)?;
+            }
+        }
+        u32_of(n, "a where's element count")?;
+        let operand = |buf, l: u64, start, len| {
+            if l == n {
+                range(buf, start, len)
+            } else {
+                whole(buf, l)
+            }
+        };
+        let len_param = |l: u64| if l == n { 0 } else { l as u32 };
+        s.elementwise(
+            &mut st,
+            Kernel::Where,
+            n,
+            false,
+            |start, len| {
+                let p = WhereParams {
+                    n: len as u32,
+                    base: start as u32,
+                    lc: len_param(ops[0].1),
+                    la: len_param(ops[1].1),
+                    lb: len_param(ops[2].1),
+                    _pad: [0; 3],
+                };
+                Ok(bytemuck::bytes_of(&p).to_vec())
+            },
+            |start, len| {
+                vec![
+                    operand(bufs[0], ops[0].1, start, len),
+                    operand(bufs[1], ops[1].1, start, len),
+                    operand(bufs[2], ops[2].1, start, len),
+                    range(&out, start, len),
+                ]
+            },
+        )?;
+        Ok(s.storage(out))
+    }
+}

@@ -27,7 +27,7 @@ use crate::backend::BackendOps;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec};
+use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
 use crate::ops::fused::FusedSpec;
 use crate::ops::layout::LayoutSpec;
@@ -251,6 +251,17 @@ impl BackendOps for WgpuBackend {
 
     fn binary(&self, a: &WgpuStorage, b: &WgpuStorage, s: BinarySpec) -> Result<WgpuStorage> {
         self.encode_binary(s.op, (a, s.a_len), (b, s.b_len), s.n)
+    }
+
+    fn where_select(
+        &self,
+        c: &WgpuStorage,
+        a: &WgpuStorage,
+        b: &WgpuStorage,
+        s: WhereSpec,
+    ) -> Result<WgpuStorage> {
+        let [lc, la, lb] = s.lens;
+        self.encode_where((c, lc), (a, la), (b, lb), s.n)
     }
 
     fn reduce(&self, x: &WgpuStorage, s: ReduceSpec) -> Result<WgpuStorage> {

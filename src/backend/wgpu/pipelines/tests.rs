@@ -12,6 +12,7 @@ fn every_kernel() -> Vec<Kernel> {
     for op in BinaryOp::ALL {
         k.extend([Kernel::Binary(op), Kernel::BinaryBroadcast(op)]);
     }
+    k.push(Kernel::Where);
     for op in ReduceOp::ALL {
         k.extend([
             Kernel::ReducePartial { op, dot: false },
@@ -144,9 +145,10 @@ fn variant(k: Kernel) -> usize {
         Kernel::Pool2d { .. } => 17,
         Kernel::Gemv { .. } => 18,
         Kernel::Fused { .. } => 19,
+        Kernel::Where => 20,
     }
 }
-const VARIANTS: usize = 20;
+const VARIANTS: usize = 21;
 
 #[test]
 fn every_kernel_variant_is_checked() {
