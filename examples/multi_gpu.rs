@@ -27,10 +27,16 @@ fn main() -> gpukit::Result<()> {
         );
         let gathered = group.all_gather(&x)?.read_blocking()?;
         assert_eq!(gathered.len(), n * world);
-        let transport = if group.uses_nccl() { "NCCL" } else { "TCP" };
-        println!(
-            "rank {rank} of {world} ({transport}): all_reduce and all_gather agree (sum {want})"
+        // The last rank's data everywhere, and each rank's part of the sum.
+        let last = group.broadcast(&x, world - 1)?.read_blocking()?;
+        assert!(
+            last.iter().all(|&v| v == world as f32),
+            "rank {rank}: broadcast"
         );
+        let part = group.reduce_scatter(&x, ReduceOp::Sum)?.read_blocking()?;
+        assert!(part.len() == n / world && part.iter().all(|&v| v == want));
+        let transport = if group.uses_nccl() { "NCCL" } else { "TCP" };
+        println!("rank {rank} of {world} ({transport}): all four collectives agree (sum {want})");
         return Ok(());
     }
     let group = DeviceGroup::cuda_all_blocking()?;

@@ -28,12 +28,7 @@ fn apply(x: f32, y: f32) -> f32 {
     return r;
 }
 
-fn index(i: u32, len: u32) -> u32 {
-    if (len == 0u) {
-        return i;
-    }
-    return (params.base + i) % len;
-}
+// @include repeat_index
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -21,12 +21,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read> b: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-fn index(i: u32, len: u32) -> u32 {
-    if (len == 0u) {
-        return i;
-    }
-    return (params.base + i) % len;
-}
+// @include repeat_index
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -273,12 +273,13 @@ impl ProcessGroup {
                 let part = reduced.len() / world;
                 let mut part_shape = shape.clone();
                 part_shape[0] /= world;
-                reduced
-                    .chunks(part.max(1))
-                    .take(world)
-                    .map(|c| (part_shape.clone(), c.to_vec()))
-                    .chain(std::iter::repeat_with(|| (part_shape.clone(), Vec::new())))
-                    .take(world)
+                (0..world)
+                    .map(|r| {
+                        (
+                            part_shape.clone(),
+                            reduced[r * part..(r + 1) * part].to_vec(),
+                        )
+                    })
                     .collect()
             }
         })

@@ -141,7 +141,7 @@ impl Nccl {
         })
     }
 
-    /// One collective: an output of `out_len` elements per rank, and `call(rank, comm, input,
+    /// One collective: an output of `out_len` elements per rank, and `call(comm, input,
     /// output)` for every rank inside one NCCL group call (each input `in_len` elements).
     fn collective(
         &self,
@@ -150,7 +150,6 @@ impl Nccl {
         inputs: &[&CudaStorage],
         (in_len, out_len): (usize, usize),
         call: impl Fn(
-            usize,
             &Comm,
             &Raw<'_>,
             &mut Raw<'_>,
@@ -167,7 +166,7 @@ impl Nccl {
         result::group_start().map_err(|e| nccl_error("group start", e))?;
         let mut failure = None;
         let ranks = comms.0.iter().zip(backends).zip(inputs).zip(&outputs);
-        for (rank, (((comm, b), input), output)) in ranks.enumerate() {
+        for (((comm, b), input), output) in ranks {
             let send = Raw {
                 ptr: input.ptr(),
                 len: in_len,
@@ -178,7 +177,7 @@ impl Nccl {
                 len: out_len,
                 stream: &b.stream,
             };
-            if let Err(e) = call(rank, comm, &send, &mut recv) {
+            if let Err(e) = call(comm, &send, &mut recv) {
                 failure.get_or_insert(nccl_error(what, e));
             }
         }
@@ -204,7 +203,7 @@ impl Nccl {
             backends,
             inputs,
             (n, n),
-            |_, comm, send, recv| comm.all_reduce(send, recv, &op),
+            |comm, send, recv| comm.all_reduce(send, recv, &op),
         )
     }
 
@@ -220,15 +219,10 @@ impl Nccl {
             op: "broadcast",
             reason: format!("root {root} is not a rank"),
         })?;
-        self.collective(
-            "broadcast",
-            backends,
-            inputs,
-            (n, n),
-            |rank, comm, send, recv| {
-                comm.broadcast((rank == root).then_some(send), recv, root_rank)
-            },
-        )
+        self.collective("broadcast", backends, inputs, (n, n), |comm, send, recv| {
+            // The communicator's own rank: a process group holds one rank, not rank 0.
+            comm.broadcast((comm.rank() == root).then_some(send), recv, root_rank)
+        })
     }
 
     /// Every rank's `n` elements, in rank order, on every rank.
@@ -244,7 +238,7 @@ impl Nccl {
             backends,
             inputs,
             (n, total),
-            |_, comm, send, recv| comm.all_gather(send, recv),
+            |comm, send, recv| comm.all_gather(send, recv),
         )
     }
 
@@ -264,7 +258,7 @@ impl Nccl {
             backends,
             inputs,
             (n, part),
-            |_, comm, send, recv| comm.reduce_scatter(send, recv, &op),
+            |comm, send, recv| comm.reduce_scatter(send, recv, &op),
         )
     }
 }

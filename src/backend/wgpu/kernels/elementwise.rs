@@ -3,7 +3,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::super::{WgpuBackend, WgpuStorage};
-use super::{range, u32_of, whole, Kernel};
+use super::{range, repeat_len, repeated, u32_of, Kernel};
 use crate::backend::Operand;
 use crate::error::Result;
 use crate::ops::{BinaryOp, UnaryOp};
@@ -103,14 +103,6 @@ impl WgpuBackend {
                 }
             }
             u32_of(n, "a broadcasting op's element count")?;
-            let operand = |buf, l: u64, start, len| {
-                if l == n {
-                    range(buf, start, len)
-                } else {
-                    whole(buf, l)
-                }
-            };
-            let len_param = |l: u64| if l == n { 0 } else { l as u32 };
             s.elementwise(
                 &mut st,
                 Kernel::BinaryBroadcast(op),
@@ -120,15 +112,15 @@ impl WgpuBackend {
                     let p = BinaryParams {
                         n: len as u32,
                         base: start as u32,
-                        la: len_param(la),
-                        lb: len_param(lb),
+                        la: repeat_len(la, n),
+                        lb: repeat_len(lb, n),
                     };
                     Ok(bytemuck::bytes_of(&p).to_vec())
                 },
                 |start, len| {
                     vec![
-                        operand(ab, la, start, len),
-                        operand(bb, lb, start, len),
+                        repeated(ab, la, n, start, len),
+                        repeated(bb, lb, n, start, len),
                         range(&out, start, len),
                     ]
                 },
@@ -171,14 +163,6 @@ impl WgpuBackend {
             }
         }
         u32_of(n, "a where's element count")?;
-        let operand = |buf, l: u64, start, len| {
-            if l == n {
-                range(buf, start, len)
-            } else {
-                whole(buf, l)
-            }
-        };
-        let len_param = |l: u64| if l == n { 0 } else { l as u32 };
         s.elementwise(
             &mut st,
             Kernel::Where,
@@ -188,18 +172,18 @@ impl WgpuBackend {
                 let p = WhereParams {
                     n: len as u32,
                     base: start as u32,
-                    lc: len_param(ops[0].1),
-                    la: len_param(ops[1].1),
-                    lb: len_param(ops[2].1),
+                    lc: repeat_len(ops[0].1, n),
+                    la: repeat_len(ops[1].1, n),
+                    lb: repeat_len(ops[2].1, n),
                     _pad: [0; 3],
                 };
                 Ok(bytemuck::bytes_of(&p).to_vec())
             },
             |start, len| {
                 vec![
-                    operand(bufs[0], ops[0].1, start, len),
-                    operand(bufs[1], ops[1].1, start, len),
-                    operand(bufs[2], ops[2].1, start, len),
+                    repeated(bufs[0], ops[0].1, n, start, len),
+                    repeated(bufs[1], ops[1].1, n, start, len),
+                    repeated(bufs[2], ops[2].1, n, start, len),
                     range(&out, start, len),
                 ]
             },

@@ -223,6 +223,25 @@ fn lock_take(m: &std::sync::Mutex<Option<Error>>) -> Option<String> {
 }
 
 /// The range of a full operand that one chunk reads.
+/// An operand read by repetition (`i % l`) in a chunk of an `n`-element op: a full operand
+/// (`l == n`) is bound at the chunk's range, a repeated one whole.
+fn repeated(buffer: &wgpu::Buffer, l: u64, n: u64, start: u64, len: u64) -> Bind<'_> {
+    if l == n {
+        range(buffer, start, len)
+    } else {
+        whole(buffer, l)
+    }
+}
+
+/// The length a repeating shader reads an operand with: 0 for a full operand.
+fn repeat_len(l: u64, n: u64) -> u32 {
+    if l == n {
+        0
+    } else {
+        l as u32
+    }
+}
+
 fn range(buffer: &wgpu::Buffer, start: u64, len: u64) -> Bind<'_> {
     Bind {
         buffer,
