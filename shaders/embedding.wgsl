@@ -1,19 +1,20 @@
-// Embedding gather: out[r, c] = table[ids[r], c]. The ids were checked against the table on the
-// host before upload.
+// Embedding gather: out[r, c] = table[ids[r], c], over 32-bit words (two f16 or bf16 elements a
+// word for half tables). An id at or above vocab (device ids are not checked on the host) gives
+// a row of 0x7fff7fff words: NaN in every float dtype.
 
 const WG: u32 = 256u;
 
 struct Params {
     n: u32,
     dim: u32,
+    vocab: u32,
     _pad0: u32,
-    _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> table: array<f32>;
+@group(0) @binding(1) var<storage, read> table: array<u32>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<u32>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -23,5 +24,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let r = i / params.dim;
     let c = i % params.dim;
-    out[i] = table[ids[r] * params.dim + c];
+    let id = ids[r];
+    if (id < params.vocab) {
+        out[i] = table[id * params.dim + c];
+    } else {
+        out[i] = 0x7fff7fffu;
+    }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::backend::open;
 use crate::backend::BackendImpl;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::info::{Backend, DeviceInfo};
 use crate::ops::Precision;
@@ -352,15 +353,68 @@ impl Device {
         Ok(Tensor::new(self.clone(), storage, shape.to_vec()))
     }
 
+    /// Uploads elements of any [`Element`](crate::Element) type as a tensor of its dtype:
+    /// `device.tensor_of(&[1u32, 5, 9], &[3])` holds u32 ids, a slice of [`crate::f16`] an f16
+    /// tensor (two bytes an element).
+    pub fn tensor_of<T: crate::Element>(&self, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let n = self.check_output_of("tensor_of", shape, T::DTYPE)?;
+        if n != data.len() {
+            return Err(Error::shape(
+                "tensor_of",
+                &[data.len()],
+                shape,
+                "(the data length must be the product of the shape)",
+            ));
+        }
+        self.tensor_words(&crate::dtype::from_elements(data), shape, T::DTYPE)
+    }
+
+    /// A tensor of `dtype` from its stored words (see [`crate::dtype`]; `shape` checked).
+    pub(crate) fn tensor_words(
+        &self,
+        words: &[f32],
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Tensor> {
+        let n = self.check_output_of("tensor", shape, dtype)?;
+        let want = crate::dtype::words("tensor", dtype, n)?;
+        if words.len() != want {
+            return Err(Error::shape(
+                "tensor",
+                &[words.len()],
+                shape,
+                "(the stored words do not match the shape)",
+            ));
+        }
+        let storage = self.inner.backend.upload(words)?;
+        Ok(Tensor::new_typed(
+            self.clone(),
+            storage,
+            shape.to_vec(),
+            dtype,
+        ))
+    }
+
     /// Checks that a tensor of `shape` can exist on this device, before anything is allocated:
     /// its element count fits `usize` (see [`crate::shape`]) and its bytes the device's largest
     /// buffer (`max_buffer`: the adapter's limit, the GPU's memory, or the host's memory for
     /// the CPU backend). Every op calls it for its output. Returns the element count.
     #[inline(never)]
     pub(crate) fn check_output(&self, op: &'static str, shape: &[usize]) -> Result<usize> {
+        self.check_output_of(op, shape, DType::F32)
+    }
+
+    /// [`Device::check_output`] for an output of `dtype`.
+    #[inline(never)]
+    pub(crate) fn check_output_of(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<usize> {
         self.check_lost()?;
         let n = crate::shape::numel(op, shape)?;
-        crate::shape::bytes(op, shape, n, 4, self.info().limits.max_buffer)?;
+        crate::shape::bytes(op, shape, n, dtype.size(), self.info().limits.max_buffer)?;
         Ok(n)
     }
 

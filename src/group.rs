@@ -30,13 +30,18 @@ impl Tensor {
         let peer =
             self.device()
                 .backend()
-                .copy_to_device(self.storage(), self.len(), device.backend());
+                .copy_to_device(self.storage(), self.words(), device.backend());
         if let Some(copied) = peer {
             let storage = device.note_loss(copied)?;
-            return Ok(Tensor::new(device.clone(), storage, self.shape().to_vec()));
+            let shape = self.shape().to_vec();
+            return Ok(Tensor::new_typed(
+                device.clone(),
+                storage,
+                shape,
+                self.dtype(),
+            ));
         }
-        let data = self.read().await?;
-        device.tensor(&data, self.shape())
+        self.to_device(device).await
     }
 }
 
@@ -114,6 +119,15 @@ impl DeviceGroup {
                 return Err(Error::InvalidArgument {
                     op,
                     reason: format!("the tensor of rank {rank} is not on that rank's device"),
+                });
+            }
+            if t.dtype() != crate::DType::F32 {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!(
+                        "collectives take f32 tensors; rank {rank}'s is {}",
+                        t.dtype()
+                    ),
                 });
             }
             if t.shape() != tensors[0].shape() {

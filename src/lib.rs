@@ -40,6 +40,7 @@ pub mod blocking;
 mod cache;
 mod device;
 mod discover;
+mod dtype;
 mod error;
 mod future;
 mod group;
@@ -68,12 +69,15 @@ pub use device::Device;
 pub use discover::{
     cuda_topology, discover, recommended, BackendReport, CudaTopology, FoundDevice,
 };
+pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use group::DeviceGroup;
+/// The half-precision host types of [`DType::F16`] and [`DType::BF16`] (the `half` crate).
+pub use half::{bf16, f16};
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::quant::{QuantFormat, QuantTensor};
 pub use ops::{
-    Activation, AttentionOptions, BinaryOp, Conv2dOptions, MatmulOptions, MatmulTile,
+    Activation, AttentionOptions, BinaryOp, CompareOp, Conv2dOptions, MatmulOptions, MatmulTile,
     Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
 pub use policy::{Costs, DispatchPolicy, OpClass};
@@ -81,7 +85,7 @@ pub use policy::{Costs, DispatchPolicy, OpClass};
 pub use process::ProcessGroup;
 pub use profile::{OpProfile, Profiler};
 pub use stats::{MemoryStats, TuneRecord};
-pub use tensor::{DType, Tensor};
+pub use tensor::Tensor;
 pub use verify::{VerifiedOp, VerifyReport};
 
 /// The WGSL sources of every kernel, by file name (for validation and inspection).

@@ -1,73 +1,19 @@
 //! Loading tensors from bytes: one tensor from little-endian bytes of a [`DType`], and every
-//! tensor of a safetensors file. Data is converted exactly to f32 (the storage of every backend
-//! today); integers beyond 2^24, which f32 cannot hold exactly, are refused.
+//! tensor of a safetensors file, each kept in its own dtype (an f16 weight takes two bytes an
+//! element on the device).
 
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
-
-/// The largest integer every integer below it f32 holds exactly.
-const F32_EXACT_INT: u32 = 1 << 24;
-
-/// `bytes` (little-endian elements of `dtype`, any alignment) as f32 values; `op` names the
-/// caller in errors.
-fn to_f32(op: &'static str, bytes: &[u8], dtype: DType) -> Result<Vec<f32>> {
-    let size = dtype.size();
-    if !bytes.len().is_multiple_of(size) {
-        return Err(Error::InvalidArgument {
-            op,
-            reason: format!(
-                "{} bytes is not a whole number of {dtype} elements ({size} bytes each)",
-                bytes.len()
-            ),
-        });
-    }
-    let words = bytes.chunks_exact(size);
-    let inexact = |i: usize, v: i64| Error::InvalidArgument {
-        op,
-        reason: format!(
-            "{dtype} element {i} is {v}: beyond ±2^24 an f32 tensor cannot hold it exactly"
-        ),
-    };
-    Ok(match dtype {
-        DType::F32 => words
-            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-            .collect(),
-        DType::F16 => words
-            .map(|w| half::f16::from_le_bytes([w[0], w[1]]).to_f32())
-            .collect(),
-        DType::BF16 => words
-            .map(|w| half::bf16::from_le_bytes([w[0], w[1]]).to_f32())
-            .collect(),
-        DType::I32 => words
-            .enumerate()
-            .map(|(i, w)| {
-                let v = i32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-                match v.unsigned_abs() <= F32_EXACT_INT {
-                    true => Ok(v as f32),
-                    false => Err(inexact(i, v.into())),
-                }
-            })
-            .collect::<Result<_>>()?,
-        DType::U32 => words
-            .enumerate()
-            .map(|(i, w)| {
-                let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-                match v <= F32_EXACT_INT {
-                    true => Ok(v as f32),
-                    false => Err(inexact(i, v.into())),
-                }
-            })
-            .collect::<Result<_>>()?,
-    })
-}
+use crate::tensor::Tensor;
 
 impl Device {
-    /// A tensor of `shape` from little-endian elements of `dtype` (any alignment, as a file or
-    /// network buffer hands them out), converted exactly to f32: f16 and bf16 widen, integers
-    /// must lie within ±2^24. The byte count must be `shape`'s elements times the dtype's size.
+    /// A tensor of `shape` and `dtype` from its little-endian elements (any alignment, as a
+    /// file or network buffer hands them out), stored as they are: f16 and bf16 data takes two
+    /// bytes an element on the device. The byte count must be `shape`'s elements times the
+    /// dtype's size.
     pub fn tensor_from_bytes(&self, bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        let n = self.check_output("tensor_from_bytes", shape)?;
+        let n = self.check_output_of("tensor_from_bytes", shape, dtype)?;
         let want = crate::shape::mul("tensor_from_bytes", n, dtype.size())?;
         if bytes.len() != want {
             return Err(Error::InvalidArgument {
@@ -84,11 +30,11 @@ impl Device {
                 return self.tensor(values, shape);
             }
         }
-        self.tensor(&to_f32("tensor_from_bytes", bytes, dtype)?, shape)
+        self.tensor_words(&crate::dtype::pack(bytes), shape, dtype)
     }
 
     /// Every tensor of a safetensors file (`bytes` is the whole file), by name, in the order of
-    /// their data in the file. f32, f16, bf16, i32 and u32 tensors load as
+    /// their data in the file. f32, f16, bf16, i32 and u32 tensors load in their own dtype as
     /// [`Device::tensor_from_bytes`] does; any other dtype, and a truncated or malformed file,
     /// is an error naming the tensor or the problem.
     pub fn load_safetensors(&self, bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {

@@ -165,6 +165,9 @@ impl ProcessGroup {
                 reason: "the tensor is not on this process's device".into(),
             });
         }
+        if t.dtype() != crate::DType::F32 {
+            return Err(crate::dtype::unsupported(op, t.dtype(), "f32"));
+        }
         self.device.check_lost()?;
         let streams = match &self.transport {
             Transport::Nccl(nccl) => {

@@ -9,71 +9,8 @@ use std::sync::Arc;
 
 use crate::backend::Storage;
 use crate::device::Device;
+use crate::dtype::{self, DType, Element};
 use crate::error::{Error, Result};
-
-/// An element type. Every tensor is stored as [`DType::F32`] on every backend today; the other
-/// types are formats data can be loaded from ([`Device::tensor_from_bytes`],
-/// [`Device::load_safetensors`]), converted exactly to f32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum DType {
-    /// 32-bit IEEE float.
-    F32,
-    /// 16-bit IEEE float (half).
-    F16,
-    /// bfloat16: the upper 16 bits of an f32.
-    BF16,
-    /// 32-bit signed integer.
-    I32,
-    /// 32-bit unsigned integer.
-    U32,
-}
-
-impl DType {
-    /// Every dtype.
-    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32];
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F16 | DType::BF16 => 2,
-        }
-    }
-
-    /// The lowercase name (`"f32"`, `"bf16"`, ...), as JS and JSON spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::I32 => "i32",
-            DType::U32 => "u32",
-        }
-    }
-}
-
-impl std::str::FromStr for DType {
-    type Err = Error;
-
-    /// Parses a name of [`DType::name`].
-    fn from_str(s: &str) -> Result<DType> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.name() == s)
-            .ok_or_else(|| Error::InvalidArgument {
-                op: "dtype",
-                reason: format!("unknown dtype {s:?} (known: f32, f16, bf16, i32, u32)"),
-            })
-    }
-}
-
-impl std::fmt::Display for DType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Device-resident data with a shape.
 #[derive(Clone)]
@@ -86,12 +23,27 @@ pub struct Tensor {
 
 impl Tensor {
     pub(crate) fn new(device: Device, storage: Storage, shape: Vec<usize>) -> Tensor {
+        Tensor::new_typed(device, storage, shape, DType::F32)
+    }
+
+    /// A tensor of `dtype` over `storage` (see [`crate::dtype`] for the layout).
+    pub(crate) fn new_typed(
+        device: Device,
+        storage: Storage,
+        shape: Vec<usize>,
+        dtype: DType,
+    ) -> Tensor {
         Tensor {
             device,
             storage: Arc::new(storage),
             shape,
-            dtype: DType::F32,
+            dtype,
         }
+    }
+
+    /// The 32-bit words that hold the elements (two per word for f16 and bf16).
+    pub(crate) fn words(&self) -> usize {
+        (self.len() * self.dtype.size()).div_ceil(4)
     }
 
     /// A new tensor on the same device (the result of an op).
@@ -152,11 +104,50 @@ impl Tensor {
         })
     }
 
-    /// Copies the data back to the host. This is the one call that waits for the device:
-    /// everything enqueued before it is submitted, and the result is mapped once.
+    /// Copies the data back to the host as f32 values (exact for f16, bf16 and integers
+    /// within ±2^24; [`Tensor::read_as`] reads any dtype exactly). This is the one call that
+    /// waits for the device: everything enqueued before it is submitted, and the result is
+    /// mapped once.
     pub async fn read(&self) -> Result<Vec<f32>> {
+        let words = self.read_words().await?;
+        Ok(match self.dtype {
+            DType::F32 => words,
+            other => dtype::to_f32(other, &words, self.len()),
+        })
+    }
+
+    /// Copies the data back as elements of its own dtype: `read_as::<half::f16>()` for an f16
+    /// tensor, `read_as::<u32>()` for indices. Asking for another type is an error (convert
+    /// with [`Tensor::cast`] first).
+    pub async fn read_as<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::InvalidArgument {
+                op: "read_as",
+                reason: format!(
+                    "the tensor is {}, not {} (convert with `cast` first)",
+                    self.dtype,
+                    T::DTYPE
+                ),
+            });
+        }
+        let words = self.read_words().await?;
+        Ok(dtype::to_elements(&words, self.len()))
+    }
+
+    /// Copies the data back as little-endian bytes of its dtype (`len() * dtype().size()`).
+    pub async fn read_bytes(&self) -> Result<Vec<u8>> {
+        let words = self.read_words().await?;
+        Ok(dtype::unpack(&words, self.len() * self.dtype.size()))
+    }
+
+    /// The stored words, waiting for the device (see [`Tensor::read`]).
+    async fn read_words(&self) -> Result<Vec<f32>> {
         self.device.check_lost()?;
-        let read = self.device.backend().read(&self.storage, self.len()).await;
+        let read = self
+            .device
+            .backend()
+            .read(&self.storage, self.words())
+            .await;
         let data = self.device.note_loss(read)?;
         self.device.verify_pending().await?;
         Ok(data)
@@ -180,8 +171,8 @@ impl Tensor {
         if self.device.same(device) {
             return Ok(self.clone());
         }
-        let data = self.read().await?;
-        device.tensor(&data, &self.shape)
+        let words = self.read_words().await?;
+        device.tensor_words(&words, &self.shape, self.dtype)
     }
 }
 

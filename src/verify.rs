@@ -134,18 +134,20 @@ impl Verifier {
             // inputs then the output.
             let mut host = Vec::with_capacity(check.inputs.len() + 1);
             for t in check.inputs.iter().chain([&check.output]) {
-                host.push(device.backend().read(t.storage(), t.len()).await?);
+                host.push(device.backend().read(t.storage(), t.words()).await?);
             }
-            let got = host.pop().unwrap_or_default();
+            let out = &check.output;
+            let got = crate::dtype::to_f32(out.dtype(), &host.pop().unwrap_or_default(), out.len());
             let cpu_inputs = check
                 .inputs
                 .iter()
                 .zip(&host)
-                .map(|(t, data)| cpu.tensor(data, t.shape()))
+                .map(|(t, data)| cpu.tensor_words(data, t.shape(), t.dtype()))
                 .collect::<Result<Vec<_>>>()?;
             let refs: Vec<&Tensor> = cpu_inputs.iter().collect();
             let want_t = (check.rerun)(&refs)?;
-            let want = &want_t.storage().as_cpu()?.data()[..want_t.len()];
+            let want_words = &want_t.storage().as_cpu()?.data()[..want_t.words()];
+            let want = &crate::dtype::to_f32(want_t.dtype(), want_words, want_t.len());
             let shapes = || check.inputs.iter().map(|t| t.shape().to_vec()).collect();
             let error = compare(&got, want, check.tol).map_err(|detail| Error::Verification {
                 op: check.op,

@@ -75,3 +75,41 @@ __device__ __forceinline__ float binary_op(u32 op, float a, float b) {
     default: return a / b;
     }
 }
+
+// Half-precision bits and f32, by integer operations (the same results as the CPU's `half`
+// crate and shaders/include/dtype.wgsl): round to nearest even, overflow to inf, NaN kept.
+__device__ __forceinline__ unsigned short f16_bits(float x) {
+    const u32 b = __float_as_uint(x);
+    const u32 sign = (b >> 16) & 0x8000u;
+    const int e = (int)((b >> 23) & 0xffu);
+    u32 m = b & 0x7fffffu;
+    if (e == 255) return (unsigned short)(sign | 0x7c00u | (m ? 0x200u | (m >> 13) : 0u));
+    const int he = e - 112;
+    if (he >= 31) return (unsigned short)(sign | 0x7c00u);
+    if (he <= 0) {
+        if (he < -10) return (unsigned short)sign;
+        m |= 0x800000u;
+        const u32 shift = (u32)(14 - he);
+        u32 h = m >> shift;
+        const u32 rem = m & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+        if (rem > mid || (rem == mid && (h & 1u))) h += 1u;
+        return (unsigned short)(sign | h);
+    }
+    u32 h = ((u32)he << 10) | (m >> 13);
+    const u32 rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h += 1u;
+    return (unsigned short)(sign | h);
+}
+__device__ __forceinline__ float f16_float(unsigned short h) {
+    const u32 sign = ((u32)h & 0x8000u) << 16;
+    const u32 e = ((u32)h >> 10) & 0x1fu, m = (u32)h & 0x3ffu;
+    if (e == 0) return __uint_as_float(sign) + (sign ? -1.0f : 1.0f) * (float)m * 5.9604644775390625e-8f;
+    if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+__device__ __forceinline__ unsigned short bf16_bits(float x) {
+    const u32 b = __float_as_uint(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((b >> 16) | 0x40u);
+    return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ float bf16_float(unsigned short h) { return __uint_as_float((u32)h << 16); }

@@ -70,6 +70,16 @@ impl BackendImpl {
         }
     }
 
+    /// Whether the matmul takes f16 and bf16 storage as it is (cuBLAS on CUDA); elsewhere
+    /// half-precision operands are converted around an f32 product.
+    pub(crate) fn matmul_stores_halves(&self) -> bool {
+        #[cfg(cuda)]
+        if self.cuda().is_some() {
+            return true;
+        }
+        false
+    }
+
     /// Whether products longer than [`WGPU_MAX_K`](crate::ops::matmul::WGPU_MAX_K) are split
     /// along k: natively on wgpu adapters (lavapipe's loop limit).
     #[cfg(native)]

@@ -18,6 +18,8 @@ pub(crate) mod wgpu;
 
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
+use crate::ops::cast::CastSpec;
+use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
 use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
@@ -38,12 +40,22 @@ use crate::ops::OpSpec;
 pub(crate) type Operand<'a, S> = (&'a S, usize);
 
 /// What every backend implements: one method per op, taking the op's storages (and host data),
-/// then its spec. Lengths are element counts; all data is f32.
+/// then its spec. Lengths are element counts. Storages are 32-bit words (see [`crate::dtype`]);
+/// every op but `cast` reads and writes f32 data unless its spec names another dtype.
 pub(crate) trait BackendOps {
     type Storage;
 
     /// Copies host data into a new device buffer.
     fn upload(&self, data: &[f32]) -> Result<Self::Storage>;
+    /// Converts elements between dtypes (see [`CastSpec`] and [`crate::dtype`]).
+    fn cast(&self, x: &Self::Storage, spec: CastSpec) -> Result<Self::Storage>;
+    /// Comparisons and integer arithmetic (see [`CompareSpec`]).
+    fn compare(
+        &self,
+        a: &Self::Storage,
+        b: &Self::Storage,
+        spec: CompareSpec,
+    ) -> Result<Self::Storage>;
     /// See [`UnarySpec`].
     fn unary(&self, x: &Self::Storage, spec: UnarySpec) -> Result<Self::Storage>;
     /// See [`BinarySpec`].
@@ -87,11 +99,12 @@ pub(crate) trait BackendOps {
     ) -> Result<Self::Storage>;
     /// Strided copies of `parts` into a new tensor (see [`LayoutSpec`]).
     fn copy(&self, parts: &[&Self::Storage], spec: &LayoutSpec) -> Result<Self::Storage>;
-    /// Rows `ids` of a table (ids already checked; see [`EmbeddingSpec`]).
+    /// Rows of a table picked by u32 ids (see [`EmbeddingSpec`]; ids at or above the
+    /// vocabulary give NaN rows).
     fn embedding(
         &self,
         table: &Self::Storage,
-        ids: &[u32],
+        ids: &Self::Storage,
         spec: EmbeddingSpec,
     ) -> Result<Self::Storage>;
     /// See [`RopeSpec`].
@@ -102,13 +115,14 @@ pub(crate) trait BackendOps {
         sin: &Self::Storage,
         spec: RopeSpec,
     ) -> Result<Self::Storage>;
-    /// Fused attention (see [`AttentionSpec`]); `lens` hides keys per batch entry.
+    /// Fused attention (see [`AttentionSpec`]); `lens` (u32 words, one per batch entry,
+    /// clamped to the key count) hides keys per batch entry.
     fn attention(
         &self,
         q: &Self::Storage,
         k: &Self::Storage,
         v: &Self::Storage,
-        lens: Option<&[u32]>,
+        lens: Option<&Self::Storage>,
         spec: AttentionSpec,
     ) -> Result<Self::Storage>;
     /// See [`TopkSpec`].
@@ -335,6 +349,14 @@ impl BackendImpl {
         }
     }
 
+    pub(crate) fn cast(&self, x: &Storage, spec: CastSpec) -> Result<Storage> {
+        dispatch!(self.cast(one x; spec), spec)
+    }
+
+    pub(crate) fn compare(&self, a: &Storage, b: &Storage, spec: CompareSpec) -> Result<Storage> {
+        dispatch!(self.compare(one a, one b; spec), spec)
+    }
+
     pub(crate) fn unary(&self, x: &Storage, spec: UnarySpec) -> Result<Storage> {
         dispatch!(self.unary(one x; spec), spec)
     }
@@ -396,10 +418,10 @@ impl BackendImpl {
     pub(crate) fn embedding(
         &self,
         table: &Storage,
-        ids: &[u32],
+        ids: &Storage,
         spec: EmbeddingSpec,
     ) -> Result<Storage> {
-        dispatch!(self.embedding(one table; ids, spec), spec)
+        dispatch!(self.embedding(one table, one ids; spec), spec)
     }
 
     pub(crate) fn rope(
@@ -417,10 +439,10 @@ impl BackendImpl {
         q: &Storage,
         k: &Storage,
         v: &Storage,
-        lens: Option<&[u32]>,
+        lens: Option<&Storage>,
         spec: AttentionSpec,
     ) -> Result<Storage> {
-        dispatch!(self.attention(one q, one k, one v; lens, spec), spec)
+        dispatch!(self.attention(one q, one k, one v, opt lens; spec), spec)
     }
 
     pub(crate) fn topk(&self, x: &Storage, spec: TopkSpec) -> Result<(Storage, Storage)> {

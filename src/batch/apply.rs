@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use super::{Batch, Op, Value};
 use crate::backend::Storage;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::quant::QuantTensor;
 use crate::ops::{AttentionOptions, Conv2dOptions, Pool2dOptions, RopeLayout};
@@ -49,8 +50,13 @@ impl Batch {
         let metas = inputs
             .iter()
             .map(|&v| {
-                let shape = self.shape_of(v, name)?;
-                Ok(Tensor::new(self.meta.clone(), Storage::Meta, shape))
+                let node = self.node(v, name)?;
+                Ok(Tensor::new_typed(
+                    self.meta.clone(),
+                    Storage::Meta,
+                    node.shape.clone(),
+                    node.dtype,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&Tensor> = metas.iter().collect();
@@ -63,7 +69,7 @@ impl Batch {
                     .into(),
             });
         }
-        self.push_apply(name, inputs, out.shape().to_vec(), Rc::new(f))
+        self.push_apply(name, inputs, out.shape().to_vec(), out.dtype(), Rc::new(f))
     }
 
     pub(super) fn push_apply(
@@ -71,6 +77,7 @@ impl Batch {
         name: &'static str,
         inputs: &[Value],
         shape: Vec<usize>,
+        dtype: DType,
         f: ApplyFn,
     ) -> Result<Value> {
         let op = Op::Apply(Apply {
@@ -78,7 +85,7 @@ impl Batch {
             inputs: inputs.to_vec(),
             f,
         });
-        self.push(op, shape, None)
+        self.push_typed(op, shape, None, dtype)
     }
 
     /// conv2d (see [`Tensor::conv2d`]).
@@ -123,6 +130,27 @@ impl Batch {
             let options = AttentionOptions {
                 causal,
                 key_lengths: key_lengths.as_deref(),
+                lengths: None,
+                scale,
+            };
+            t[0].attention(t[1], t[2], options)
+        })
+    }
+
+    /// Fused attention with the key lengths as a u32 value of the batch (an upload that a
+    /// [`Graph`](super::Graph) replaces at each run; see [`AttentionOptions::lengths`]).
+    pub fn attention_lengths(
+        &mut self,
+        [q, k, v]: [Value; 3],
+        lengths: Value,
+        causal: bool,
+        scale: Option<f32>,
+    ) -> Result<Value> {
+        self.apply("attention", &[q, k, v, lengths], move |t| {
+            let options = AttentionOptions {
+                causal,
+                key_lengths: None,
+                lengths: Some(t[3]),
                 scale,
             };
             t[0].attention(t[1], t[2], options)
@@ -133,6 +161,18 @@ impl Batch {
     pub fn embedding(&mut self, table: Value, ids: &[u32]) -> Result<Value> {
         let ids = ids.to_vec();
         self.apply("embedding", &[table], move |t| t[0].embedding(&ids))
+    }
+
+    /// Rows of an embedding table picked by a u32 value of the batch (see
+    /// [`Tensor::embedding_ids`]): with ids uploaded by [`Batch::upload_of`], a
+    /// [`Graph`](super::Graph) takes new ids at each run.
+    pub fn embedding_ids(&mut self, table: Value, ids: Value) -> Result<Value> {
+        self.apply("embedding", &[table, ids], |t| t[0].embedding_ids(t[1]))
+    }
+
+    /// The value converted to `dtype` (see [`Tensor::cast`]).
+    pub fn cast(&mut self, x: Value, dtype: DType) -> Result<Value> {
+        self.apply("cast", &[x], move |t| t[0].cast(dtype))
     }
 
     /// RoPE (see [`Tensor::rope`]).
@@ -184,6 +224,6 @@ impl Batch {
             }
         }
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| t[0].matmul_quant(&w));
-        self.push_apply("matmul_quant", &[x], shape, f)
+        self.push_apply("matmul_quant", &[x], shape, DType::F32, f)
     }
 }

@@ -5,6 +5,7 @@
 use super::plan::Plan;
 use super::{missing, Batch, BatchResult, Op, Value};
 use crate::backend::replay::Replayer;
+use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -28,6 +29,7 @@ impl Batch {
                 batch: self,
                 plan,
                 captured: None,
+                pending: Vec::new(),
             });
         };
         let values = capture.executed?;
@@ -45,6 +47,7 @@ impl Batch {
                 outputs,
                 taken,
             }),
+            pending: Vec::new(),
         })
     }
 }
@@ -60,21 +63,68 @@ pub struct Graph {
     batch: Batch,
     plan: Plan,
     captured: Option<Captured>,
+    /// Words staged by [`Graph::set_input`] for the next run.
+    pending: Vec<(Value, Vec<f32>)>,
 }
 
 impl Graph {
-    /// Runs the graph again. `inputs` replaces the data of some of the batch's uploads (each
-    /// the same length as before); the others keep their data.
+    /// Replaces the data of an upload of any dtype (u32 token ids, key lengths) for the next
+    /// [`Graph::run`]; `data` has the upload's dtype and length.
+    pub fn set_input<T: Element>(&mut self, v: Value, data: &[T]) -> Result<()> {
+        let node = self.batch.node(v, "graph input")?;
+        if node.dtype != T::DTYPE {
+            return Err(Error::InvalidArgument {
+                op: "graph input",
+                reason: format!("the upload is {}, the data {}", node.dtype, T::DTYPE),
+            });
+        }
+        if data.len() != node.len() {
+            return Err(Error::shape(
+                "graph input",
+                &[data.len()],
+                &node.shape,
+                "(new data has the upload's length)",
+            ));
+        }
+        self.check_input(v)?;
+        self.pending.retain(|(p, _)| *p != v);
+        self.pending.push((v, crate::dtype::from_elements(data)));
+        Ok(())
+    }
+
+    fn check_input(&self, v: Value) -> Result<()> {
+        if !matches!(self.batch.node(v, "graph input")?.op, Op::Input) {
+            return Err(Error::InvalidArgument {
+                op: "graph input",
+                reason: "only values made by `upload` take new data".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs the graph again. `inputs` replaces the data of some of the batch's f32 uploads
+    /// (each the same length as before), and what [`Graph::set_input`] staged replaces the
+    /// data of others; the rest keep their data.
     pub async fn run(&mut self, inputs: &[(Value, &[f32])]) -> Result<BatchResult> {
-        for (v, data) in inputs {
-            let node = self.batch.node(*v, "graph input")?;
-            if !matches!(node.op, Op::Input) {
+        let pending = self.pending.clone();
+        for (v, _) in inputs {
+            if self.batch.node(*v, "graph input")?.dtype != crate::DType::F32 {
                 return Err(Error::InvalidArgument {
                     op: "graph input",
-                    reason: "only values made by `upload` take new data".into(),
+                    reason: "the upload is not f32: replace its data with `set_input`".into(),
                 });
             }
-            if data.len() != node.len() {
+        }
+        let inputs: Vec<(Value, &[f32])> = inputs
+            .iter()
+            .copied()
+            .chain(pending.iter().map(|(v, w)| (*v, w.as_slice())))
+            .collect();
+        let inputs = inputs.as_slice();
+        for (v, data) in inputs {
+            self.check_input(*v)?;
+            let node = self.batch.node(*v, "graph input")?;
+            if data.len() != crate::dtype::words("graph input", node.dtype, node.len())? {
                 return Err(Error::shape(
                     "graph input",
                     &[data.len()],
@@ -83,6 +133,7 @@ impl Graph {
                 ));
             }
         }
+        self.pending.clear();
         // A replay bypasses the ops; under verification the graph runs its ops instead.
         let captured = match self.batch.device.verifier().is_on() {
             true => None,
@@ -90,8 +141,12 @@ impl Graph {
         };
         let Some(c) = captured else {
             for (v, data) in inputs {
-                let shape = self.batch.nodes[v.index].shape.clone();
-                self.batch.nodes[v.index].tensor = Some(self.batch.device.tensor(data, &shape)?);
+                let node = &self.batch.nodes[v.index];
+                let t = self
+                    .batch
+                    .device
+                    .tensor_words(data, &node.shape, node.dtype)?;
+                self.batch.nodes[v.index].tensor = Some(t);
             }
             return self.batch.run().await;
         };
@@ -99,13 +154,15 @@ impl Graph {
         for (v, data) in inputs {
             ins.push((self.input_tensor(*v)?.storage(), *data));
         }
-        let outs: Vec<_> = c.outputs.iter().map(|t| (t.storage(), t.len())).collect();
-        let data = self
+        let outs: Vec<_> = c.outputs.iter().map(|t| (t.storage(), t.words())).collect();
+        let words = self
             .batch
             .device
             .backend()
             .replay(&c.replay, &ins, &outs)
             .await?;
+        let refs: Vec<&Tensor> = c.outputs.iter().collect();
+        let data = super::plan::values_of(&refs, words);
         Ok(self
             .plan
             .result(&self.batch, data, c.taken, c.replay.kernels()))

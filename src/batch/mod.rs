@@ -50,6 +50,7 @@ mod plan;
 pub use graph::Graph;
 
 use crate::device::Device;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::ops::elementwise::broadcast;
 use crate::ops::matmul::dims;
@@ -158,6 +159,7 @@ impl Op {
 struct Node {
     op: Op,
     shape: Vec<usize>,
+    dtype: DType,
     /// Inputs and tensors: the data (kept for the whole batch).
     tensor: Option<Tensor>,
 }
@@ -283,13 +285,55 @@ impl Batch {
         Ok(self.node(v, op)?.shape.clone())
     }
 
-    /// Records a node. A value the batch computes must be able to exist on the device: its
-    /// shape is checked as an op's output is (see `Device::check_output`).
+    /// The dtype of a value.
+    pub fn dtype(&self, v: Value) -> Result<DType> {
+        Ok(self.node(v, "dtype")?.dtype)
+    }
+
+    /// Records a node: an upload or tensor in its own dtype, a reshape or transpose in its
+    /// input's, any other op in f32 (its inputs must be f32: ops on other dtypes are recorded
+    /// through [`Batch::apply`], [`Batch::cast`] included).
     fn push(&mut self, op: Op, shape: Vec<usize>, tensor: Option<Tensor>) -> Result<Value> {
+        let dtype = match (&op, &tensor) {
+            (_, Some(t)) => t.dtype(),
+            (Op::Reshape(x) | Op::Transpose(x, ..), None) => self.node(*x, op.name())?.dtype,
+            _ => {
+                for v in op.inputs() {
+                    let d = self.node(v, op.name())?.dtype;
+                    if d != DType::F32 {
+                        return Err(Error::InvalidArgument {
+                            op: op.name(),
+                            reason: format!(
+                                "this batch op takes f32 values, not {d} (record `batch.cast` \
+                                 first, or the op through `batch.apply`)"
+                            ),
+                        });
+                    }
+                }
+                DType::F32
+            }
+        };
+        self.push_typed(op, shape, tensor, dtype)
+    }
+
+    /// Records a node of `dtype`. A value the batch computes must be able to exist on the
+    /// device: its shape is checked as an op's output is (see `Device::check_output`).
+    fn push_typed(
+        &mut self,
+        op: Op,
+        shape: Vec<usize>,
+        tensor: Option<Tensor>,
+        dtype: DType,
+    ) -> Result<Value> {
         if tensor.is_none() {
-            self.device.check_output(op.name(), &shape)?;
+            self.device.check_output_of(op.name(), &shape, dtype)?;
         }
-        self.nodes.push(Node { op, shape, tensor });
+        self.nodes.push(Node {
+            op,
+            shape,
+            dtype,
+            tensor,
+        });
         Ok(Value {
             batch: self.id,
             index: self.nodes.len() - 1,
@@ -304,6 +348,13 @@ impl Batch {
     /// Host data to upload; in a [`Graph`] its data can be replaced at each run.
     pub fn upload(&mut self, data: &[f32], shape: &[usize]) -> Result<Value> {
         let t = self.device.tensor(data, shape)?;
+        self.push(Op::Input, shape.to_vec(), Some(t))
+    }
+
+    /// Host data of any [`Element`] type (u32 token ids, f16 values) to upload in its dtype;
+    /// in a [`Graph`] [`Graph::set_input`] replaces it at each run.
+    pub fn upload_of<T: Element>(&mut self, data: &[T], shape: &[usize]) -> Result<Value> {
+        let t = self.device.tensor_of(data, shape)?;
         self.push(Op::Input, shape.to_vec(), Some(t))
     }
 
@@ -344,7 +395,7 @@ impl Batch {
             }
             let shape = bc.shape.clone();
             let f = std::rc::Rc::new(move |t: &[&Tensor]| t[0].broadcast_to(&shape));
-            self.push_apply("broadcast_to", &[v], bc.shape.clone(), f)
+            self.push_apply("broadcast_to", &[v], bc.shape.clone(), DType::F32, f)
         };
         let (a, b) = (expand(a, bc.expand_a)?, expand(b, bc.expand_b)?);
         self.push(Op::Binary(op, a, b), bc.shape, None)

@@ -205,9 +205,9 @@ impl Plan {
             .iter()
             .map(|v| values.get(&v.index).ok_or_else(missing))
             .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<_> = outs.iter().map(|t| (t.storage(), t.len())).collect();
+        let refs: Vec<_> = outs.iter().map(|t| (t.storage(), t.words())).collect();
         let data = match batch.device.backend().read_many(&refs).await? {
-            Some(data) => data,
+            Some(words) => values_of(&outs, words),
             // Read each output where it is.
             None => {
                 let mut all = Vec::with_capacity(outs.len());
@@ -445,4 +445,15 @@ fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Resu
             (a.f)(&inputs)
         }
     }
+}
+
+/// Stored words read back for `outs` as f32 values (see [`Tensor::read`]).
+pub(super) fn values_of(outs: &[&Tensor], words: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+    outs.iter()
+        .zip(words)
+        .map(|(t, w)| match t.dtype() {
+            crate::DType::F32 => w,
+            d => crate::dtype::to_f32(d, &w, t.len()),
+        })
+        .collect()
 }

@@ -14,7 +14,13 @@ pub struct AttentionOptions<'a> {
     /// Query `i` sees keys `0 ..= i + (sk - sq)` (aligned to the end, as with a KV cache).
     pub causal: bool,
     /// Per batch entry, how many keys are real; keys at or beyond it are hidden (padding).
+    /// Each must be at most the key count (checked).
     pub key_lengths: Option<&'a [u32]>,
+    /// The same lengths as a device tensor of `[batch]` u32 (or i32) values, so a recorded
+    /// batch or a [`Graph`](crate::Graph) takes new ones each run. They cannot be checked
+    /// without a read back: each is clamped to the key count (a negative i32 reads as a large
+    /// u32, so it shows every key). Give `key_lengths` or this, not both.
+    pub lengths: Option<&'a Tensor>,
     /// Multiplies the scores; `1 / sqrt(d)` when `None`.
     pub scale: Option<f32>,
 }
@@ -99,6 +105,43 @@ impl Tensor {
                 });
             }
         }
+        let host_lens;
+        let lens = match (options.key_lengths, options.lengths) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument {
+                    op: "attention",
+                    reason: "give key_lengths or lengths, not both".into(),
+                })
+            }
+            (Some(l), None) => {
+                host_lens = self.device().tensor_of(l, &[b])?;
+                Some(&host_lens)
+            }
+            (None, Some(t)) => {
+                self.same_device(t, "attention")?;
+                t.expect_integer("attention", "lengths")?;
+                if t.len() != b {
+                    return Err(Error::shape(
+                        "attention lengths",
+                        t.shape(),
+                        &[b],
+                        "(one length per batch entry)",
+                    ));
+                }
+                Some(t)
+            }
+            (None, None) => None,
+        };
+        if let Some(out) = Tensor::promoted("attention", &[self, k, v], |t| {
+            let options = AttentionOptions {
+                key_lengths: None,
+                lengths: lens,
+                ..options
+            };
+            t[0].attention(t[1], t[2], options)
+        })? {
+            return Ok(out);
+        }
         let scale = options.scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
         if !scale.is_finite() {
             return Err(Error::InvalidArgument {
@@ -122,16 +165,18 @@ impl Tensor {
             self.storage(),
             k.storage(),
             v.storage(),
-            options.key_lengths,
+            lens.map(Tensor::storage),
             spec,
         )?;
         let out = self.with_storage(storage, vec![b, hq, sq, dv]);
-        let lens = options.key_lengths.map(<[u32]>::to_vec);
         let (causal, scale) = (options.causal, options.scale);
-        out.verified("attention", [self, k, v], Tol::Accumulate, move |t| {
+        let mut inputs = vec![self, k, v];
+        inputs.extend(lens);
+        out.verified_many("attention", &inputs, Tol::Accumulate, move |t| {
             let options = AttentionOptions {
                 causal,
-                key_lengths: lens.as_deref(),
+                key_lengths: None,
+                lengths: t.get(3).copied(),
                 scale,
             };
             t[0].attention(t[1], t[2], options)

@@ -84,6 +84,13 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: Conv2dOptions,
     ) -> Result<Tensor> {
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        if let Some(out) = Tensor::promoted("conv2d", &inputs, |t| {
+            t[0].conv2d(t[1], bias.map(|_| t[2]), opts)
+        })? {
+            return Ok(out);
+        }
         let [n, c, h, w] = nchw("conv2d", self)?;
         let [o, cg, kh, kw] = nchw("conv2d", weight)?;
         let g = opts.groups;

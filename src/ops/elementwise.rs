@@ -6,6 +6,7 @@
 //! a NaN), `log(0) = -inf`, `log(x < 0) = NaN`, `sqrt(x < 0) = NaN`, `sigmoid(-inf) = 0`,
 //! `tanh(±inf) = ±1`, and overflow gives ±inf. Denormal results may be flushed to zero on GPUs.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::OpSpec;
 use crate::profile::Work;
@@ -328,6 +329,9 @@ impl Tensor {
     /// Applies a unary op; enqueues the work and returns at once.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         op.validate()?;
+        if let Some(out) = Tensor::promoted(op.name(), &[self], |t| t[0].unary(op))? {
+            return Ok(out);
+        }
         self.device().check_output(op.name(), self.shape())?;
         let spec = UnarySpec { op, n: self.len() };
         let storage = self.device().op(&spec).unary(self.storage(), spec)?;
@@ -341,6 +345,26 @@ impl Tensor {
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         self.same_device(on_true, "where")?;
         self.same_device(on_false, "where")?;
+        // The condition is tested as a float (an integer is nonzero exactly when its f32 is);
+        // the branches share a dtype, which 32-bit kernels select as bits.
+        if self.dtype() != DType::F32 {
+            return self.cast(DType::F32)?.where_cond(on_true, on_false);
+        }
+        if on_true.dtype() != on_false.dtype() {
+            return Err(Error::InvalidArgument {
+                op: "where",
+                reason: format!(
+                    "the branches are {} and {} (cast one to the other's dtype)",
+                    on_true.dtype(),
+                    on_false.dtype()
+                ),
+            });
+        }
+        let branch = on_true.dtype();
+        if branch.size() == 2 {
+            let (a, b) = (on_true.cast(DType::F32)?, on_false.cast(DType::F32)?);
+            return self.where_cond(&a, &b)?.cast(branch);
+        }
         let ab = broadcast("where", on_true.shape(), on_false.shape())?;
         let shape = broadcast("where", self.shape(), &ab.shape)?.shape;
         let n = self.device().check_output("where", &shape)?;
@@ -364,7 +388,7 @@ impl Tensor {
             b.0.as_ref().unwrap_or(on_false).storage(),
             spec,
         )?;
-        let out = self.with_storage(storage, shape);
+        let out = Tensor::new_typed(self.device().clone(), storage, shape, branch);
         out.verified_many("where", &[self, on_true, on_false], Tol::Exact, |t| {
             t[0].where_cond(t[1], t[2])
         })
@@ -374,6 +398,12 @@ impl Tensor {
     /// give [`Error::ShapeMismatch`] naming both.
     pub fn binary(&self, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         self.same_device(rhs, op.name())?;
+        if !self.dtype().is_float() || !rhs.dtype().is_float() {
+            return self.binary_int(op, rhs);
+        }
+        if let Some(out) = Tensor::promoted(op.name(), &[self, rhs], |t| t[0].binary(op, t[1]))? {
+            return Ok(out);
+        }
         let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
         let n = self.device().check_output(op.name(), &bc.shape)?;
         // Operands no repeat describes are materialised at the output's shape first.

@@ -61,12 +61,38 @@ fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<()> {
 }
 
 impl Tensor {
-    /// A new tensor of `shape` from strided copies of `parts` (zero where none writes).
+    /// A new tensor of `shape` from strided copies of `parts` (zero where none writes), in
+    /// their dtype: 32-bit elements are copied as they are, f16 and bf16 through f32.
     pub(crate) fn copies(
         &self,
         parts: &[(&Tensor, CopySpec)],
         shape: Vec<usize>,
     ) -> Result<Tensor> {
+        let dtype = self.dtype();
+        if let Some((t, _)) = parts.iter().find(|(t, _)| t.dtype() != dtype) {
+            return Err(Error::InvalidArgument {
+                op: "copy",
+                reason: format!(
+                    "the parts are {dtype} and {} (cast them to one dtype)",
+                    t.dtype()
+                ),
+            });
+        }
+        if dtype.size() == 2 {
+            let floats = parts
+                .iter()
+                .map(|(t, _)| t.cast(crate::DType::F32))
+                .collect::<Result<Vec<_>>>()?;
+            let parts: Vec<(&Tensor, CopySpec)> = floats
+                .iter()
+                .zip(parts)
+                .map(|(f, (_, c))| (f, c.clone()))
+                .collect();
+            return self
+                .cast(crate::DType::F32)?
+                .copies(&parts, shape)?
+                .cast(dtype);
+        }
         let storages: Vec<_> = parts.iter().map(|(t, _)| t.storage()).collect();
         let n = self.device().check_output("copy", &shape)?;
         let spec = LayoutSpec {
@@ -74,7 +100,7 @@ impl Tensor {
             parts: parts.iter().map(|(_, c)| c.clone()).collect(),
         };
         let storage = self.device().op(&spec).copy(&storages, &spec)?;
-        let out = self.with_storage(storage, shape.clone());
+        let out = Tensor::new_typed(self.device().clone(), storage, shape.clone(), dtype);
         let inputs: Vec<&Tensor> = parts.iter().map(|(t, _)| *t).collect();
         let specs: Vec<CopySpec> = parts.iter().map(|(_, s)| s.clone()).collect();
         out.verified_many("copy", &inputs, Tol::Exact, move |t| {

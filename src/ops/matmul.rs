@@ -8,6 +8,7 @@
 //! Accumulation is in f32 (fused multiply-add on GPUs); the op suite allows a relative error of
 //! 1e-4 of the sum of |a_ik * b_kj|. `k = 0` gives zeros (then the epilogue).
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::OpSpec;
 use crate::ops::UnaryOp;
@@ -189,6 +190,9 @@ pub(crate) struct MatmulSpec {
     pub activation: Option<Activation>,
     pub precision: Precision,
     pub tile: Option<MatmulTile>,
+    /// The dtype A, B and the output are stored in: f32, or f16/bf16 where the backend takes
+    /// half-precision storage directly ([`BackendImpl::matmul_stores_halves`]).
+    pub storage: DType,
 }
 
 /// The sizes of one matmul, as the backends receive them.
@@ -269,6 +273,28 @@ impl Tensor {
                 ));
             }
         }
+        let mut inputs = vec![self, rhs];
+        inputs.extend(options.bias);
+        // Half-precision operands of one dtype go to a backend that multiplies them as they
+        // are stored (cuBLAS on CUDA); elsewhere they are converted around an f32 product.
+        let halves = self.dtype().size() == 2 && rhs.dtype() == self.dtype();
+        let storage = if halves
+            && options.bias.is_none()
+            && options.activation.is_none()
+            && self.device().backend().matmul_stores_halves()
+        {
+            self.dtype()
+        } else {
+            DType::F32
+        };
+        if storage == DType::F32 {
+            if let Some(out) = Tensor::promoted("matmul", &inputs, |t| {
+                let bias = options.bias.map(|_| t[2]);
+                t[0].matmul_with(t[1], MatmulOptions { bias, ..options })
+            })? {
+                return Ok(out);
+            }
+        }
         let spec = MatmulSpec {
             dims,
             transpose_a: ta,
@@ -276,27 +302,26 @@ impl Tensor {
             activation: options.activation,
             precision: options.precision,
             tile: options.tile,
+            storage,
         };
         if let Some(tile) = options.tile {
             tile.check()?;
         }
-        self.device().check_output("matmul", &shape)?;
+        self.device().check_output_of("matmul", &shape, storage)?;
         #[cfg(native)]
         if dims.k > WGPU_MAX_K && self.device().backend().splits_long_products() {
             return self.matmul_split_k(rhs, options, dims.k);
         }
         let bias = options.bias.map(Tensor::storage);
-        let storage = self
+        let data = self
             .device()
             .op(&spec)
             .matmul(self.storage(), rhs.storage(), bias, spec)?;
-        let out = self.with_storage(storage, shape);
-        let tol = match options.precision {
-            Precision::F32 => Tol::Accumulate,
+        let out = Tensor::new_typed(self.device().clone(), data, shape, storage);
+        let tol = match (options.precision, storage) {
+            (Precision::F32, DType::F32) => Tol::Accumulate,
             _ => Tol::Reduced,
         };
-        let mut inputs = vec![self, rhs];
-        inputs.extend(options.bias);
         let (activation, precision) = (options.activation, options.precision);
         out.verified_many("matmul", &inputs, tol, move |t| {
             let options = MatmulOptions {

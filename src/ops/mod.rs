@@ -18,6 +18,8 @@ pub(crate) trait OpSpec {
 }
 
 pub mod attention;
+pub(crate) mod cast;
+pub mod compare;
 pub mod conv;
 pub mod elementwise;
 pub mod embedding;
@@ -33,6 +35,7 @@ pub mod softmax;
 pub mod topk;
 
 pub use attention::AttentionOptions;
+pub use compare::CompareOp;
 pub use conv::Conv2dOptions;
 pub use elementwise::{BinaryOp, UnaryOp};
 pub use matmul::{Activation, MatmulOptions, MatmulTile, Precision};

@@ -74,6 +74,16 @@ impl Tensor {
                 ));
             }
         }
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        if let Some(out) = Tensor::promoted(op, &inputs, |t| {
+            let w = weight.map(|_| t[1]);
+            let b = bias.map(|_| t[1 + usize::from(weight.is_some())]);
+            t[0].norm(op, rms, w, b, eps)
+        })? {
+            return Ok(out);
+        }
         let spec = NormSpec {
             rms,
             rows: lead.iter().product(),
@@ -90,9 +100,6 @@ impl Tensor {
         )?;
         let out = self.with_storage(storage, self.shape().to_vec());
         let (has_w, has_b) = (weight.is_some(), bias.is_some());
-        let mut inputs = vec![self];
-        inputs.extend(weight);
-        inputs.extend(bias);
         out.verified_many(name, &inputs, Tol::Accumulate, move |t| {
             let w = has_w.then(|| t[1]);
             let b = has_b.then(|| t[1 + usize::from(has_w)]);

@@ -42,6 +42,9 @@ impl Tensor {
     }
 
     fn pool2d(&self, op: &'static str, opts: Pool2dOptions, max: bool) -> Result<Tensor> {
+        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].pool2d(op, opts, max))? {
+            return Ok(out);
+        }
         let [n, c, h, w] = nchw(op, self)?;
         let [kh, kw] = opts.kernel;
         if kh == 0 || kw == 0 || opts.padding[0] > kh / 2 || opts.padding[1] > kw / 2 {

@@ -256,6 +256,9 @@ impl Tensor {
         if !self.device().same(&w.device) {
             return Err(Error::DeviceMismatch { op: "matmul_quant" });
         }
+        if let Some(out) = Tensor::promoted("matmul_quant", &[self], |t| t[0].matmul_quant(w))? {
+            return Ok(out);
+        }
         let Some((&k, lead)) = self.shape().split_last() else {
             return Err(Error::InvalidArgument {
                 op: "matmul_quant",

@@ -155,7 +155,7 @@ impl Tensor {
         count_shape.extend(std::iter::repeat_n(1, rest.len()));
         let counts: Vec<f32> = lengths.iter().map(|&l| l as f32).collect();
         let counts = self.device().tensor(&counts, &count_shape)?;
-        sums.div(&counts)
+        sums.div(&counts.cast(sums.dtype())?)
     }
 
     fn reduce_rows(
@@ -165,6 +165,11 @@ impl Tensor {
         cols: usize,
         shape: Vec<usize>,
     ) -> Result<Tensor> {
+        if let Some(out) = Tensor::promoted(op.name(), &[self], |t| {
+            t[0].reduce_rows(op, rows, cols, shape.clone())
+        })? {
+            return Ok(out);
+        }
         if cols == 0 && rows > 0 && op != ReduceOp::Sum {
             return Err(Error::Empty {
                 op: op.name(),
@@ -224,6 +229,9 @@ impl Tensor {
                 rhs.shape(),
                 "(dot needs the same number of elements)",
             ));
+        }
+        if let Some(out) = Tensor::promoted("dot", &[self, rhs], |t| t[0].dot(t[1]))? {
+            return Ok(out);
         }
         self.device().check_output("dot", &[])?;
         let spec = DotSpec { n: self.len() };

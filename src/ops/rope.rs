@@ -40,6 +40,11 @@ impl Tensor {
                 ));
             }
         }
+        if let Some(out) =
+            Tensor::promoted("rope", &[self, cos, sin], |t| t[0].rope(t[1], t[2], layout))?
+        {
+            return Ok(out);
+        }
         self.device().check_output("rope", shape)?;
         let spec = RopeSpec {
             n: self.len(),

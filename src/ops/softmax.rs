@@ -30,6 +30,9 @@ impl Tensor {
                 reason: "a tensor of shape [] has no last axis; reshape it to [1] first".into(),
             });
         };
+        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].softmax_impl(log))? {
+            return Ok(out);
+        }
         let rows = lead.iter().product();
         self.device().check_output(op, self.shape())?;
         let spec = SoftmaxSpec { rows, cols, log };

@@ -1,8 +1,9 @@
 //! Selection along the last axis: `argmax_last` and `topk_last`.
 //!
 //! Order: NaN above +inf above every number, -0 below +0, equal values by the lower index (a
-//! total order on the bits, the same on every backend). Indices are returned as f32 tensors
-//! (exact below 2^24 = 16,777,216 columns), since tensors are f32 for now.
+//! total order on the bits, the same on every backend). Indices are u32 tensors (kernels
+//! find them as f32, exact below 2^24 = 16,777,216 columns, then convert); values keep the
+//! input's dtype.
 
 use crate::error::{Error, Result};
 use crate::ops::OpSpec;
@@ -23,9 +24,13 @@ pub(crate) fn order_key(v: f32) -> u32 {
 }
 
 impl Tensor {
-    /// The `k` largest elements of each row and their column indices (as f32), largest first:
+    /// The `k` largest elements of each row and their column indices (u32), largest first:
     /// two tensors of shape `[.., k]`.
     pub fn topk_last(&self, k: usize) -> Result<(Tensor, Tensor)> {
+        if self.dtype() != crate::DType::F32 {
+            let (values, indices) = self.floats("topk")?.topk_last(k)?;
+            return Ok((values.cast(self.dtype())?, indices));
+        }
         let Some((&cols, lead)) = self.shape().split_last() else {
             return Err(Error::InvalidArgument {
                 op: "topk",
@@ -41,7 +46,7 @@ impl Tensor {
         if cols >= 1 << 24 {
             return Err(Error::InvalidArgument {
                 op: "topk",
-                reason: format!("{cols} columns: indices are f32 and exact only below 2^24"),
+                reason: format!("{cols} columns: the kernels count columns below 2^24 only"),
             });
         }
         let rows = lead.iter().product();
@@ -56,12 +61,12 @@ impl Tensor {
             Ok(t[0].topk_last(k)?.0)
         })?;
         let indices = indices.verified("topk", [self], Tol::Exact, move |t| {
-            Ok(t[0].topk_last(k)?.1)
+            t[0].topk_last(k)?.1.cast(crate::DType::F32)
         })?;
-        Ok((values, indices))
+        Ok((values, indices.cast(crate::DType::U32)?))
     }
 
-    /// The index (as f32) of the largest element along `axis` (the first, for ties; NaN counts
+    /// The index (u32) of the largest element along `axis` (the first, for ties; NaN counts
     /// as largest); with `keepdim` the axis stays with size 1.
     pub fn argmax_axis(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
         let rank = self.shape().len();
@@ -79,7 +84,7 @@ impl Tensor {
         ))
     }
 
-    /// The column index (as f32) of each row's largest element: shape `[..]`.
+    /// The column index (u32) of each row's largest element: shape `[..]`.
     pub fn argmax_last(&self) -> Result<Tensor> {
         if self.shape().last() == Some(&0) {
             return Err(Error::Empty {

@@ -444,6 +444,7 @@ impl JsTensor {
             causal: o.causal,
             key_lengths: o.key_lengths.as_deref(),
             scale: o.scale,
+            lengths: None,
         };
         JsTensor::wrap(self.get()?.attention(k.get()?, v.get()?, opts))
     }

@@ -2,12 +2,14 @@
 //! to when no GPU adapter is usable. It is a real backend with its own storage, SIMD kernels
 //! and threads; the f64 test oracle in `tests/common` is separate and stays simple.
 //!
-//! One file per op family (`elementwise`, `fused`, `reduce`, `softmax`, `norm`, `matmul`,
+//! One file per op family (`cast`, `compare`, `elementwise`, `fused`, `reduce`, `softmax`, `norm`, `matmul`,
 //! `conv`, `pool`, `attention`, `embedding`, `rope`, `layout`, `topk`, `quant`), and helpers:
 //! - `vmath`: exp, ln, tanh and erf written to vectorise;
 //! - `par`: rayon natively, one thread in wasm.
 
 mod attention;
+mod cast;
+mod compare;
 mod conv;
 mod elementwise;
 mod embedding;
@@ -28,6 +30,8 @@ use crate::backend::BackendOps;
 use crate::error::Result;
 use crate::info::{Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 use crate::ops::attention::AttentionSpec;
+use crate::ops::cast::CastSpec;
+use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
 use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
@@ -155,6 +159,14 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(data.to_vec()))
     }
 
+    fn cast(&self, x: &CpuStorage, s: CastSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(cast::cast(&x.0, s)))
+    }
+
+    fn compare(&self, a: &CpuStorage, b: &CpuStorage, s: CompareSpec) -> Result<CpuStorage> {
+        Ok(CpuStorage(compare::compare(&a.0, &b.0, s)))
+    }
+
     fn unary(&self, x: &CpuStorage, s: UnarySpec) -> Result<CpuStorage> {
         let e = Expr::Unary(s.op, Box::new(Expr::Input(0)));
         Ok(CpuStorage(fused::evaluate(&e, &[(x, s.n)], s.n)))
@@ -224,8 +236,13 @@ impl BackendOps for CpuBackend {
         Ok(CpuStorage(layout::copy(parts, &s.parts, s.n)))
     }
 
-    fn embedding(&self, table: &CpuStorage, ids: &[u32], s: EmbeddingSpec) -> Result<CpuStorage> {
-        Ok(CpuStorage(embedding::embedding(&table.0, ids, s.dim)))
+    fn embedding(
+        &self,
+        table: &CpuStorage,
+        ids: &CpuStorage,
+        s: EmbeddingSpec,
+    ) -> Result<CpuStorage> {
+        Ok(CpuStorage(embedding::embedding(&table.0, &ids.0, s)))
     }
 
     fn rope(
@@ -244,10 +261,17 @@ impl BackendOps for CpuBackend {
         q: &CpuStorage,
         k: &CpuStorage,
         v: &CpuStorage,
-        lens: Option<&[u32]>,
+        lens: Option<&CpuStorage>,
         a: AttentionSpec,
     ) -> Result<CpuStorage> {
-        Ok(CpuStorage(attention::attention(&q.0, &k.0, &v.0, lens, a)))
+        let lens: Option<Vec<u32>> = lens.map(|l| l.0.iter().map(|w| w.to_bits()).collect());
+        Ok(CpuStorage(attention::attention(
+            &q.0,
+            &k.0,
+            &v.0,
+            lens.as_deref(),
+            a,
+        )))
     }
 
     fn topk(&self, x: &CpuStorage, s: TopkSpec) -> Result<(CpuStorage, CpuStorage)> {

@@ -13,6 +13,7 @@ use cudarc::cublas::sys::{
 use super::module::Entry;
 use super::ops::{opt, p, u, Im2colParams};
 use super::{errors, Arg, CudaBackend, CudaStorage};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::conv::ConvSpec;
 use crate::ops::matmul::{MatmulSpec, Precision};
@@ -52,6 +53,8 @@ struct Gemm {
     stride_c: usize,
     batch: usize,
     data: Data,
+    /// The type of C.
+    out: Data,
     compute: Compute,
 }
 
@@ -87,7 +90,7 @@ impl CudaBackend {
                 g.stride_b as i64,
                 &beta as *const f32 as *const c_void,
                 g.c as *mut c_void,
-                Data::CUDA_R_32F,
+                g.out,
                 int("ldc", g.ldc)?,
                 g.stride_c as i64,
                 int("batch", g.batch)?,
@@ -142,8 +145,56 @@ pub(super) fn matmul(
 ) -> Result<CudaStorage> {
     let d = spec.dims;
     let mn = d.m * d.n;
-    let out = be.alloc(d.batch * mn)?;
+    // Half-precision storage: A, B and C are f16 or bf16 as stored, accumulated in f32 (the
+    // ops layer sends no bias or activation this way).
+    let half = match spec.storage {
+        DType::F16 => Some(Data::CUDA_R_16F),
+        DType::BF16 => Some(Data::CUDA_R_16BF),
+        _ => None,
+    };
+    let out = match half {
+        Some(_) => be.alloc_bytes((d.batch * mn) as u64 * 2)?,
+        None => be.alloc(d.batch * mn)?,
+    };
     if d.batch * mn == 0 {
+        return Ok(out);
+    }
+    if let (Some(data), true) = (half, d.k > 0) {
+        let (op_a, lda) = if spec.transpose_a {
+            (Op::CUBLAS_OP_T, d.m)
+        } else {
+            (Op::CUBLAS_OP_N, d.k)
+        };
+        let (op_b, ldb) = if spec.transpose_b {
+            (Op::CUBLAS_OP_T, d.k)
+        } else {
+            (Op::CUBLAS_OP_N, d.n)
+        };
+        be.gemm(&Gemm {
+            op_a: op_b,
+            op_b: op_a,
+            m: d.n,
+            n: d.m,
+            k: d.k,
+            a: b.ptr(),
+            lda: ldb,
+            stride_a: d.b_stride,
+            b: a.ptr(),
+            ldb: lda,
+            stride_b: d.a_stride,
+            c: out.ptr(),
+            ldc: d.n,
+            stride_c: mn,
+            batch: d.batch,
+            data,
+            out: data,
+            compute: Compute::CUBLAS_COMPUTE_32F,
+        })?;
+        return Ok(out);
+    }
+    if half.is_some() {
+        // k = 0: a product of zeros (+0 in every dtype).
+        be.zero(&out, (d.batch * mn) as u64 * 2)?;
         return Ok(out);
     }
     let act = spec
@@ -223,6 +274,7 @@ pub(super) fn matmul(
         stride_c: mn,
         batch: d.batch,
         data,
+        out: Data::CUDA_R_32F,
         compute,
     })?;
     be.epilogue(&out, bias, 1, d.n, act, d.batch * mn)?;
@@ -286,6 +338,7 @@ pub(super) fn conv2d(
                 stride_c: og * plane,
                 batch: groups,
                 data: Data::CUDA_R_32F,
+                out: Data::CUDA_R_32F,
                 compute: Compute::CUBLAS_COMPUTE_32F,
             })
         };
@@ -361,6 +414,7 @@ pub(super) fn matmul_quant(
             stride_c: 0,
             batch: 1,
             data: Data::CUDA_R_32F,
+            out: Data::CUDA_R_32F,
             compute: Compute::CUBLAS_COMPUTE_32F,
         })?;
         return Ok(out);

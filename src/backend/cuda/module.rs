@@ -15,6 +15,8 @@ use crate::error::{Error, Result};
 /// A kernel source file of `shaders/cuda/`, or a generated fused kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Source {
+    Cast,
+    Compare,
     Elementwise,
     Reduce,
     Softmax,
@@ -35,6 +37,8 @@ pub(crate) enum Source {
 impl Source {
     pub(crate) fn file(self) -> &'static str {
         match self {
+            Source::Cast => "shaders/cuda/cast.cu",
+            Source::Compare => "shaders/cuda/compare.cu",
             Source::Elementwise => "shaders/cuda/elementwise.cu",
             Source::Reduce => "shaders/cuda/reduce.cu",
             Source::Softmax => "shaders/cuda/softmax.cu",
@@ -54,6 +58,8 @@ impl Source {
 
     fn text(self) -> &'static str {
         match self {
+            Source::Cast => include_str!("../../../shaders/cuda/cast.cu"),
+            Source::Compare => include_str!("../../../shaders/cuda/compare.cu"),
             Source::Elementwise => include_str!("../../../shaders/cuda/elementwise.cu"),
             Source::Reduce => include_str!("../../../shaders/cuda/reduce.cu"),
             Source::Softmax => include_str!("../../../shaders/cuda/softmax.cu"),
@@ -78,6 +84,8 @@ pub(crate) const COMMON: &str = include_str!("../../../shaders/cuda/common.cuh")
 /// A kernel entry point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Entry {
+    Cast,
+    Compare,
     Unary,
     Binary,
     Where,
@@ -106,6 +114,8 @@ impl Entry {
     fn location(self) -> (Source, &'static str) {
         use Entry::*;
         match self {
+            Cast => (Source::Cast, "cast"),
+            Compare => (Source::Compare, "compare"),
             Unary => (Source::Elementwise, "unary"),
             Binary => (Source::Elementwise, "binary"),
             Where => (Source::Elementwise, "where_select"),
@@ -329,6 +339,8 @@ mod tests {
     fn every_file_has_its_entry_points_and_the_library_markers() {
         use Entry::*;
         for e in [
+            Cast,
+            Compare,
             Unary,
             Binary,
             Where,

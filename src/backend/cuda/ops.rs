@@ -8,6 +8,8 @@ use super::{blas, fused, Arg, CudaBackend, CudaStorage, BLOCK};
 use crate::backend::BackendOps;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
+use crate::ops::cast::CastSpec;
+use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
 use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
@@ -92,6 +94,41 @@ impl BackendOps for CudaBackend {
     fn upload(&self, data: &[f32]) -> Result<CudaStorage> {
         let out = self.alloc(data.len())?;
         self.write(out.ptr(), data)?;
+        Ok(out)
+    }
+
+    fn cast(&self, x: &CudaStorage, spec: CastSpec) -> Result<CudaStorage> {
+        let words = (spec.n * spec.to.size()).div_ceil(4);
+        let out = self.alloc(words)?;
+        if spec.n > 0 {
+            let args = [
+                p(x),
+                Arg::I(spec.from.code()),
+                p(&out),
+                Arg::I(spec.to.code()),
+                u(spec.n),
+            ];
+            self.launch_1d(Entry::Cast, spec.n as u64, &args)?;
+        }
+        Ok(out)
+    }
+
+    fn compare(&self, a: &CudaStorage, b: &CudaStorage, spec: CompareSpec) -> Result<CudaStorage> {
+        let n = spec.n;
+        let out = self.alloc(n)?;
+        if n > 0 {
+            let args = [
+                Arg::I(spec.op.code()),
+                Arg::I(spec.kind.code()),
+                p(a),
+                u(spec.a_len.max(1)),
+                p(b),
+                u(spec.b_len.max(1)),
+                p(&out),
+                u(n),
+            ];
+            self.launch_1d(Entry::Compare, n as u64, &args)?;
+        }
         Ok(out)
     }
 
@@ -331,18 +368,16 @@ impl BackendOps for CudaBackend {
     fn embedding(
         &self,
         table: &CudaStorage,
-        ids: &[u32],
+        ids: &CudaStorage,
         spec: EmbeddingSpec,
     ) -> Result<CudaStorage> {
-        let dim = spec.dim;
-        let out = self.alloc(ids.len() * dim)?;
-        if ids.is_empty() || dim == 0 {
+        let (count, dim) = (spec.count, spec.dim);
+        let out = self.alloc(count * dim)?;
+        if count == 0 || dim == 0 {
             return Ok(out);
         }
-        let dev_ids = self.alloc(ids.len())?;
-        self.write(dev_ids.ptr(), ids)?;
-        let args = [p(table), p(&dev_ids), u(ids.len()), u(dim), p(&out)];
-        self.launch_1d(Entry::Embedding, (ids.len() * dim) as u64, &args)?;
+        let args = [p(table), p(ids), u(count), u(dim), u(spec.vocab), p(&out)];
+        self.launch_1d(Entry::Embedding, (count * dim) as u64, &args)?;
         Ok(out)
     }
 
@@ -383,7 +418,7 @@ impl BackendOps for CudaBackend {
         q: &CudaStorage,
         k: &CudaStorage,
         v: &CudaStorage,
-        lens: Option<&[u32]>,
+        lens: Option<&CudaStorage>,
         a: AttentionSpec,
     ) -> Result<CudaStorage> {
         const WARPS: usize = 4;
@@ -400,21 +435,14 @@ impl BackendOps for CudaBackend {
                 max: 65535,
             });
         }
-        let dev_lens = match lens {
-            Some(l) => {
-                let s = self.alloc(l.len())?;
-                self.write(s.ptr(), l)?;
-                Some(s)
-            }
-            None => None,
-        };
+        let dev_lens = lens;
         let shared = |tk: usize| (WARPS * a.d + tk * (a.d + 1) + tk * a.dv) * 4;
         let tk = if shared(32) <= 48 << 10 { 32 } else { 16 };
         let args = [
             p(q),
             p(k),
             p(v),
-            opt(dev_lens.as_ref()),
+            opt(dev_lens),
             u(a.hq),
             u(a.hkv.max(1)),
             u(a.sq),

@@ -413,16 +413,6 @@ impl Shared {
         })
     }
 
-    /// A pooled buffer holding `bytes` (for non-f32 inputs such as token ids); the caller
-    /// retires it once the dispatch that reads it is recorded.
-    fn upload_bytes(&self, bytes: &[u8]) -> Result<wgpu::Buffer> {
-        let buffer = self.alloc_fresh(&mut self.state(), bytes.len() as u64)?;
-        if !bytes.is_empty() {
-            self.queue.write_buffer(&buffer, 0, bytes);
-        }
-        Ok(buffer)
-    }
-
     async fn read(self: &Arc<Self>, x: &WgpuStorage, n: usize) -> Result<Vec<f32>> {
         let mut all = self.read_many(&[(x, n)]).await?;
         Ok(all.pop().unwrap_or_default())

@@ -78,6 +78,10 @@ impl AttentionBlocks {
 /// One pipeline: a kernel and its specialisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kernel {
+    /// Conversion between dtypes.
+    Cast,
+    /// Comparisons and integer arithmetic.
+    Compare,
     Unary(UnaryKind),
     Binary(BinaryOp),
     BinaryBroadcast(BinaryOp),
@@ -144,6 +148,8 @@ pub(crate) enum Kernel {
 impl Kernel {
     pub(crate) fn shader(self) -> Shader {
         match self {
+            Kernel::Cast => Shader::Cast,
+            Kernel::Compare => Shader::Compare,
             Kernel::Unary(_) => Shader::ElementwiseUnary,
             Kernel::Binary(_) => Shader::ElementwiseBinary,
             Kernel::BinaryBroadcast(_) => Shader::ElementwiseBroadcast,
@@ -214,7 +220,9 @@ impl Kernel {
 
     pub(crate) fn entry_point(self) -> &'static str {
         match self {
-            Kernel::Unary(_)
+            Kernel::Cast
+            | Kernel::Compare
+            | Kernel::Unary(_)
             | Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
             | Kernel::Where
@@ -267,7 +275,9 @@ impl Kernel {
             | Kernel::SoftmaxStats
             | Kernel::SoftmaxCombine
             | Kernel::SoftmaxApply { .. }
+            | Kernel::Compare
             | Kernel::Embedding => Layout::TwoInputs,
+            Kernel::Cast => Layout::OneInput,
         }
     }
 
@@ -281,6 +291,8 @@ impl Kernel {
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
             Kernel::SoftmaxStats
+            | Kernel::Cast
+            | Kernel::Compare
             | Kernel::SoftmaxCombine
             | Kernel::Copy
             | Kernel::Embedding

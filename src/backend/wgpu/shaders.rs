@@ -4,6 +4,8 @@
 /// The shader files in `shaders/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Shader {
+    Cast,
+    Compare,
     ElementwiseUnary,
     ElementwiseBinary,
     ElementwiseBroadcast,
@@ -26,7 +28,9 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 19] = [
+    pub(crate) const ALL: [Shader; 21] = [
+        Shader::Cast,
+        Shader::Compare,
         Shader::ElementwiseUnary,
         Shader::ElementwiseBinary,
         Shader::ElementwiseBroadcast,
@@ -50,6 +54,8 @@ impl Shader {
 
     pub(crate) fn file(self) -> &'static str {
         match self {
+            Shader::Cast => "cast.wgsl",
+            Shader::Compare => "compare.wgsl",
             Shader::ElementwiseUnary => "elementwise_unary.wgsl",
             Shader::ElementwiseBinary => "elementwise_binary.wgsl",
             Shader::ElementwiseBroadcast => "elementwise_broadcast.wgsl",
@@ -74,6 +80,8 @@ impl Shader {
 
     pub(crate) fn source(self) -> &'static str {
         match self {
+            Shader::Cast => include_str!(concat!(env!("OUT_DIR"), "/shaders/cast.wgsl")),
+            Shader::Compare => include_str!(concat!(env!("OUT_DIR"), "/shaders/compare.wgsl")),
             Shader::ElementwiseUnary => {
                 include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_unary.wgsl"))
             }

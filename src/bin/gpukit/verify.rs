@@ -158,6 +158,7 @@ fn attention(dev: &Device) -> gpukit::Result<Vec<Tensor>> {
                 causal,
                 key_lengths: Some(&lens),
                 scale: None,
+                lengths: None,
             };
             out.push(q.attention(&k, &v, o)?);
         }

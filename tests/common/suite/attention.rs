@@ -49,6 +49,7 @@ pub async fn attention(dev: &Device) {
             causal,
             key_lengths: lens.as_deref(),
             scale: None,
+            lengths: None,
         };
         let y = tq.attention(&tk, &tv, options).unwrap();
         assert_eq!(y.shape(), &[b, hq, sq, dv]);
@@ -88,6 +89,7 @@ pub async fn attention(dev: &Device) {
     let lens = [1u32, 2];
     let bad = AttentionOptions {
         key_lengths: Some(&lens),
+        lengths: None,
         ..Default::default()
     };
     assert!(matches!(
@@ -117,6 +119,7 @@ pub async fn attention_special_values(dev: &Device) {
             causal: false,
             key_lengths: Some(&lens),
             scale: None,
+            lengths: None,
         };
         let got = tq.attention(&tk, &tv, opts).unwrap().read().await.unwrap();
         let row = |i: usize| &got[i * d..(i + 1) * d];
@@ -160,6 +163,7 @@ pub async fn attention_special_values(dev: &Device) {
             causal: false,
             key_lengths: Some(&lens2),
             scale: None,
+            lengths: None,
         };
         let got = q1.attention(&k1, &v1, opts).unwrap().read().await.unwrap();
         assert!(
@@ -183,6 +187,7 @@ pub async fn attention_special_values(dev: &Device) {
             causal: true,
             key_lengths: None,
             scale: None,
+            lengths: None,
         };
         let got = qn
             .attention(&tkn, &tv, causal)
@@ -222,6 +227,7 @@ pub async fn attention_input_errors(dev: &Device) {
         let lens = [len];
         let opts = AttentionOptions {
             key_lengths: Some(&lens),
+            lengths: None,
             ..Default::default()
         };
         match k4.attention(&k4, &k4, opts) {
@@ -236,6 +242,7 @@ pub async fn attention_input_errors(dev: &Device) {
     let lens = [12u32];
     let opts = AttentionOptions {
         key_lengths: Some(&lens),
+        lengths: None,
         ..Default::default()
     };
     assert_eq!(

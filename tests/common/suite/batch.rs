@@ -277,6 +277,7 @@ pub async fn batch_every_op(dev: &Device) {
             &dev.tensor(&v, &[1, 2, 10, 8]).unwrap(),
             gpukit::AttentionOptions {
                 causal: true,
+                lengths: None,
                 ..Default::default()
             },
         )
@@ -469,6 +470,7 @@ fn random_program(dev: &Device, rng: &mut Rng, ops: usize) -> Program {
                             causal: false,
                             key_lengths: Some(&lens),
                             scale: None,
+                            lengths: None,
                         };
                         q.attention(&k, &k, o)?.reshape(&shape[2..])
                     })
@@ -478,6 +480,7 @@ fn random_program(dev: &Device, rng: &mut Rng, ops: usize) -> Program {
                     causal: false,
                     key_lengths: Some(&lens),
                     scale: None,
+                    lengths: None,
                 };
                 let e = q.attention(&k, &k, o).unwrap();
                 (y, e.reshape(&shape[2..]).unwrap())

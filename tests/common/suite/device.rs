@@ -34,6 +34,7 @@ pub async fn verification_mode(dev: &Device) {
         causal: true,
         key_lengths: Some(&lens),
         scale: None,
+        lengths: None,
     };
     q.attention(&q, &q, opts).unwrap().read().await.unwrap();
     let mut b = fresh.batch();

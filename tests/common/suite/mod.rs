@@ -12,6 +12,7 @@ use gpukit::{
 
 mod attention;
 mod batch;
+mod cast;
 mod conv;
 mod device;
 mod elementwise;
@@ -33,6 +34,7 @@ mod topk;
 
 pub use attention::*;
 pub use batch::*;
+pub use cast::*;
 pub use conv::*;
 pub use device::*;
 pub use elementwise::*;

@@ -26,25 +26,16 @@ impl WgpuBackend {
         q: &WgpuStorage,
         k: &WgpuStorage,
         v: &WgpuStorage,
-        lens: Option<&[u32]>,
+        lens: Option<&WgpuStorage>,
         a: AttentionSpec,
     ) -> Result<WgpuStorage> {
         let s = self.begin()?;
         let qkv = [q.buffer()?, k.buffer()?, v.buffer()?];
-        let lens_buf = lens
-            .map(|l| s.upload_bytes(bytemuck::cast_slice(l)))
-            .transpose()?;
+        let lens = lens.map(WgpuStorage::buffer).transpose()?;
         let mut st = s.state();
-        let out = s.alloc(&mut st, (a.batch * a.hq * a.sq * a.dv) as u64 * 4);
-        let recorded = out
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|out| s.record_attention(&mut st, qkv, lens_buf.as_ref(), out, a));
-        if let Some(l) = lens_buf {
-            st.retire_upload(l);
-        }
-        recorded?;
-        Ok(s.storage(out?))
+        let out = s.alloc(&mut st, (a.batch * a.hq * a.sq * a.dv) as u64 * 4)?;
+        s.record_attention(&mut st, qkv, lens, &out, a)?;
+        Ok(s.storage(out))
     }
 }
 

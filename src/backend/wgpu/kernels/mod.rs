@@ -5,6 +5,8 @@
 //! [`Error::LimitExceeded`] naming the limit when it does not fit.
 
 mod attention;
+mod cast;
+mod compare;
 mod conv;
 mod elementwise;
 mod embedding;
@@ -26,6 +28,8 @@ use super::{Shared, State, WgpuBackend, WgpuStorage};
 use crate::backend::BackendOps;
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
+use crate::ops::cast::CastSpec;
+use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
 use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
@@ -264,6 +268,14 @@ impl BackendOps for WgpuBackend {
         self.shared.upload(data)
     }
 
+    fn cast(&self, x: &WgpuStorage, s: CastSpec) -> Result<WgpuStorage> {
+        self.encode_cast(x, s)
+    }
+
+    fn compare(&self, a: &WgpuStorage, b: &WgpuStorage, s: CompareSpec) -> Result<WgpuStorage> {
+        self.encode_compare(a, b, s)
+    }
+
     fn unary(&self, x: &WgpuStorage, s: UnarySpec) -> Result<WgpuStorage> {
         self.encode_unary(s.op, x, s.n)
     }
@@ -324,8 +336,13 @@ impl BackendOps for WgpuBackend {
         self.encode_copy(parts, s)
     }
 
-    fn embedding(&self, table: &WgpuStorage, ids: &[u32], s: EmbeddingSpec) -> Result<WgpuStorage> {
-        self.encode_embedding(table, ids, s.dim)
+    fn embedding(
+        &self,
+        table: &WgpuStorage,
+        ids: &WgpuStorage,
+        s: EmbeddingSpec,
+    ) -> Result<WgpuStorage> {
+        self.encode_embedding(table, ids, s)
     }
 
     fn rope(
@@ -343,7 +360,7 @@ impl BackendOps for WgpuBackend {
         q: &WgpuStorage,
         k: &WgpuStorage,
         v: &WgpuStorage,
-        lens: Option<&[u32]>,
+        lens: Option<&WgpuStorage>,
         a: AttentionSpec,
     ) -> Result<WgpuStorage> {
         self.encode_attention(q, k, v, lens, a)

@@ -37,6 +37,7 @@ impl WgpuBackend {
                 activation: None,
                 precision: Precision::F32,
                 tile: None,
+                storage: crate::DType::F32,
             };
             return self.encode_matmul(x, &weights, None, spec);
         }

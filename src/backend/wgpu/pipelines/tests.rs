@@ -102,6 +102,7 @@ fn every_kernel() -> Vec<Kernel> {
             inputs,
         ));
     }
+    k.extend([Kernel::Cast, Kernel::Compare]);
     for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
         for dequant in [false, true] {
             k.push(Kernel::QMatmul { format, dequant });
@@ -146,9 +147,11 @@ fn variant(k: Kernel) -> usize {
         Kernel::Gemv { .. } => 18,
         Kernel::Fused { .. } => 19,
         Kernel::Where => 20,
+        Kernel::Cast => 21,
+        Kernel::Compare => 22,
     }
 }
-const VARIANTS: usize = 21;
+const VARIANTS: usize = 23;
 
 #[test]
 fn every_kernel_variant_is_checked() {

@@ -23,6 +23,7 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
         let (q, k, v) = (tensor(12)?, tensor(13)?, tensor(14)?);
         let options = gpukit::AttentionOptions {
             causal: true,
+            lengths: None,
             ..Default::default()
         };
         device.synchronize_blocking().map_err(|e| e.to_string())?;

@@ -2,7 +2,7 @@
 //! and 4096 in every precision the backend has, beside cuBLAS on CUDA) and G1 (one token through
 //! an f32 linear layer, a GEMV).
 
-use gpukit::{Backend, Device, MatmulOptions, Precision, Tensor};
+use gpukit::{Backend, DType, Device, MatmulOptions, Precision, Tensor};
 
 use super::{data, median, time, Ctx, Id, Row};
 
@@ -163,6 +163,34 @@ pub(crate) fn device_resident(cx: &Ctx) -> Result<Vec<Row>, String> {
                 note,
             });
         }
+        // D2s: f16 tensors (half the memory), f16 x f16 -> f16 with f32 accumulation.
+        let (x16, y16) = (
+            x.cast(DType::F16).map_err(|e| e.to_string())?,
+            y.cast(DType::F16).map_err(|e| e.to_string())?,
+        );
+        let t = time(1, 5, || {
+            for _ in 0..reps {
+                drop(x16.matmul(&y16)?);
+            }
+            device.synchronize_blocking()
+        })?;
+        let flops = 2.0 * (size as f64).powi(3);
+        let tflops = flops / (median(t.clone()) / reps as f64) / 1e12;
+        rows.push(Row {
+            id: Id::D2s,
+            workload: format!("f16-storage matmul {size}x{size} device-resident"),
+            value: Some(tflops),
+            unit: "TFLOP/s",
+            raw: None,
+            slowdown_vs_raw: None,
+            peer: None,
+            runs: t.len(),
+            note: if device.info().backend == Backend::Cuda {
+                "f16 tensors x f16 tensors -> f16 (cuBLAS, f32 accumulation)".into()
+            } else {
+                "f16 tensors converted to f32 around the product on this backend".into()
+            },
+        });
     }
 
     Ok(rows)

@@ -1,0 +1,664 @@
+//! Dtypes: conversions between every pair, float ops on f16 and bf16 tensors, comparisons and
+//! integer arithmetic, integer ids and key lengths as device tensors, typed reads, memory.
+
+use super::*;
+use gpukit::{bf16, f16, CompareOp, DType};
+
+/// The bits an element of `to` holds after converting `v` (an element of `from` as f64), by
+/// the rules of `gpukit::dtype` written here independently: halves through f32 rounded to
+/// nearest even, floats truncated and saturated into integers with NaN to 0, integers kept.
+fn convert(from: DType, to: DType, bits: u32) -> u32 {
+    let value: f64 = match from {
+        DType::F32 => f32::from_bits(bits) as f64,
+        DType::F16 => f16::from_bits(bits as u16).to_f64(),
+        DType::BF16 => bf16::from_bits(bits as u16).to_f64(),
+        DType::I32 => bits as i32 as f64,
+        _ => bits as f64,
+    };
+    let integer = matches!(from, DType::I32 | DType::U32);
+    let as_f32 = value as f32;
+    match to {
+        DType::F32 => as_f32.to_bits(),
+        DType::F16 => f16::from_f32(as_f32).to_bits() as u32,
+        DType::BF16 => bf16::from_f32(as_f32).to_bits() as u32,
+        DType::I32 if integer => bits,
+        DType::U32 if integer => bits,
+        DType::I32 => {
+            if value.is_nan() {
+                0
+            } else {
+                value.trunc().clamp(i32::MIN as f64, i32::MAX as f64) as i32 as u32
+            }
+        }
+        _ => {
+            if value.is_nan() {
+                0
+            } else {
+                value.trunc().clamp(0.0, u32::MAX as f64) as u32
+            }
+        }
+    }
+}
+
+/// Random elements of `dtype` as bits, with the edges: NaN, ±inf, ±0, subnormals, values
+/// that overflow f16, integers beyond 2^24 and at the bounds.
+fn sample(dtype: DType, n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    let mut floats: Vec<f32> = rng.signed_vec(n, 1e-3, 1e5);
+    floats.extend([
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        1e-40,
+        -3e-8,
+        6e-8,
+        65504.0,
+        65520.0,
+        -7e4,
+        1e38,
+        3e9,
+        -3e9,
+        2.5,
+        -2.5,
+        0.5,
+        1.5,
+    ]);
+    match dtype {
+        DType::F32 => floats.iter().map(|v| v.to_bits()).collect(),
+        DType::F16 => floats
+            .iter()
+            .map(|&v| f16::from_f32(v).to_bits() as u32)
+            .collect(),
+        DType::BF16 => floats
+            .iter()
+            .map(|&v| bf16::from_f32(v).to_bits() as u32)
+            .collect(),
+        _ => {
+            let mut ints: Vec<u32> = (0..n).map(|_| rng.next_u64() as u32).collect();
+            ints.extend([0, 1, u32::MAX, 0x8000_0000, 0x7fff_ffff, 16_777_217, 65_519]);
+            ints
+        }
+    }
+}
+
+fn bytes_of(dtype: DType, bits: &[u32]) -> Vec<u8> {
+    bits.iter()
+        .flat_map(|&b| b.to_le_bytes()[..dtype.size()].to_vec())
+        .collect()
+}
+
+/// Every dtype converted to every other, element for element against the reference's bits
+/// (NaN against NaN), at odd lengths so the last half-precision word is half full.
+pub async fn cast_every_pair(dev: &Device) {
+    for (fi, from) in DType::ALL.into_iter().enumerate() {
+        let bits = sample(from, 301, 41_000 + fi as u64);
+        let t = dev
+            .tensor_from_bytes(&bytes_of(from, &bits), from, &[bits.len()])
+            .unwrap();
+        assert_eq!(t.dtype(), from);
+        for to in DType::ALL {
+            let c = t.cast(to).unwrap();
+            assert_eq!((c.dtype(), c.shape()), (to, t.shape()));
+            let got = c.read_bytes().await.unwrap();
+            assert_eq!(got.len(), bits.len() * to.size(), "{from} -> {to}");
+            for (i, &b) in bits.iter().enumerate() {
+                let g = &got[i * to.size()..(i + 1) * to.size()];
+                let mut word = [0u8; 4];
+                word[..g.len()].copy_from_slice(g);
+                let (got_bits, want) = (u32::from_le_bytes(word), convert(from, to, b));
+                let nan = |x: u32| match to {
+                    DType::F32 => f32::from_bits(x).is_nan(),
+                    DType::F16 => f16::from_bits(x as u16).is_nan(),
+                    DType::BF16 => bf16::from_bits(x as u16).is_nan(),
+                    _ => false,
+                };
+                assert!(
+                    got_bits == want || (nan(got_bits) && nan(want)),
+                    "{from} -> {to} element {i} (bits {b:#x}): got {got_bits:#x}, want {want:#x}"
+                );
+            }
+        }
+    }
+    // Empty and one-element tensors, and casting to the same dtype (the tensor itself).
+    let e = dev.tensor_of::<f16>(&[], &[0, 3]).unwrap();
+    assert_eq!(
+        e.cast(DType::U32).unwrap().read().await.unwrap(),
+        Vec::<f32>::new()
+    );
+    let one = dev.tensor_of(&[bf16::from_f32(-1.5)], &[1]).unwrap();
+    assert_eq!(
+        one.cast(DType::I32)
+            .unwrap()
+            .read_as::<i32>()
+            .await
+            .unwrap(),
+        [-1]
+    );
+    assert_eq!(one.cast(DType::BF16).unwrap().dtype(), DType::BF16);
+}
+
+/// The tolerance of a result stored in `dtype`: the op's own, plus the rounding to `dtype`.
+fn stored(want: Vec<(f64, Tol)>, dtype: DType) -> Vec<(f64, Tol)> {
+    let eps = match dtype {
+        DType::F16 => 1.0 / 1024.0,
+        DType::BF16 => 1.0 / 128.0,
+        _ => 0.0,
+    };
+    want.into_iter()
+        .map(|(v, t)| {
+            let atol = t.atol + if dtype == DType::F16 { 6e-8 } else { 0.0 };
+            (
+                v,
+                Tol {
+                    atol,
+                    rtol: t.rtol + eps,
+                },
+            )
+        })
+        .collect()
+}
+
+/// `data` rounded to `dtype` (the values a half tensor holds).
+fn rounded(data: &[f32], dtype: DType) -> Vec<f32> {
+    data.iter()
+        .map(|&v| match dtype {
+            DType::F16 => f16::from_f32(v).to_f32(),
+            DType::BF16 => bf16::from_f32(v).to_f32(),
+            _ => v,
+        })
+        .collect()
+}
+
+fn half_tensor(dev: &Device, data: &[f32], shape: &[usize], dtype: DType) -> Tensor {
+    let t = dev.tensor(data, shape).unwrap().cast(dtype).unwrap();
+    assert_eq!(t.dtype(), dtype);
+    t
+}
+
+/// Float ops take f16 and bf16 tensors and return their dtype: unary, binary with
+/// broadcasting (and f16 with f32, which gives f32), reductions, softmax, layer norm, matmul,
+/// attention, layout ops, top-k, each against the f64 oracle run on the rounded inputs.
+pub async fn half_precision_ops(dev: &Device) {
+    for (di, dtype) in [DType::F16, DType::BF16].into_iter().enumerate() {
+        let seed = 42_000 + 100 * di as u64;
+        let (rows, cols) = (7usize, 33usize);
+        let mut xs = Rng::new(seed).signed_vec(rows * cols, 0.05, 4.0);
+        xs[5] = f32::NAN;
+        xs[9] = f32::INFINITY;
+        xs[11] = 1e5; // beyond f16: inf there
+        let xr = rounded(&xs, dtype);
+        let x = half_tensor(dev, &xs, &[rows, cols], dtype);
+        let ctx = |op: &str| format!("{op} on {dtype} [{rows}, {cols}] seed {seed}");
+        let at = |i: usize| format!("x[{i}]");
+
+        for op in [UnaryOp::Gelu, UnaryOp::Exp, UnaryOp::Abs, UnaryOp::Sigmoid] {
+            let y = x.unary(op).unwrap();
+            assert_eq!(y.dtype(), dtype);
+            let want: Vec<_> = xr.iter().map(|&v| oracle::unary(op, v as f64)).collect();
+            check(
+                &ctx(op.name()),
+                &at,
+                &y.read().await.unwrap(),
+                &stored(want, dtype),
+            );
+        }
+
+        let row = Rng::new(seed + 1).signed_vec(cols, 0.1, 2.0);
+        let rr = rounded(&row, dtype);
+        let r = half_tensor(dev, &row, &[cols], dtype);
+        let y = x.mul(&r).unwrap();
+        assert_eq!(y.dtype(), dtype);
+        let want: Vec<_> = (0..rows * cols)
+            .map(|i| oracle::binary(BinaryOp::Mul, xr[i] as f64, rr[i % cols] as f64))
+            .collect();
+        check(
+            &ctx("mul"),
+            &at,
+            &y.read().await.unwrap(),
+            &stored(want.clone(), dtype),
+        );
+        // With an f32 operand the result is f32.
+        let r32 = dev.tensor(&rr, &[cols]).unwrap();
+        let y = x.mul(&r32).unwrap();
+        assert_eq!(y.dtype(), DType::F32);
+        check(&ctx("mul f32"), &at, &y.read().await.unwrap(), &want);
+
+        // Finite data for the rest.
+        let fs = Rng::new(seed + 2).signed_vec(rows * cols, 0.05, 3.0);
+        let fr = rounded(&fs, dtype);
+        let f = half_tensor(dev, &fs, &[rows, cols], dtype);
+        let sums = f.sum_last().unwrap();
+        assert_eq!(sums.dtype(), dtype);
+        let want: Vec<_> = fr
+            .chunks(cols)
+            .map(|c| {
+                let row: Vec<f64> = c.iter().map(|&v| v as f64).collect();
+                oracle::reduce(ReduceOp::Sum, &row)
+            })
+            .collect();
+        check(
+            &ctx("sum_last"),
+            &at,
+            &sums.read().await.unwrap(),
+            &stored(want, dtype),
+        );
+
+        let sm = f.softmax().unwrap();
+        let mut want = Vec::new();
+        for c in fr.chunks(cols) {
+            let row: Vec<f64> = c.iter().map(|&v| v as f64).collect();
+            let (v, t) = oracle::softmax(&row, false);
+            want.extend(v.into_iter().map(|v| (v, t)));
+        }
+        check(
+            &ctx("softmax"),
+            &at,
+            &sm.read().await.unwrap(),
+            &stored(want, dtype),
+        );
+
+        let w = Rng::new(seed + 3).signed_vec(cols, 0.5, 1.5);
+        let wt = half_tensor(dev, &w, &[cols], dtype);
+        let ln = f.layer_norm(Some(&wt), None, 1e-5).unwrap();
+        assert_eq!(ln.dtype(), dtype);
+        let wr = rounded(&w, dtype);
+        let mut want = Vec::new();
+        for c in fr.chunks(cols) {
+            let row: Vec<f64> = c.iter().map(|&v| v as f64).collect();
+            let (v, t) = oracle::norm(&row, false, Some(&wr), None, 1e-5);
+            want.extend(v.into_iter().map(|v| (v, t)));
+        }
+        check(
+            &ctx("layer_norm"),
+            &at,
+            &ln.read().await.unwrap(),
+            &stored(want, dtype),
+        );
+
+        let n = 19;
+        let bs = Rng::new(seed + 4).signed_vec(cols * n, 0.05, 1.0);
+        let br = rounded(&bs, dtype);
+        let b = half_tensor(dev, &bs, &[cols, n], dtype);
+        let p = f.matmul(&b).unwrap();
+        assert_eq!(p.dtype(), dtype);
+        let want = oracle::matmul(&fr, &br, rows, cols, n);
+        check(
+            &ctx("matmul"),
+            &at,
+            &p.read().await.unwrap(),
+            &stored(want, dtype),
+        );
+
+        // Layout: a permute and a slice of halves are exact.
+        let pt = f.permute(&[1, 0]).unwrap();
+        assert_eq!(pt.dtype(), dtype);
+        let want: Vec<f32> = (0..rows * cols)
+            .map(|i| fr[(i % rows) * cols + i / rows])
+            .collect();
+        assert_eq!(pt.read().await.unwrap(), want, "{}", ctx("permute"));
+        let sl = f.slice(1, 3..20).unwrap();
+        let want: Vec<f32> = (0..rows)
+            .flat_map(|r| fr[r * cols + 3..r * cols + 20].to_vec())
+            .collect();
+        assert_eq!(sl.read().await.unwrap(), want, "{}", ctx("slice"));
+
+        // Top-k: values in the dtype, indices u32.
+        let (vals, idx) = f.topk_last(3).unwrap();
+        assert_eq!((vals.dtype(), idx.dtype()), (dtype, DType::U32));
+        let got_i = idx.read_as::<u32>().await.unwrap();
+        for r in 0..rows {
+            let row = &fr[r * cols..(r + 1) * cols];
+            let mut order: Vec<usize> = (0..cols).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            let want: Vec<u32> = order[..3].iter().map(|&i| i as u32).collect();
+            assert_eq!(&got_i[r * 3..r * 3 + 3], &want[..], "{}", ctx("topk"));
+        }
+
+        // Attention on [1, 2, 5, 8] halves.
+        let (h, s, d) = (2usize, 5usize, 8usize);
+        let mk = |k: u64| Rng::new(seed + k).signed_vec(h * s * d, 0.1, 1.0);
+        let (q, k, v) = (mk(5), mk(6), mk(7));
+        let (qt, kt, vt) = (
+            half_tensor(dev, &q, &[1, h, s, d], dtype),
+            half_tensor(dev, &k, &[1, h, s, d], dtype),
+            half_tensor(dev, &v, &[1, h, s, d], dtype),
+        );
+        let opts = AttentionOptions {
+            causal: true,
+            ..Default::default()
+        };
+        let a = qt.attention(&kt, &vt, opts).unwrap();
+        assert_eq!(a.dtype(), dtype);
+        let (qr, kr, vr) = (rounded(&q, dtype), rounded(&k, dtype), rounded(&v, dtype));
+        let dims = (h, h, s, s, d, d);
+        let want = oracle::attention(&qr, &kr, &vr, dims, true, s, 1.0 / (d as f64).sqrt());
+        check(
+            &ctx("attention"),
+            &at,
+            &a.read().await.unwrap(),
+            &stored(want, dtype),
+        );
+
+        // Embedding rows of a half table (an even and an odd width) are exact.
+        for dim in [6usize, 5] {
+            let tab = Rng::new(seed + 8).signed_vec(4 * dim, 0.1, 2.0);
+            let tr = rounded(&tab, dtype);
+            let table = half_tensor(dev, &tab, &[4, dim], dtype);
+            let e = table.embedding(&[3, 0, 3]).unwrap();
+            assert_eq!(e.dtype(), dtype);
+            let want: Vec<f32> = [3usize, 0, 3]
+                .iter()
+                .flat_map(|&i| tr[i * dim..(i + 1) * dim].to_vec())
+                .collect();
+            assert_eq!(e.read().await.unwrap(), want, "{}", ctx("embedding"));
+        }
+    }
+}
+
+/// Comparisons of every dtype (IEEE for floats: NaN unordered, -0 == +0; signed and unsigned
+/// integers), and wrapping integer add, sub and mul, with broadcasting; then `where` with a
+/// mask, argmax as u32, `arange`.
+pub async fn compare_and_integers(dev: &Device) {
+    let mut rng = Rng::new(43_000);
+    let mut a: Vec<f32> = (0..61).map(|_| (rng.uniform(-3.0, 3.0)).round()).collect();
+    let b: Vec<f32> = (0..61).map(|_| (rng.uniform(-3.0, 3.0)).round()).collect();
+    a[0] = f32::NAN;
+    a[1] = -0.0;
+    let (ta, tb) = (
+        dev.tensor(&a, &[61]).unwrap(),
+        dev.tensor(&b, &[61]).unwrap(),
+    );
+    let ai: Vec<i32> = a.iter().map(|&v| v as i32 - 7).collect();
+    let bi: Vec<i32> = b.iter().map(|&v| v as i32 * 1_000_003).collect();
+    let (ia, ib) = (
+        dev.tensor_of(&ai, &[61]).unwrap(),
+        dev.tensor_of(&bi, &[61]).unwrap(),
+    );
+    let au: Vec<u32> = ai.iter().map(|&v| v as u32).collect();
+    let bu: Vec<u32> = bi.iter().map(|&v| v as u32).collect();
+    let (ua, ub) = (
+        dev.tensor_of(&au, &[61]).unwrap(),
+        dev.tensor_of(&bu, &[61]).unwrap(),
+    );
+    let (ha, hb) = (ta.cast(DType::F16).unwrap(), tb.cast(DType::F16).unwrap());
+    for op in CompareOp::ALL {
+        let holds = |o: Option<std::cmp::Ordering>| {
+            use std::cmp::Ordering::*;
+            match op {
+                CompareOp::Equal => o == Some(Equal),
+                CompareOp::NotEqual => o != Some(Equal),
+                CompareOp::Less => o == Some(Less),
+                CompareOp::LessEqual => matches!(o, Some(Less | Equal)),
+                CompareOp::Greater => o == Some(Greater),
+                CompareOp::GreaterEqual => matches!(o, Some(Greater | Equal)),
+            }
+        };
+        let cases: [(&Tensor, &Tensor, Vec<u32>); 4] = [
+            (
+                &ta,
+                &tb,
+                (0..61)
+                    .map(|i| holds(a[i].partial_cmp(&b[i])) as u32)
+                    .collect(),
+            ),
+            (
+                &ha,
+                &hb,
+                (0..61)
+                    .map(|i| holds(a[i].partial_cmp(&b[i])) as u32)
+                    .collect(),
+            ),
+            (
+                &ia,
+                &ib,
+                (0..61)
+                    .map(|i| holds(ai[i].partial_cmp(&bi[i])) as u32)
+                    .collect(),
+            ),
+            (
+                &ua,
+                &ub,
+                (0..61)
+                    .map(|i| holds(au[i].partial_cmp(&bu[i])) as u32)
+                    .collect(),
+            ),
+        ];
+        for (x, y, want) in cases {
+            let m = x.compare(op, y).unwrap();
+            assert_eq!(m.dtype(), DType::U32);
+            assert_eq!(
+                m.read_as::<u32>().await.unwrap(),
+                want,
+                "{} {}",
+                op.name(),
+                x.dtype()
+            );
+        }
+    }
+    // Broadcast: [3, 61] against a row, and a scalar.
+    let m = dev
+        .tensor(&[a.clone(), b.clone(), a.clone()].concat(), &[3, 61])
+        .unwrap()
+        .greater(&tb)
+        .unwrap();
+    let want: Vec<u32> = [&a, &b, &a]
+        .iter()
+        .flat_map(|r| (0..61).map(|i| (r[i] > b[i]) as u32).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(m.read_as::<u32>().await.unwrap(), want);
+
+    // Integer arithmetic wraps, with a broadcast scalar.
+    let seven = dev.tensor_of(&[7i32], &[]).unwrap();
+    for (op, f) in [
+        (BinaryOp::Add, i32::wrapping_add as fn(i32, i32) -> i32),
+        (BinaryOp::Sub, i32::wrapping_sub),
+        (BinaryOp::Mul, i32::wrapping_mul),
+    ] {
+        let got = ia.binary(op, &ib).unwrap().read_as::<i32>().await.unwrap();
+        let want: Vec<i32> = (0..61).map(|i| f(ai[i], bi[i])).collect();
+        assert_eq!(got, want, "i32 {}", op.name());
+        let got = ib
+            .binary(op, &seven)
+            .unwrap()
+            .read_as::<i32>()
+            .await
+            .unwrap();
+        let want: Vec<i32> = (0..61).map(|i| f(bi[i], 7)).collect();
+        assert_eq!(got, want, "i32 {} scalar", op.name());
+        let got = ua.binary(op, &ub).unwrap().read_as::<u32>().await.unwrap();
+        let want: Vec<u32> = (0..61).map(|i| f(ai[i], bi[i]) as u32).collect();
+        assert_eq!(got, want, "u32 {}", op.name());
+    }
+
+    // where with a u32 mask picks i32 values as they are.
+    let mask = ia.less(&ib).unwrap();
+    let w = mask.where_cond(&ia, &ib).unwrap();
+    assert_eq!(w.dtype(), DType::I32);
+    let want: Vec<i32> = (0..61).map(|i| ai[i].min(bi[i])).collect();
+    assert_eq!(w.read_as::<i32>().await.unwrap(), want);
+
+    // argmax is u32; arange of each dtype.
+    let am = dev.tensor(&b, &[1, 61]).unwrap().argmax_last().unwrap();
+    assert_eq!(am.dtype(), DType::U32);
+    let best = (0..61).fold(0, |m, i| if b[i] > b[m] { i } else { m });
+    assert_eq!(am.read_as::<u32>().await.unwrap(), [best as u32]);
+    for dtype in DType::ALL {
+        let r = dev.arange(1000, dtype).unwrap();
+        assert_eq!((r.dtype(), r.shape()), (dtype, &[1000][..]));
+        let want: Vec<f32> = (0..1000)
+            .map(|i| match dtype {
+                DType::F16 => f16::from_f32(i as f32).to_f32(),
+                DType::BF16 => bf16::from_f32(i as f32).to_f32(),
+                _ => i as f32,
+            })
+            .collect();
+        assert_eq!(r.read().await.unwrap(), want, "arange {dtype}");
+    }
+}
+
+/// Ids and key lengths as device tensors: u32 and i32 ids of any shape, an id out of range
+/// gives a NaN row; device lengths give what host lengths give; a graph replays with new ids
+/// and lengths; an f16 tensor takes half the memory of an f32 one.
+pub async fn device_ids_and_lengths(dev: &Device) {
+    let (vocab, dim) = (11usize, 6usize);
+    let table = Rng::new(44_000).vec(vocab * dim, -1.0, 1.0);
+    let t = dev.tensor(&table, &[vocab, dim]).unwrap();
+    let ids = [3u32, 10, 0, 3, 99, 7];
+    let dev_ids = dev.tensor_of(&ids, &[2, 3]).unwrap();
+    let e = t.embedding_ids(&dev_ids).unwrap();
+    assert_eq!(e.shape(), &[2, 3, dim]);
+    let got = e.read().await.unwrap();
+    for (r, &id) in ids.iter().enumerate() {
+        let row = &got[r * dim..(r + 1) * dim];
+        if (id as usize) < vocab {
+            assert_eq!(row, &table[id as usize * dim..(id as usize + 1) * dim]);
+        } else {
+            assert!(row.iter().all(|v| v.is_nan()), "id {id}: {row:?}");
+        }
+    }
+    let signed = dev.tensor_of(&[-1i32, 2], &[2]).unwrap();
+    let got = t.embedding_ids(&signed).unwrap().read().await.unwrap();
+    assert!(got[..dim].iter().all(|v| v.is_nan()));
+    assert_eq!(&got[dim..], &table[2 * dim..3 * dim]);
+    let float_ids = dev.tensor(&[1.0], &[1]).unwrap();
+    let err = t.embedding_ids(&float_ids).unwrap_err();
+    assert!(err.to_string().contains("u32"), "{err}");
+
+    // Device lengths equal host lengths.
+    let (b, h, s, d) = (2usize, 2usize, 7usize, 4usize);
+    let mk = |k: u64| {
+        dev.tensor(
+            &Rng::new(44_100 + k).vec(b * h * s * d, -1.0, 1.0),
+            &[b, h, s, d],
+        )
+    };
+    let (q, k, v) = (mk(1).unwrap(), mk(2).unwrap(), mk(3).unwrap());
+    let host = AttentionOptions {
+        key_lengths: Some(&[3, 7]),
+        ..Default::default()
+    };
+    let want = q.attention(&k, &v, host).unwrap().read().await.unwrap();
+    let lens = dev.tensor_of(&[3u32, 7], &[2]).unwrap();
+    let on_device = AttentionOptions {
+        lengths: Some(&lens),
+        ..Default::default()
+    };
+    let got = q
+        .attention(&k, &v, on_device)
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    assert_eq!(got, want);
+    let both = AttentionOptions {
+        key_lengths: Some(&[3, 7]),
+        lengths: Some(&lens),
+        ..Default::default()
+    };
+    assert!(q.attention(&k, &v, both).is_err());
+
+    // A graph takes new ids and lengths at each run.
+    let mut batch = dev.batch();
+    let tv = batch.tensor(&t).unwrap();
+    let iv = batch.upload_of(&[1u32, 2, 3], &[3]).unwrap();
+    let rows = batch.embedding_ids(tv, iv).unwrap();
+    let total = batch.reduce_last(ReduceOp::Sum, rows).unwrap();
+    batch.output(total).unwrap();
+    let qv = batch.tensor(&q).unwrap();
+    let kv = batch.tensor(&k).unwrap();
+    let vv = batch.tensor(&v).unwrap();
+    let lv = batch.upload_of(&[7u32, 7], &[2]).unwrap();
+    let att = batch
+        .attention_lengths([qv, kv, vv], lv, false, None)
+        .unwrap();
+    batch.output(att).unwrap();
+    assert_eq!(batch.dtype(iv).unwrap(), DType::U32);
+    let mut graph = batch.compile().unwrap();
+    for (new_ids, new_lens) in [([9u32, 0, 4], [3u32, 7]), ([5, 5, 10], [1, 2])] {
+        graph.set_input(iv, &new_ids).unwrap();
+        graph.set_input(lv, &new_lens).unwrap();
+        let r = graph.run(&[]).await.unwrap();
+        let want: Vec<f32> = new_ids
+            .iter()
+            .map(|&i| table[i as usize * dim..(i as usize + 1) * dim].iter().sum())
+            .collect();
+        let got = r.get(total).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() < 1e-5,
+                "graph ids {new_ids:?}: {got:?} vs {want:?}"
+            );
+        }
+        let opts = AttentionOptions {
+            key_lengths: Some(&new_lens),
+            ..Default::default()
+        };
+        let want = q.attention(&k, &v, opts).unwrap().read().await.unwrap();
+        assert_eq!(r.get(att).unwrap(), &want[..], "graph lengths {new_lens:?}");
+    }
+    assert!(graph.set_input(iv, &[1.0f32, 2.0, 3.0]).is_err());
+    assert!(graph.set_input(iv, &[1u32]).is_err());
+
+    // Memory: an f16 tensor holds half the bytes of an f32 one.
+    let n = 1 << 18;
+    let data = vec![0.25f32; n];
+    dev.synchronize().await.unwrap();
+    let before = dev.memory_stats().live_bytes;
+    let full = dev.tensor(&data, &[n]).unwrap();
+    let f32_bytes = dev.memory_stats().live_bytes - before;
+    let half = full.cast(DType::F16).unwrap();
+    let f16_bytes = dev.memory_stats().live_bytes - before - f32_bytes;
+    assert_eq!(
+        half.read_as::<f16>().await.unwrap()[n - 1],
+        f16::from_f32(0.25)
+    );
+    if f32_bytes > 0 {
+        assert_eq!(
+            f16_bytes * 2,
+            f32_bytes,
+            "f16 {f16_bytes} B, f32 {f32_bytes} B"
+        );
+    }
+}
+
+/// Wrong dtypes are clear errors: an integer into a float op, mixed dtypes, integer div,
+/// reading as another type, f32 into a batch op recorded natively.
+pub async fn dtype_errors(dev: &Device) {
+    let i = dev.tensor_of(&[1i32, 2], &[2]).unwrap();
+    let u = dev.tensor_of(&[1u32, 2], &[2]).unwrap();
+    let f = dev.tensor(&[1.0, 2.0], &[2]).unwrap();
+    for (what, e) in [
+        ("relu of i32", i.relu().unwrap_err()),
+        ("i32 + u32", i.add(&u).unwrap_err()),
+        ("i32 + f32", i.add(&f).unwrap_err()),
+        ("i32 / i32", i.div(&i).unwrap_err()),
+        ("softmax of u32", u.softmax().unwrap_err()),
+        (
+            "matmul of u32",
+            u.reshape(&[1, 2])
+                .unwrap()
+                .matmul(&f.reshape(&[2, 1]).unwrap())
+                .unwrap_err(),
+        ),
+    ] {
+        assert!(matches!(e, Error::InvalidArgument { .. }), "{what}: {e}");
+        assert!(
+            e.to_string().contains("i32") || e.to_string().contains("u32"),
+            "{what}: {e}"
+        );
+    }
+    let e = futures_read_as(&f).await;
+    assert!(e.contains("f32"), "{e}");
+    let mut batch = dev.batch();
+    let v = batch.upload_of(&[1u32, 2], &[2]).unwrap();
+    let e = batch.relu(v).unwrap_err();
+    assert!(e.to_string().contains("u32"), "{e}");
+    let c = batch.cast(v, DType::F32).unwrap();
+    assert!(batch.relu(c).is_ok());
+}
+
+async fn futures_read_as(t: &Tensor) -> String {
+    t.read_as::<u32>().await.unwrap_err().to_string()
+}
