@@ -81,6 +81,14 @@ impl Tensor {
     pub fn read_blocking(&self) -> Result<Vec<f32>> {
         block_on(self.read())
     }
+    /// Blocking [`Tensor::read_as`].
+    pub fn read_as_blocking<T: crate::Element>(&self) -> Result<Vec<T>> {
+        block_on(self.read_as())
+    }
+    /// Blocking [`Tensor::read_bytes`].
+    pub fn read_bytes_blocking(&self) -> Result<Vec<u8>> {
+        block_on(self.read_bytes())
+    }
     /// Blocking [`Tensor::read_scalar`].
     pub fn read_scalar_blocking(&self) -> Result<f32> {
         block_on(self.read_scalar())

@@ -498,3 +498,27 @@ fn the_memory_limit_caps_the_cuda_pool_and_is_refused_elsewhere() {
         drop(again);
     }
 }
+
+/// An f16 tensor holds half the bytes of an f32 one, as the memory statistics count them, on
+/// every GPU backend (the CPU backend keeps no statistics; it stores the same words).
+#[test]
+fn half_precision_tensors_take_half_the_memory() {
+    for dev in every_device().into_iter().skip(1) {
+        let n = 1 << 18;
+        let full = dev.tensor(&vec![0.25f32; n], &[n]).unwrap();
+        dev.synchronize_blocking().unwrap();
+        let before = dev.memory_stats().live_bytes;
+        let half = full.cast(gpukit::DType::F16).unwrap();
+        dev.synchronize_blocking().unwrap();
+        let f16_bytes = dev.memory_stats().live_bytes - before;
+        drop(half);
+        let before = dev.memory_stats().live_bytes;
+        let again = full.cast(gpukit::DType::F32).unwrap().scale(1.0).unwrap();
+        dev.synchronize_blocking().unwrap();
+        let f32_bytes = dev.memory_stats().live_bytes - before;
+        drop(again);
+        let backend = dev.info().backend;
+        assert_eq!(f32_bytes, 4 * n as u64, "{backend:?}");
+        assert_eq!(f16_bytes, 2 * n as u64, "{backend:?}");
+    }
+}

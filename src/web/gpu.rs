@@ -115,7 +115,7 @@ impl JsGpu {
     }
 
     /// A tensor from little-endian bytes of `dtype` ("f32", "f16", "bf16", "i32" or "u32"),
-    /// converted exactly to f32 (integers within ±2^24).
+    /// stored in that dtype (an f16 tensor takes two bytes an element).
     #[wasm_bindgen(js_name = tensorFromBytes)]
     pub fn tensor_from_bytes(
         &self,
@@ -124,12 +124,27 @@ impl JsGpu {
         dtype: &JsValue,
         #[wasm_bindgen(unchecked_param_type = "number[]")] shape: JsValue,
     ) -> Result<JsTensor, JsError> {
-        let dtype: crate::DType = super::string(dtype, "tensorFromBytes: dtype")?
-            .parse()
-            .map_err(js_error)?;
+        let dtype = super::tensor_dtype::dtype(dtype, "tensorFromBytes: dtype")?;
         let shape = usizes(&shape, "shape")?;
         let bytes = super::byte_data(bytes, "tensorFromBytes: bytes")?;
         JsTensor::wrap(self.device.tensor_from_bytes(&bytes, dtype, &shape))
+    }
+
+    /// `[0, 1, .., n - 1]` as a tensor of `dtype` (default "f32").
+    pub fn arange(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] n: &JsValue,
+        #[wasm_bindgen(
+            unchecked_param_type = "\"f32\" | \"f16\" | \"bf16\" | \"i32\" | \"u32\" | undefined"
+        )]
+        dtype: &JsValue,
+    ) -> Result<JsTensor, JsError> {
+        let n = super::index(n, "arange: n")?;
+        let dtype = match dtype.is_undefined() {
+            true => crate::DType::F32,
+            false => super::tensor_dtype::dtype(dtype, "arange: dtype")?,
+        };
+        JsTensor::wrap(self.device.arange(n, dtype))
     }
 
     /// A tensor of shape [] holding `value`.

@@ -13,6 +13,7 @@ mod gpu;
 mod options;
 mod tensor;
 mod tensor_axes;
+mod tensor_dtype;
 
 use js_sys::{Array, ArrayBuffer, Reflect};
 use wasm_bindgen::prelude::*;

@@ -48,6 +48,8 @@ export interface AttentionOptions {
   causal?: boolean;
   /** Valid key length of each batch entry (padding mask). */
   keyLengths?: number[];
+  /** The same lengths as a u32 tensor of [batch] (kept on the device; clamped to the key count). */
+  lengths?: Tensor;
   /** Default 1 / sqrt(head dim). */
   scale?: number;
 }
@@ -266,6 +268,8 @@ pub(crate) struct AttentionOptions {
     #[serde(default)]
     pub causal: bool,
     pub key_lengths: Option<Vec<u32>>,
+    #[allow(dead_code)]
+    pub lengths: Option<IgnoredAny>,
     pub scale: Option<f32>,
 }
 

@@ -440,11 +440,12 @@ impl JsTensor {
         #[wasm_bindgen(unchecked_optional_param_type = "AttentionOptions")] options: JsValue,
     ) -> JsResult<JsTensor> {
         let o: AttentionOptions = options::parse(&options, "attention options")?;
+        let lengths = optional_tensor(&property(&options, "lengths"), "attention options.lengths")?;
         let opts = crate::AttentionOptions {
             causal: o.causal,
             key_lengths: o.key_lengths.as_deref(),
             scale: o.scale,
-            lengths: None,
+            lengths: lengths.as_ref(),
         };
         JsTensor::wrap(self.get()?.attention(k.get()?, v.get()?, opts))
     }

@@ -190,6 +190,37 @@ export async function run(gpukit, label) {
   assert.throws(() => gpu.tensorFromBytes(ids, "f64", [3]), /unknown dtype/);
   assert.throws(() => gpu.tensorFromBytes(ids, "i32", [4]), /bytes/);
 
+  // Dtypes: each stays as stored; typed reads; casts; comparisons; device ids and lengths.
+  const f16t = gpu.tensorFromBytes(raw.subarray(1), "f16", [4]);
+  assert.equal(f16t.dtype, "f16");
+  assert.deepEqual(Array.from(await f16t.readTyped()), [0x3c00, 0xc000, 0x7c00, 0x0001]);
+  const big = gpu.tensorFromBytes(
+    new Uint8Array(new Int32Array([16777217, -1]).buffer),
+    "i32",
+    [2],
+  );
+  assert.deepEqual(Array.from(await big.readTyped()), [16777217, -1]);
+  assert.ok((await big.readTyped()) instanceof Int32Array);
+  assert.deepEqual(Array.from(await big.cast("u32").readTyped()), [16777217, 4294967295]);
+  const asHalf = gpu
+    .tensor(new Float32Array([1.5, 70000, -0.1]), [3])
+    .cast("bf16")
+    .cast("f16");
+  close(await asHalf.read(), [1.5, Infinity, -0.10009765625], 0, "f32 -> bf16 -> f16");
+  const mask = gpu
+    .tensor(new Float32Array([1, NaN, 3]), [3])
+    .compare("less", gpu.tensor(new Float32Array([2, 2, 2]), [3]));
+  assert.equal(mask.dtype, "u32");
+  assert.deepEqual(Array.from(await mask.readTyped()), [1, 0, 0]);
+  assert.throws(() => mask.compare("below", mask), /unknown op/);
+  const idTable = gpu.tensor(new Float32Array([0, 1, 10, 11, 20, 21]), [3, 2]);
+  const tokenIds = gpu.arange(3, "u32").reshape([1, 3]);
+  close(await idTable.embeddingIds(tokenIds).read(), [0, 1, 10, 11, 20, 21], 0, "embeddingIds");
+  assert.throws(() => idTable.embeddingIds(idTable), /u32/);
+  const argmax = gpu.tensor(new Float32Array([3, 9, 1]), [1, 3]).argmax();
+  assert.equal(argmax.dtype, "u32");
+  assert.throws(() => big.relu(), /float/);
+
   // Reductions and softmax.
   const zs = rand(777);
   const z = gpu.tensor(zs, [777]);
