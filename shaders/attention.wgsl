@@ -34,6 +34,9 @@ override HAS_LENS: bool = false;
 
 const WG: u32 = 256u;
 
+// Row (b, h, i) of q, k or v starts at off + b * sb + h * sh + i * ss (its elements are
+// contiguous): heads-first, sequence-first and packed QKV layouts alike. The output is
+// [b, sq, hq, dv] when out_bshd is 1, else [b, hq, sq, dv].
 struct Params {
     hq: u32,
     hkv: u32,
@@ -42,7 +45,30 @@ struct Params {
     d: u32,
     dv: u32,
     scale: f32,
-    _pad: u32,
+    out_bshd: u32,
+    q_off: u32,
+    q_sb: u32,
+    q_sh: u32,
+    q_ss: u32,
+    k_off: u32,
+    k_sb: u32,
+    k_sh: u32,
+    k_ss: u32,
+    v_off: u32,
+    v_sb: u32,
+    v_sh: u32,
+    v_ss: u32,
+}
+
+fn q_row_at(b: u32, h: u32, i: u32) -> u32 {
+    return params.q_off + b * params.q_sb + h * params.q_sh + i * params.q_ss;
+}
+
+fn out_row_at(b: u32, h: u32, i: u32) -> u32 {
+    if (params.out_bshd == 1u) {
+        return ((b * params.sq + i) * params.hq + h) * params.dv;
+    }
+    return ((b * params.hq + h) * params.sq + i) * params.dv;
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -94,9 +120,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let dv = params.dv;
     let sk = params.sk;
     let kvh = h / (params.hq / params.hkv);
-    let q_base = ((b * params.hq + h) * params.sq + i) * d;
-    let k_base = (b * params.hkv + kvh) * sk * d;
-    let v_base = (b * params.hkv + kvh) * sk * dv;
+    let q_base = q_row_at(b, h, i);
+    let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
+    let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
 
     if (lid == 0u) {
         var n = sk;
@@ -125,7 +151,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var s = neg_inf;
         if (j < visible) {
             var dot = 0.0;
-            let kj = k_base + j * d;
+            let kj = k_base + j * params.k_ss;
             for (var e = 0u; e < d; e = e + 1u) {
                 dot = fma(q_row[e], k[kj + e], dot);
             }
@@ -151,7 +177,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var part = acc * correction;
             let count = min(WG, visible - tile);
             for (var t = 0u; t < count; t = t + 1u) {
-                part = fma(probs[t], v[v_base + (tile + t) * dv + lid], part);
+                part = fma(probs[t], v[v_base + (tile + t) * params.v_ss + lid], part);
             }
             acc = part;
         }
@@ -162,7 +188,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (visible > 0u) {
             r = select(bitcast<f32>(nan_bits), acc / l, is_finite(m));
         }
-        out[((b * params.hq + h) * params.sq + i) * dv + lid] = r;
+        out[out_row_at(b, h, i) + lid] = r;
     }
 }
 
@@ -225,9 +251,8 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let d = params.d;
     let dv = params.dv;
     let kvh = h / (params.hq / params.hkv);
-    let q_base = ((b * params.hq + h) * params.sq + i0) * d;
-    let k_base = (b * params.hkv + kvh) * params.sk * d;
-    let v_base = (b * params.hkv + kvh) * params.sk * dv;
+    let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
+    let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
     let neg_inf = bitcast<f32>(neg_inf_bits);
     // Scores: pair (sr, sc) of the tile, part `part` of its dot product.
     let split = WG / (bq * bk);
@@ -254,7 +279,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         let row = t / d;
         var val = 0.0;
         if (row < rows) {
-            val = q[q_base + t];
+            val = q[q_row_at(b, h, i0 + row) + t % d];
         }
         q_tile[row * dt + t % d] = val;
     }
@@ -276,7 +301,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             let row = t / d;
             var val = 0.0;
             if (row < n) {
-                val = k[k_base + tile * d + t];
+                val = k[k_base + (tile + row) * params.k_ss + t % d];
             }
             k_tile[row * kt + t % d] = val;
         }
@@ -284,7 +309,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             let row = t / dv;
             var val = 0.0;
             if (row < n) {
-                val = v[v_base + tile * dv + t];
+                val = v[v_base + (tile + row) * params.v_ss + t % dv];
             }
             v_tile[row * dt + t % dv] = val;
         }
@@ -370,7 +395,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         let l = row_sum[orow];
         let finite = is_finite(row_max[orow]);
         let seen = visible_keys(i, b) > 0u;
-        let o = ((b * params.hq + h) * params.sq + i) * dv;
+        let o = out_row_at(b, h, i);
         let accs = array<f32, 4>(acc0, acc1, acc2, acc3);
         for (var j = 0u; j < 4u; j = j + 1u) {
             let col = ocol + j * per_row;

@@ -29,6 +29,30 @@ fn half_at(i: u32) -> u32 {
     return (x[i / 2u] >> (16u * (i % 2u))) & 0xffffu;
 }
 
+// Integers to f32 rounded to nearest even, by bits: WGSL lets a conversion beyond 2^24 take
+// either neighbour (SwiftShader truncates), and every backend must give the same bits.
+fn u32_to_f32(v: u32) -> f32 {
+    if (v < 0x1000000u) {
+        return f32(v);
+    }
+    let shift = 8u - countLeadingZeros(v);
+    var m = v >> shift;
+    let rem = v & ((1u << shift) - 1u);
+    let half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (m & 1u) == 1u)) {
+        m = m + 1u;
+    }
+    // m is below 2^24, or 2^24 itself after rounding up: exact in f32, and so is its product
+    // with a power of two.
+    return f32(m) * f32(1u << shift);
+}
+
+fn i32_to_f32(v: u32) -> f32 {
+    let negative = (v & 0x80000000u) != 0u;
+    let f = u32_to_f32(select(v, 0u - v, negative));
+    return select(f, -f, negative);
+}
+
 fn load(i: u32) -> Elem {
     switch params.src_type {
         case 0u: {
@@ -41,10 +65,10 @@ fn load(i: u32) -> Elem {
             return Elem(bf16_to_f32(half_at(i)), 0u, false);
         }
         case 3u: {
-            return Elem(f32(bitcast<i32>(x[i])), x[i], true);
+            return Elem(i32_to_f32(x[i]), x[i], true);
         }
         default: {
-            return Elem(f32(x[i]), x[i], true);
+            return Elem(u32_to_f32(x[i]), x[i], true);
         }
     }
 }

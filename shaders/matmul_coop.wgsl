@@ -39,15 +39,21 @@ const LDA: u32 = BK + 8u;
 const LDB: u32 = BN + 8u;
 
 // @include matmul_params
+// @if halves: A and B are f16 tensors (k and n multiples of 4: whole vec4s of halves); the
+// f32 output is converted to f16 by the caller
+@group(0) @binding(1) var<storage, read> a: array<vec4<f16>>;
+@group(0) @binding(2) var<storage, read> b: array<vec4<f16>>;
+// @end
 // @if vectors: rows of A and B hold whole vec4s (k and n multiples of 4, neither transposed)
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
-// @else
+// @end
+// @if scalar: any layout
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 // @end
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
 
 // Two buffers of A's tile (row-major, BM x LDA) and of B's (row-major, BK x LDB).
 var<workgroup> a_s: array<f16, 2u * BM * LDA>;
@@ -57,6 +63,24 @@ var<workgroup> c_s: array<f32, THREADS * 8u>;
 
 // @include matmul_epilogue
 
+// @if halves
+// Four consecutive k of row r of A (zeros past the edges, which whole vec4s never straddle).
+fn fetch_a(base: u32, r: u32, k0: u32) -> vec4<f32> {
+    if (r < params.m && k0 < params.k) {
+        return vec4<f32>(a[(base + r * params.k + k0) / 4u]);
+    }
+    return vec4<f32>(0.0);
+}
+
+// Four consecutive columns of row kk of B (zeros past the edges).
+fn fetch_b(base: u32, kk: u32, c0: u32) -> vec4<f32> {
+    if (kk < params.k && c0 < params.n) {
+        return vec4<f32>(b[(base + kk * params.n + c0) / 4u]);
+    }
+    return vec4<f32>(0.0);
+}
+
+// @end
 // @if vectors
 // Four consecutive k of row r of A (zeros past the edges, which whole vec4s never straddle).
 fn fetch_a(base: u32, r: u32, k0: u32) -> vec4<f32> {
@@ -73,7 +97,8 @@ fn fetch_b(base: u32, kk: u32, c0: u32) -> vec4<f32> {
     }
     return vec4<f32>(0.0);
 }
-// @else
+// @end
+// @if scalar
 // @include matmul_loads
 
 // Four consecutive k of row r of A (zeros past the edges).

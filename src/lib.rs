@@ -77,8 +77,8 @@ pub use half::{bf16, f16};
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
 pub use ops::quant::{QuantFormat, QuantTensor};
 pub use ops::{
-    Activation, AttentionOptions, BinaryOp, CompareOp, Conv2dOptions, MatmulOptions, MatmulTile,
-    Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
+    Activation, AttentionLayout, AttentionOptions, BinaryOp, CompareOp, Conv2dOptions,
+    MatmulOptions, MatmulTile, Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,
 };
 pub use policy::{Costs, DispatchPolicy, OpClass};
 #[cfg(native)]

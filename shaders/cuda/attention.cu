@@ -9,7 +9,17 @@
 #define WARPS 4
 #define MAX_DV_PER_LANE 8
 
-extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ k,
+// Row (b, h, i) of an operand starts at offset + b * batch + h * head + i * seq (the row's
+// elements are contiguous): heads-first, sequence-first and packed QKV layouts alike.
+struct RowStrides {
+    u64 offset, batch, head, seq;
+};
+struct AttnLayout {
+    RowStrides q, k, v;
+    u64 out_bshd; // the output is [b, sq, hq, dv] (else [b, hq, sq, dv])
+};
+
+extern "C" __global__ void attention(AttnLayout lay, const float* __restrict__ q, const float* __restrict__ k,
                                      const float* __restrict__ v, const u32* __restrict__ lens,
                                      u64 hq, u64 hkv, u64 sq, u64 sk, u64 d, u64 dv,
                                      u32 causal, float scale, u32 tk, float* __restrict__ out) {
@@ -31,10 +41,10 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
         block_visible = last + 1 + shift < block_visible ? last + 1 + shift : block_visible;
     }
     if (i >= sq) visible = 0;
-    const float* kb = k + (b * hkv + kvh) * sk * d;
-    const float* vb = v + (b * hkv + kvh) * sk * dv;
+    const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
+    const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
     if (i < sq) {
-        const float* qi = q + (bh * sq + i) * d;
+        const float* qi = q + lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq;
         for (u64 c = lane; c < d; c += 32) qs[warp * d + c] = qi[c];
     }
     float acc[MAX_DV_PER_LANE];
@@ -44,9 +54,11 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
         const u64 count = block_visible - j0 < tk ? block_visible - j0 : tk;
         __syncthreads();
         for (u64 e = threadIdx.x; e < count * d; e += blockDim.x) {
-            ks[(e / d) * (d + 1) + e % d] = kb[(j0 + e / d) * d + e % d];
+            ks[(e / d) * (d + 1) + e % d] = kb[(j0 + e / d) * lay.k.seq + e % d];
         }
-        for (u64 e = threadIdx.x; e < count * dv; e += blockDim.x) vs[e] = vb[j0 * dv + e];
+        for (u64 e = threadIdx.x; e < count * dv; e += blockDim.x) {
+            vs[e] = vb[(j0 + e / dv) * lay.v.seq + e % dv];
+        }
         __syncthreads();
         const bool valid = lane < count && j0 + lane < visible;
         float s = NEG_INF;
@@ -73,7 +85,7 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
         m = m_new;
     }
     if (i >= sq) return;
-    float* o = out + (bh * sq + i) * dv;
+    float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
     const float inv = 1.0f / l;
     for (int t = 0; t < MAX_DV_PER_LANE; ++t) {
         const u64 c = lane + 32 * t;

@@ -70,14 +70,30 @@ impl BackendImpl {
         }
     }
 
-    /// Whether the matmul takes f16 and bf16 storage as it is (cuBLAS on CUDA); elsewhere
-    /// half-precision operands are converted around an f32 product.
-    pub(crate) fn matmul_stores_halves(&self) -> bool {
+    /// Whether the matmul takes operands of `dtype` (f16 or bf16) as they are stored, with
+    /// the output in that dtype: cuBLAS on CUDA; the cooperative-matrix kernel on wgpu for f16
+    /// with k and n multiples of 4 and nothing transposed. Elsewhere half-precision operands
+    /// are converted around an f32 product.
+    pub(crate) fn matmul_stores_halves(
+        &self,
+        dtype: crate::DType,
+        dims: &crate::ops::matmul::MatmulDims,
+        transposed: bool,
+    ) -> bool {
         #[cfg(cuda)]
         if self.cuda().is_some() {
             return true;
         }
-        false
+        match self {
+            BackendImpl::Wgpu(b) => {
+                b.coop_matrix()
+                    && dtype == crate::DType::F16
+                    && !transposed
+                    && dims.k.is_multiple_of(4)
+                    && dims.n.is_multiple_of(4)
+            }
+            _ => false,
+        }
     }
 
     /// Whether products longer than [`WGPU_MAX_K`](crate::ops::matmul::WGPU_MAX_K) are split

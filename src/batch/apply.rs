@@ -132,6 +132,7 @@ impl Batch {
                 key_lengths: key_lengths.as_deref(),
                 lengths: None,
                 scale,
+                layout: Default::default(),
             };
             t[0].attention(t[1], t[2], options)
         })
@@ -152,6 +153,7 @@ impl Batch {
                 key_lengths: None,
                 lengths: Some(t[3]),
                 scale,
+                layout: Default::default(),
             };
             t[0].attention(t[1], t[2], options)
         })

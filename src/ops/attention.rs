@@ -1,6 +1,10 @@
 //! Fused scaled dot-product attention: multi-head and grouped-query, with optional causal and
 //! padding masks, computed with an online softmax so the `[sq, sk]` score matrix is never
 //! written to memory (memory grows linearly with the sequence).
+//!
+//! Kernels read q, k and v through row strides ([`RowStrides`]), so heads-first
+//! `[b, h, s, d]`, sequence-first `[b, s, h, d]` (a linear layer's output split into heads) and
+//! a packed QKV projection `[b, s, (hq + 2 hkv) d]` are all read where they lie, without copies.
 
 use crate::error::{Error, Result};
 use crate::ops::OpSpec;
@@ -8,7 +12,18 @@ use crate::profile::Work;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 
-/// Masks and scale of [`Tensor::attention`].
+/// How q, k, v and the output of [`Tensor::attention`] lay out their axes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttentionLayout {
+    /// `[batch, heads, seq, dim]` (heads first).
+    #[default]
+    Bhsd,
+    /// `[batch, seq, heads, dim]`: a linear layer's `[b, s, h * d]` output reshaped, read
+    /// without a transpose; the output comes back the same way.
+    Bshd,
+}
+
+/// Masks, scale and layout of [`Tensor::attention`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AttentionOptions<'a> {
     /// Query `i` sees keys `0 ..= i + (sk - sq)` (aligned to the end, as with a KV cache).
@@ -23,9 +38,46 @@ pub struct AttentionOptions<'a> {
     pub lengths: Option<&'a Tensor>,
     /// Multiplies the scores; `1 / sqrt(d)` when `None`.
     pub scale: Option<f32>,
+    /// The axis order of q, k, v and the output.
+    pub layout: AttentionLayout,
 }
 
-/// Shapes of one attention call.
+/// Where row `(b, h, i)` of a q, k or v operand starts: `offset + b * batch + h * head +
+/// i * seq` elements into its storage; the row's elements are contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RowStrides {
+    pub offset: usize,
+    pub batch: usize,
+    pub head: usize,
+    pub seq: usize,
+}
+
+impl RowStrides {
+    /// The strides of a dense tensor of `heads` heads of `seq` rows of `dim` in `layout`.
+    fn dense(layout: AttentionLayout, heads: usize, seq: usize, dim: usize) -> RowStrides {
+        match layout {
+            AttentionLayout::Bhsd => RowStrides {
+                offset: 0,
+                batch: heads * seq * dim,
+                head: seq * dim,
+                seq: dim,
+            },
+            AttentionLayout::Bshd => RowStrides {
+                offset: 0,
+                batch: seq * heads * dim,
+                head: dim,
+                seq: heads * dim,
+            },
+        }
+    }
+
+    /// Where row `(b, h, i)` starts.
+    pub(crate) fn at(self, b: usize, h: usize, i: usize) -> usize {
+        self.offset + b * self.batch + h * self.head + i * self.seq
+    }
+}
+
+/// Shapes and memory layout of one attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct AttentionSpec {
     pub batch: usize,
@@ -37,24 +89,50 @@ pub(crate) struct AttentionSpec {
     pub dv: usize,
     pub causal: bool,
     pub scale: f32,
+    pub q: RowStrides,
+    pub k: RowStrides,
+    pub v: RowStrides,
+    /// The output is `[b, sq, hq, dv]` (else `[b, hq, sq, dv]`).
+    pub out_bshd: bool,
+}
+
+impl AttentionSpec {
+    /// The storage elements a strided operand must hold: one past its last row's end.
+    pub(crate) fn extent(s: RowStrides, b: usize, h: usize, seq: usize, dim: usize) -> usize {
+        if b * h * seq * dim == 0 {
+            0
+        } else {
+            s.at(b - 1, h - 1, seq - 1) + dim
+        }
+    }
 }
 
 /// The largest head dimension the fused kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
 
+/// Sizes of one call, before the strides: `(b, hq, hkv, sq, sk, d, dv)`.
+type Dims = (usize, usize, usize, usize, usize, usize, usize);
+
 impl Tensor {
-    /// `softmax(q k^T * scale + mask) v` with `self` as q: `[batch, hq, sq, d]`, `k`:
-    /// `[batch, hkv, sk, d]`, `v`: `[batch, hkv, sk, dv]`, `hq` a multiple of `hkv` (query head
-    /// `h` uses key/value head `h / (hq / hkv)`). Returns `[batch, hq, sq, dv]`. A query that
-    /// sees no key gets zeros. Head dimensions up to [`MAX_HEAD_DIM`].
+    /// `softmax(q k^T * scale + mask) v` with `self` as q. In the default layout
+    /// ([`AttentionLayout::Bhsd`]) q is `[batch, hq, sq, d]`, k `[batch, hkv, sk, d]`, v
+    /// `[batch, hkv, sk, dv]`, and the result `[batch, hq, sq, dv]`; with
+    /// [`AttentionLayout::Bshd`] the seq and head axes swap in all four. `hq` is a multiple
+    /// of `hkv` (query head `h` uses key/value head `h / (hq / hkv)`). A query that sees no
+    /// key gets zeros. Head dimensions up to [`MAX_HEAD_DIM`].
     pub fn attention(
         &self,
         k: &Tensor,
         v: &Tensor,
         options: AttentionOptions<'_>,
     ) -> Result<Tensor> {
-        let hint = "(expected q [b, hq, sq, d], k [b, hkv, sk, d], v [b, hkv, sk, dv], hq a multiple of hkv)";
-        let (&[b, hq, sq, d], &[bk, hkv, sk, dk], &[bv, hv, skv, dv]) =
+        let bshd = options.layout == AttentionLayout::Bshd;
+        let hint = if bshd {
+            "(expected q [b, sq, hq, d], k [b, sk, hkv, d], v [b, sk, hkv, dv], hq a multiple of hkv)"
+        } else {
+            "(expected q [b, hq, sq, d], k [b, hkv, sk, d], v [b, hkv, sk, dv], hq a multiple of hkv)"
+        };
+        let (&[b, x1, x2, d], &[bk, y1, y2, dk], &[bv, z1, z2, dv]) =
             (self.shape(), k.shape(), v.shape())
         else {
             // The rank is what is wrong: say which operand has it.
@@ -62,12 +140,20 @@ impl Tensor {
                 .into_iter()
                 .find(|(_, s)| s.len() != 4)
                 .unwrap_or(("q", self.shape()));
+            let axes = if bshd {
+                "[batch, seq, heads, dim]"
+            } else {
+                "[batch, heads, seq, dim]"
+            };
             return Err(Error::InvalidArgument {
                 op: "attention",
-                reason: format!(
-                    "{name} must have 4 axes [batch, heads, seq, dim], got {shape:?} {hint}"
-                ),
+                reason: format!("{name} must have 4 axes {axes}, got {shape:?} {hint}"),
             });
+        };
+        let ((hq, sq), (hkv, sk), (hv, skv)) = if bshd {
+            ((x2, x1), (y2, y1), (z2, z1))
+        } else {
+            ((x1, x2), (y1, y2), (z1, z2))
         };
         if b != bk || b != bv || d != dk || hkv != hv || sk != skv || hkv == 0 || hq % hkv != 0 {
             let other = if d != dk || b != bk || hkv == 0 || hq % hkv != 0 {
@@ -77,8 +163,120 @@ impl Tensor {
             };
             return Err(Error::shape("attention", self.shape(), other, hint));
         }
-        self.same_device(k, "attention")?;
-        self.same_device(v, "attention")?;
+        let layout = options.layout;
+        let strides = [
+            RowStrides::dense(layout, hq, sq, d),
+            RowStrides::dense(layout, hkv, sk, d),
+            RowStrides::dense(layout, hkv, sk, dv),
+        ];
+        let dims = (b, hq, hkv, sq, sk, d, dv);
+        let out = self.attend([self, k, v], dims, strides, bshd, options)?;
+        let (causal, scale) = (options.causal, options.scale);
+        let rerun = move |t: &[&Tensor]| {
+            let options = AttentionOptions {
+                causal,
+                key_lengths: None,
+                lengths: t.get(3).copied(),
+                scale,
+                layout,
+            };
+            t[0].attention(t[1], t[2], options)
+        };
+        Self::verify_attention(out, [self, k, v], options, rerun)
+    }
+
+    /// Attention over a packed QKV projection: `self` is `[batch, seq, (heads + 2 kv_heads) *
+    /// d]`, each row the query heads, then the key heads, then the value heads (a fused
+    /// `linear` with `[W_q; W_k; W_v]`), read in place. Returns `[batch, seq, heads * d]`, the
+    /// layout the output projection reads. Options as in [`Tensor::attention`] (its `layout`
+    /// is ignored).
+    pub fn attention_packed(
+        &self,
+        heads: usize,
+        kv_heads: usize,
+        options: AttentionOptions<'_>,
+    ) -> Result<Tensor> {
+        let &[b, s, width] = self.shape() else {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: format!(
+                    "packed qkv must be [batch, seq, (heads + 2 kv_heads) * d], got {:?}",
+                    self.shape()
+                ),
+            });
+        };
+        let parts = heads.checked_add(kv_heads.saturating_mul(2)).filter(|&p| {
+            p > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads) && width.is_multiple_of(p)
+        });
+        let Some(parts) = parts else {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: format!(
+                    "a row of {width} is not (heads + 2 kv_heads) * d for {heads} heads and \
+                     {kv_heads} kv heads (heads a multiple of kv_heads)"
+                ),
+            });
+        };
+        let d = width / parts;
+        let at = |offset: usize| RowStrides {
+            offset,
+            batch: s * width,
+            head: d,
+            seq: width,
+        };
+        let strides = [at(0), at(heads * d), at((heads + kv_heads) * d)];
+        let dims = (b, heads, kv_heads, s, s, d, d);
+        let out = self.attend([self, self, self], dims, strides, true, options)?;
+        let out = out.reshape(&[b, s, heads * d])?;
+        let (causal, scale) = (options.causal, options.scale);
+        let rerun = move |t: &[&Tensor]| {
+            let options = AttentionOptions {
+                causal,
+                key_lengths: None,
+                lengths: t.get(3).copied(),
+                scale,
+                layout: AttentionLayout::Bhsd,
+            };
+            t[0].attention_packed(heads, kv_heads, options)
+        };
+        Self::verify_attention(out, [self, self, self], options, rerun)
+    }
+
+    /// Registers a verification check of an attention result (the lengths tensor, when
+    /// given, is the fourth input).
+    fn verify_attention(
+        out: Tensor,
+        [q, k, v]: [&Tensor; 3],
+        options: AttentionOptions<'_>,
+        rerun: impl Fn(&[&Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+    ) -> Result<Tensor> {
+        if !out.device().verifier().is_on() {
+            return Ok(out);
+        }
+        let host;
+        let mut inputs = vec![q, k, v];
+        match (options.key_lengths, options.lengths) {
+            (Some(l), _) => {
+                host = q.device().tensor_of(l, &[l.len()])?;
+                inputs.push(&host);
+            }
+            (None, Some(t)) => inputs.push(t),
+            (None, None) => {}
+        }
+        out.verified_many("attention", &inputs, Tol::Accumulate, rerun)
+    }
+
+    /// The checks and the dispatch shared by every layout.
+    fn attend(
+        &self,
+        [q, k, v]: [&Tensor; 3],
+        (b, hq, hkv, sq, sk, d, dv): Dims,
+        [qs, ks, vs]: [RowStrides; 3],
+        out_bshd: bool,
+        options: AttentionOptions<'_>,
+    ) -> Result<Tensor> {
+        q.same_device(k, "attention")?;
+        q.same_device(v, "attention")?;
         if d > MAX_HEAD_DIM || dv > MAX_HEAD_DIM {
             return Err(Error::InvalidArgument {
                 op: "attention",
@@ -105,6 +303,13 @@ impl Tensor {
                 });
             }
         }
+        let scale = options.scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
+        if !scale.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: format!("scale must be finite, got {scale}"),
+            });
+        }
         let host_lens;
         let lens = match (options.key_lengths, options.lengths) {
             (Some(_), Some(_)) => {
@@ -114,11 +319,11 @@ impl Tensor {
                 })
             }
             (Some(l), None) => {
-                host_lens = self.device().tensor_of(l, &[b])?;
+                host_lens = q.device().tensor_of(l, &[b])?;
                 Some(&host_lens)
             }
             (None, Some(t)) => {
-                self.same_device(t, "attention")?;
+                q.same_device(t, "attention")?;
                 t.expect_integer("attention", "lengths")?;
                 if t.len() != b {
                     return Err(Error::shape(
@@ -132,22 +337,29 @@ impl Tensor {
             }
             (None, None) => None,
         };
-        if let Some(out) = Tensor::promoted("attention", &[self, k, v], |t| {
+        // Half-precision operands: f32 copies (the packed operand is one tensor, copied once).
+        if let Some(dtype) = Tensor::promotion("attention", &[q, k, v])? {
+            let qf = q.floats("attention")?;
+            let same = |t: &Tensor| std::ptr::eq(t, q);
+            let kf = if same(k) {
+                qf.clone()
+            } else {
+                k.floats("attention")?
+            };
+            let vf = if same(v) {
+                qf.clone()
+            } else {
+                v.floats("attention")?
+            };
             let options = AttentionOptions {
                 key_lengths: None,
                 lengths: lens,
                 ..options
             };
-            t[0].attention(t[1], t[2], options)
-        })? {
-            return Ok(out);
-        }
-        let scale = options.scale.unwrap_or(1.0 / (d.max(1) as f32).sqrt());
-        if !scale.is_finite() {
-            return Err(Error::InvalidArgument {
-                op: "attention",
-                reason: format!("scale must be finite, got {scale}"),
-            });
+            let dims = (b, hq, hkv, sq, sk, d, dv);
+            return self
+                .attend([&qf, &kf, &vf], dims, [qs, ks, vs], out_bshd, options)?
+                .cast(dtype);
         }
         let spec = AttentionSpec {
             batch: b,
@@ -159,28 +371,38 @@ impl Tensor {
             dv,
             causal: options.causal,
             scale,
+            q: qs,
+            k: ks,
+            v: vs,
+            out_bshd,
         };
-        self.device().check_output("attention", &[b, hq, sq, dv])?;
-        let storage = self.device().op(&spec).attention(
-            self.storage(),
+        // The strides were derived from the shapes; this keeps every read inside its tensor.
+        for (t, s, h, n, w) in [
+            (q, qs, hq, sq, d),
+            (k, ks, hkv, sk, d),
+            (v, vs, hkv, sk, dv),
+        ] {
+            if AttentionSpec::extent(s, b, h, n, w) > t.len() {
+                return Err(Error::InvalidArgument {
+                    op: "attention",
+                    reason: "internal error: an operand's strides reach past its data".into(),
+                });
+            }
+        }
+        let shape = if out_bshd {
+            vec![b, sq, hq, dv]
+        } else {
+            vec![b, hq, sq, dv]
+        };
+        q.device().check_output("attention", &shape)?;
+        let storage = q.device().op(&spec).attention(
+            q.storage(),
             k.storage(),
             v.storage(),
             lens.map(Tensor::storage),
             spec,
         )?;
-        let out = self.with_storage(storage, vec![b, hq, sq, dv]);
-        let (causal, scale) = (options.causal, options.scale);
-        let mut inputs = vec![self, k, v];
-        inputs.extend(lens);
-        out.verified_many("attention", &inputs, Tol::Accumulate, move |t| {
-            let options = AttentionOptions {
-                causal,
-                key_lengths: None,
-                lengths: t.get(3).copied(),
-                scale,
-            };
-            t[0].attention(t[1], t[2], options)
-        })
+        Ok(q.with_storage(storage, shape))
     }
 }
 

@@ -281,7 +281,10 @@ impl Tensor {
         let storage = if halves
             && options.bias.is_none()
             && options.activation.is_none()
-            && self.device().backend().matmul_stores_halves()
+            && self
+                .device()
+                .backend()
+                .matmul_stores_halves(self.dtype(), &dims, ta || tb)
         {
             self.dtype()
         } else {

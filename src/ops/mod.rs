@@ -34,7 +34,7 @@ pub mod rope;
 pub mod softmax;
 pub mod topk;
 
-pub use attention::AttentionOptions;
+pub use attention::{AttentionLayout, AttentionOptions};
 pub use compare::CompareOp;
 pub use conv::Conv2dOptions;
 pub use elementwise::{BinaryOp, UnaryOp};

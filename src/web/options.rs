@@ -52,6 +52,8 @@ export interface AttentionOptions {
   lengths?: Tensor;
   /** Default 1 / sqrt(head dim). */
   scale?: number;
+  /** "bhsd" (default: [batch, heads, seq, dim]) or "bshd" ([batch, seq, heads, dim]). */
+  layout?: "bhsd" | "bshd";
 }
 export interface Conv2dOptions {
   bias?: Tensor;
@@ -271,6 +273,32 @@ pub(crate) struct AttentionOptions {
     #[allow(dead_code)]
     pub lengths: Option<IgnoredAny>,
     pub scale: Option<f32>,
+    pub layout: Option<String>,
+}
+
+impl AttentionOptions {
+    /// The Rust options, with `lengths` (read separately: a Tensor is not plain data).
+    pub(crate) fn to_options<'a>(
+        &'a self,
+        lengths: Option<&'a crate::Tensor>,
+    ) -> Result<crate::AttentionOptions<'a>, JsError> {
+        let layout = match self.layout.as_deref() {
+            None | Some("bhsd") => crate::AttentionLayout::Bhsd,
+            Some("bshd") => crate::AttentionLayout::Bshd,
+            Some(other) => {
+                return Err(JsError::new(&format!(
+                    "attention options.layout must be \"bhsd\" or \"bshd\", got {other:?}"
+                )))
+            }
+        };
+        Ok(crate::AttentionOptions {
+            causal: self.causal,
+            key_lengths: self.key_lengths.as_deref(),
+            lengths,
+            scale: self.scale,
+            layout,
+        })
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -441,12 +441,7 @@ impl JsTensor {
     ) -> JsResult<JsTensor> {
         let o: AttentionOptions = options::parse(&options, "attention options")?;
         let lengths = optional_tensor(&property(&options, "lengths"), "attention options.lengths")?;
-        let opts = crate::AttentionOptions {
-            causal: o.causal,
-            key_lengths: o.key_lengths.as_deref(),
-            scale: o.scale,
-            lengths: lengths.as_ref(),
-        };
+        let opts = o.to_options(lengths.as_ref())?;
         JsTensor::wrap(self.get()?.attention(k.get()?, v.get()?, opts))
     }
 

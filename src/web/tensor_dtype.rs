@@ -90,6 +90,27 @@ impl JsTensor {
         JsTensor::wrap(self.get()?.compare(op, other.get()?))
     }
 
+    /// Attention over a packed QKV projection [batch, seq, (heads + 2 kvHeads) * d], read in
+    /// place; returns [batch, seq, heads * d].
+    #[wasm_bindgen(js_name = attentionPacked)]
+    pub fn attention_packed(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] heads: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number")] kv_heads: &JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "AttentionOptions")] options: JsValue,
+    ) -> JsResult<JsTensor> {
+        let heads = super::index(heads, "attentionPacked: heads")?;
+        let kv_heads = super::index(kv_heads, "attentionPacked: kvHeads")?;
+        let o: super::options::AttentionOptions =
+            super::options::parse(&options, "attention options")?;
+        let lengths = super::tensor::optional_tensor(
+            &super::property(&options, "lengths"),
+            "attention options.lengths",
+        )?;
+        let opts = o.to_options(lengths.as_ref())?;
+        JsTensor::wrap(self.get()?.attention_packed(heads, kv_heads, opts))
+    }
+
     /// Rows of this [vocab, dim] table picked by a u32 (or i32) tensor of ids of any shape; an
     /// id out of range gives a NaN row.
     #[wasm_bindgen(js_name = embeddingIds)]

@@ -221,6 +221,15 @@ export async function run(gpukit, label) {
   assert.equal(argmax.dtype, "u32");
   assert.throws(() => big.relu(), /float/);
 
+  // Attention on a packed QKV projection and on sequence-first tensors, read in place.
+  const qkv = new Float32Array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, -0.1, 0.9, 0.2, -0.3, 0.8, 0.7]);
+  const packed = gpu.tensor(qkv, [1, 2, 6]).attentionPacked(1, 1, { causal: true });
+  const pick = (o) => new Float32Array([qkv[o], qkv[o + 1], qkv[o + 6], qkv[o + 7]]);
+  const [aq, ak, av] = [0, 2, 4].map((o) => gpu.tensor(pick(o), [1, 2, 1, 2]));
+  const seqFirst = aq.attention(ak, av, { causal: true, layout: "bshd" });
+  close(await packed.read(), Array.from(await seqFirst.read()), 1e-6, "attentionPacked");
+  assert.throws(() => aq.attention(ak, av, { layout: "sbhd" }), /layout/);
+
   // Reductions and softmax.
   const zs = rand(777);
   const z = gpu.tensor(zs, [777]);

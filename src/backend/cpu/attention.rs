@@ -36,14 +36,23 @@ pub(super) fn attention(
 ) -> Vec<f32> {
     let mut out = vec![0.0f32; a.batch * a.hq * a.sq * a.dv];
     let group = (a.hq / a.hkv.max(1)).max(1);
-    // One task per (batch, head, block of query rows).
+    // Keys and values whose rows follow one another are read in place; strided ones (a
+    // sequence-first or packed layout) are gathered per query row.
+    let dense_k = a.k.seq == a.d;
+    let dense_v = a.v.seq == a.dv;
+    // One task per block of output rows (in the output's memory order).
     let rows_per_task = (par::GRAIN / (a.sk * a.d.max(a.dv)).max(1)).clamp(1, a.sq.max(1));
     par::chunks_mut(&mut out, rows_per_task * a.dv, |start, block| {
         let mut scores = vec![0.0f32; a.sk];
+        let mut kbuf = Vec::new();
+        let mut vbuf = Vec::new();
         for (r, o) in block.chunks_exact_mut(a.dv.max(1)).enumerate() {
             let row = start / a.dv.max(1) + r;
-            let (bh, i) = (row / a.sq, row % a.sq);
-            let (b, h) = (bh / a.hq, bh % a.hq);
+            let (b, h, i) = if a.out_bshd {
+                (row / (a.sq * a.hq), row % a.hq, (row / a.hq) % a.sq)
+            } else {
+                (row / (a.hq * a.sq), (row / a.sq) % a.hq, row % a.sq)
+            };
             let kvh = h / group;
             let mut visible = a.sk;
             if a.causal {
@@ -55,9 +64,21 @@ pub(super) fn attention(
             if visible == 0 {
                 continue;
             }
-            let qi = &q[row * a.d..(row + 1) * a.d];
-            let kb = &k[(b * a.hkv + kvh) * a.sk * a.d..][..visible * a.d];
-            let vb = &v[(b * a.hkv + kvh) * a.sk * a.dv..][..visible * a.dv];
+            let qi = &q[a.q.at(b, h, i)..][..a.d];
+            let kb: &[f32] = if dense_k {
+                &k[a.k.at(b, kvh, 0)..][..visible * a.d]
+            } else {
+                kbuf.clear();
+                (0..visible).for_each(|j| kbuf.extend(&k[a.k.at(b, kvh, j)..][..a.d]));
+                &kbuf
+            };
+            let vb: &[f32] = if dense_v {
+                &v[a.v.at(b, kvh, 0)..][..visible * a.dv]
+            } else {
+                vbuf.clear();
+                (0..visible).for_each(|j| vbuf.extend(&v[a.v.at(b, kvh, j)..][..a.dv]));
+                &vbuf
+            };
             attend_row(qi, kb, vb, &mut scores[..visible], o, a.scale);
         }
     });

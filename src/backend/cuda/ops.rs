@@ -55,6 +55,17 @@ struct PoolParams {
     _pad: u32,
 }
 
+/// Where attention's operand rows lie (`AttnLayout` in attention.cu): offset, batch, head and
+/// seq strides of q, k and v, and whether the output is `[b, sq, hq, dv]`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct AttentionLayoutParams {
+    q: [u64; 4],
+    k: [u64; 4],
+    v: [u64; 4],
+    out_bshd: u64,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 pub(super) struct Im2colParams {
@@ -436,9 +447,19 @@ impl BackendOps for CudaBackend {
             });
         }
         let dev_lens = lens;
+        let row = |s: crate::ops::attention::RowStrides| {
+            [s.offset, s.batch, s.head, s.seq].map(|x| x as u64)
+        };
+        let layout = AttentionLayoutParams {
+            q: row(a.q),
+            k: row(a.k),
+            v: row(a.v),
+            out_bshd: a.out_bshd as u64,
+        };
         let shared = |tk: usize| (WARPS * a.d + tk * (a.d + 1) + tk * a.dv) * 4;
         let tk = if shared(32) <= 48 << 10 { 32 } else { 16 };
         let args = [
+            Arg::Raw(bytemuck::bytes_of(&layout)),
             p(q),
             p(k),
             p(v),

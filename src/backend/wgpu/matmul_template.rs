@@ -18,6 +18,9 @@ pub(crate) enum Arith {
     /// Inputs rounded to f16, products on cooperative matrices (tensor cores), f32 sums:
     /// `Precision::F16` where the adapter has them (shaders/matmul_coop.wgsl).
     F16Coop,
+    /// The cooperative-matrix kernel on f16 tensors: A, B and the output stored two halves to
+    /// a word (vec4 rows only: k and n multiples of 4, nothing transposed, no epilogue).
+    F16CoopHalves,
 }
 
 impl Arith {
@@ -36,7 +39,7 @@ impl Arith {
     /// The tiles the autotuner times for this arithmetic.
     pub(crate) fn candidates(self) -> &'static [MatmulTile] {
         match self {
-            Arith::F16Coop => &COOP_CANDIDATES,
+            Arith::F16Coop | Arith::F16CoopHalves => &COOP_CANDIDATES,
             _ => &MatmulTile::CANDIDATES,
         }
     }
@@ -44,7 +47,7 @@ impl Arith {
     /// Whether this arithmetic's kernel has `tile`.
     pub(crate) fn has_tile(self, tile: MatmulTile) -> bool {
         match self {
-            Arith::F16Coop => {
+            Arith::F16Coop | Arith::F16CoopHalves => {
                 matches!(tile.rows, 4 | 8)
                     && matches!(tile.cols, 4 | 8)
                     && matches!(tile.depth, 16 | 32)
@@ -56,7 +59,7 @@ impl Arith {
     /// Bytes of workgroup memory `tile` needs with this arithmetic.
     pub(crate) fn workgroup_bytes(self, tile: MatmulTile) -> u32 {
         match self {
-            Arith::F16Coop => {
+            Arith::F16Coop | Arith::F16CoopHalves => {
                 let (bm, bn, bk) = (tile.tile_m(), tile.tile_n(), tile.depth);
                 2 * 2 * (bm * (bk + 8) + bk * (bn + 8)) + coop_threads(tile) * 8 * 4
             }
@@ -67,7 +70,7 @@ impl Arith {
     /// Invocations per workgroup of `tile`'s kernel.
     pub(crate) fn threads(self, tile: MatmulTile) -> u32 {
         match self {
-            Arith::F16Coop => coop_threads(tile),
+            Arith::F16Coop | Arith::F16CoopHalves => coop_threads(tile),
             _ => 256,
         }
     }
@@ -93,11 +96,11 @@ fn coop_threads(tile: MatmulTile) -> u32 {
 /// `vectors` (cooperative-matrix kernel only) reads A and B as vec4s: the caller checks that
 /// k and n are multiples of 4 and neither operand is transposed.
 pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith, vectors: bool) -> Result<String> {
-    if arith == Arith::F16Coop {
+    if matches!(arith, Arith::F16Coop | Arith::F16CoopHalves) {
         // Cooperative matrices are native-only (`adapter::cooperative_matrix`): the browser
         // package carries neither this template nor its generator.
         #[cfg(native)]
-        return coop_source(tile, vectors);
+        return coop_source(tile, vectors, arith == Arith::F16CoopHalves);
         #[cfg(web)]
         let _ = (tile, vectors);
         #[cfg(web)]
@@ -203,7 +206,7 @@ pub(crate) fn matmul_source(tile: MatmulTile, arith: Arith, vectors: bool) -> Re
 #[cfg(native)]
 /// shaders/matmul_coop.wgsl specialised to a tile: BM x BN outputs per workgroup, k steps of
 /// BK (`tile.tile_m()`, `tile.tile_n()`, `tile.depth`; [`Arith::has_tile`] says which).
-pub(crate) fn coop_source(tile: MatmulTile, vectors: bool) -> Result<String> {
+pub(crate) fn coop_source(tile: MatmulTile, vectors: bool, halves: bool) -> Result<String> {
     if !Arith::F16Coop.has_tile(tile) {
         return Err(Error::ShaderCompilation {
             shader: Shader::MatmulCoop.file(),
@@ -315,7 +318,13 @@ pub(crate) fn coop_source(tile: MatmulTile, vectors: bool) -> Result<String> {
         }
         Some(out)
     };
-    let template = resolve(Shader::MatmulCoop, &[("vectors", vectors)])?;
+    // f16 storage reads whole vec4 rows (four halves, a vec2<u32>) like `vectors`.
+    let flags = [
+        ("halves", halves),
+        ("vectors", vectors && !halves),
+        ("scalar", !vectors && !halves),
+    ];
+    let template = resolve(Shader::MatmulCoop, &flags)?;
     expand(Shader::MatmulCoop, &template, "", &consts, generate, 7)
 }
 

@@ -292,6 +292,11 @@ impl WgpuBackend {
         self.shared.tune_records()
     }
 
+    /// Whether the adapter runs the cooperative-matrix kernels (and so f16-storage products).
+    pub(crate) fn coop_matrix(&self) -> bool {
+        self.shared.coop_matrix
+    }
+
     /// Tunes the matmul size class of `m x k x n` now, unless it has a record already.
     pub(crate) async fn tune_matmul(
         &self,

@@ -159,7 +159,7 @@ impl Kernel {
                 Shader::Softmax
             }
             Kernel::Matmul {
-                arith: Arith::F16Coop,
+                arith: Arith::F16Coop | Arith::F16CoopHalves,
                 ..
             } => Shader::MatmulCoop,
             Kernel::Matmul { .. } => Shader::Matmul,

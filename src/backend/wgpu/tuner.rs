@@ -71,6 +71,7 @@ fn class(m: u64, n: u64, k: u64, arith: Arith) -> String {
         Arith::F16 => "f16",
         Arith::F16Rounded => "f16r",
         Arith::F16Coop => "f16c",
+        Arith::F16CoopHalves => "f16h",
     };
     format!("{kind} m:{} n:{} k:{}", range(m), range(n), range(k))
 }

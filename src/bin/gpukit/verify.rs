@@ -159,6 +159,7 @@ fn attention(dev: &Device) -> gpukit::Result<Vec<Tensor>> {
                 key_lengths: Some(&lens),
                 scale: None,
                 lengths: None,
+                layout: Default::default(),
             };
             out.push(q.attention(&k, &v, o)?);
         }

@@ -50,6 +50,7 @@ pub async fn attention(dev: &Device) {
             key_lengths: lens.as_deref(),
             scale: None,
             lengths: None,
+            layout: Default::default(),
         };
         let y = tq.attention(&tk, &tv, options).unwrap();
         assert_eq!(y.shape(), &[b, hq, sq, dv]);
@@ -120,6 +121,7 @@ pub async fn attention_special_values(dev: &Device) {
             key_lengths: Some(&lens),
             scale: None,
             lengths: None,
+            layout: Default::default(),
         };
         let got = tq.attention(&tk, &tv, opts).unwrap().read().await.unwrap();
         let row = |i: usize| &got[i * d..(i + 1) * d];
@@ -164,6 +166,7 @@ pub async fn attention_special_values(dev: &Device) {
             key_lengths: Some(&lens2),
             scale: None,
             lengths: None,
+            layout: Default::default(),
         };
         let got = q1.attention(&k1, &v1, opts).unwrap().read().await.unwrap();
         assert!(
@@ -188,6 +191,7 @@ pub async fn attention_special_values(dev: &Device) {
             key_lengths: None,
             scale: None,
             lengths: None,
+            layout: Default::default(),
         };
         let got = qn
             .attention(&tkn, &tv, causal)
@@ -249,4 +253,127 @@ pub async fn attention_input_errors(dev: &Device) {
         k4.attention(&k4, &k4, opts).unwrap().shape(),
         &[1, 12, 12, 32]
     );
+}
+
+/// `[b, h, s, d]` data as `[b, s, h, d]`.
+fn to_bshd(x: &[f32], b: usize, h: usize, s: usize, d: usize) -> Vec<f32> {
+    let mut out = vec![0.0; x.len()];
+    for bi in 0..b {
+        for hi in 0..h {
+            for si in 0..s {
+                let from = ((bi * h + hi) * s + si) * d;
+                let to = ((bi * s + si) * h + hi) * d;
+                out[to..to + d].copy_from_slice(&x[from..from + d]);
+            }
+        }
+    }
+    out
+}
+
+/// The sequence-first layout and a packed QKV projection give what heads-first attention gives
+/// on the same data (each read in place): grouped-query, causal, lengths, widths that take
+/// each wgpu kernel, and f16 packed data.
+pub async fn attention_layouts(dev: &Device) {
+    use gpukit::{AttentionLayout, DType};
+    // (batch, hq, hkv, s, d, causal, lengths)
+    let cases = [
+        (
+            2usize,
+            4usize,
+            2usize,
+            7usize,
+            16usize,
+            true,
+            Some(vec![5u32, 7]),
+        ),
+        (1, 3, 3, 19, 64, false, None),
+        (2, 2, 1, 9, 96, true, None),
+        (1, 2, 1, 5, 160, true, Some(vec![3])),
+    ];
+    for (ci, (b, hq, hkv, s, d, causal, lens)) in cases.into_iter().enumerate() {
+        let seed = 9450 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let q = rng.vec(b * hq * s * d, -1.0, 1.0);
+        let k = rng.vec(b * hkv * s * d, -1.0, 1.0);
+        let v = rng.vec(b * hkv * s * d, -1.0, 1.0);
+        let options = AttentionOptions {
+            causal,
+            key_lengths: lens.as_deref(),
+            ..Default::default()
+        };
+        let t = |x: &[f32], h: usize| dev.tensor(x, &[b, h, s, d]).unwrap();
+        let want = t(&q, hq)
+            .attention(&t(&k, hkv), &t(&v, hkv), options)
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let want_bshd = to_bshd(&want, b, hq, s, d);
+        let ctx = format!("case {ci} seed {seed}");
+        let close_to = |got: &[f32], want: &[f32], what: &str| {
+            assert_eq!(got.len(), want.len(), "{what} {ctx}");
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 + 1e-5 * w.abs(),
+                    "{what} {ctx} [{i}]: {g} vs {w}"
+                );
+            }
+        };
+
+        // Sequence-first tensors.
+        let ts = |x: &[f32], h: usize| dev.tensor(&to_bshd(x, b, h, s, d), &[b, s, h, d]).unwrap();
+        let bshd = AttentionOptions {
+            layout: AttentionLayout::Bshd,
+            ..options
+        };
+        let y = ts(&q, hq)
+            .attention(&ts(&k, hkv), &ts(&v, hkv), bshd)
+            .unwrap();
+        assert_eq!(y.shape(), &[b, s, hq, d]);
+        close_to(&y.read().await.unwrap(), &want_bshd, "bshd");
+
+        // Packed [b, s, (hq + 2 hkv) d].
+        let (qs, ks, vs) = (
+            to_bshd(&q, b, hq, s, d),
+            to_bshd(&k, b, hkv, s, d),
+            to_bshd(&v, b, hkv, s, d),
+        );
+        let width = (hq + 2 * hkv) * d;
+        let mut packed = Vec::with_capacity(b * s * width);
+        for r in 0..b * s {
+            packed.extend(&qs[r * hq * d..(r + 1) * hq * d]);
+            packed.extend(&ks[r * hkv * d..(r + 1) * hkv * d]);
+            packed.extend(&vs[r * hkv * d..(r + 1) * hkv * d]);
+        }
+        let p = dev.tensor(&packed, &[b, s, width]).unwrap();
+        let y = p.attention_packed(hq, hkv, options).unwrap();
+        assert_eq!(y.shape(), &[b, s, hq * d]);
+        close_to(&y.read().await.unwrap(), &want_bshd, "packed");
+
+        // The same in f16: the packed tensor converted once, the result f16.
+        let y = p
+            .cast(DType::F16)
+            .unwrap()
+            .attention_packed(hq, hkv, options)
+            .unwrap();
+        assert_eq!(y.dtype(), DType::F16);
+        let got = y.read().await.unwrap();
+        for (i, (g, w)) in got.iter().zip(&want_bshd).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-2 + 1e-2 * w.abs(),
+                "f16 packed {ctx} [{i}]: {g} vs {w}"
+            );
+        }
+    }
+    // Packed widths that do not split are errors.
+    let p = dev.tensor(&[0.0; 2 * 10], &[1, 2, 10]).unwrap();
+    assert!(p
+        .attention_packed(2, 1, AttentionOptions::default())
+        .is_err());
+    assert!(p
+        .attention_packed(3, 2, AttentionOptions::default())
+        .is_err());
+    assert!(p
+        .attention_packed(1, 0, AttentionOptions::default())
+        .is_err());
 }

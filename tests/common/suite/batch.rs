@@ -471,6 +471,7 @@ fn random_program(dev: &Device, rng: &mut Rng, ops: usize) -> Program {
                             key_lengths: Some(&lens),
                             scale: None,
                             lengths: None,
+                            layout: Default::default(),
                         };
                         q.attention(&k, &k, o)?.reshape(&shape[2..])
                     })
@@ -481,6 +482,7 @@ fn random_program(dev: &Device, rng: &mut Rng, ops: usize) -> Program {
                     key_lengths: Some(&lens),
                     scale: None,
                     lengths: None,
+                    layout: Default::default(),
                 };
                 let e = q.attention(&k, &k, o).unwrap();
                 (y, e.reshape(&shape[2..]).unwrap())

@@ -291,6 +291,35 @@ pub async fn half_precision_ops(dev: &Device) {
             &stored(want, dtype),
         );
 
+        // Products the f16-storage kernels take as stored (k and n multiples of 4; batched and
+        // shared operands; partial tiles), against the oracle on the rounded inputs.
+        if dtype == DType::F16 {
+            for (bi, (batch, m, k, n)) in [(1usize, 130usize, 256usize, 68usize), (3, 70, 64, 132)]
+                .into_iter()
+                .enumerate()
+            {
+                let s2 = seed + 20 + bi as u64;
+                let av = rounded(&Rng::new(s2).signed_vec(batch * m * k, 0.05, 1.0), dtype);
+                let bv = rounded(&Rng::new(s2 + 1).signed_vec(k * n, 0.05, 1.0), dtype);
+                let lhs = half_tensor(dev, &av, &[batch, m, k], dtype);
+                let rhs = half_tensor(dev, &bv, &[k, n], dtype);
+                let p = lhs.matmul(&rhs).unwrap();
+                assert_eq!((p.dtype(), p.shape()), (dtype, &[batch, m, n][..]));
+                let mut want = Vec::new();
+                for i in 0..batch {
+                    want.extend(oracle::matmul(
+                        &av[i * m * k..(i + 1) * m * k],
+                        &bv,
+                        m,
+                        k,
+                        n,
+                    ));
+                }
+                let got = p.read().await.unwrap();
+                check(&ctx("f16-storage matmul"), &at, &got, &stored(want, dtype));
+            }
+        }
+
         // Layout: a permute and a slice of halves are exact.
         let pt = f.permute(&[1, 0]).unwrap();
         assert_eq!(pt.dtype(), dtype);

@@ -35,6 +35,7 @@ pub async fn verification_mode(dev: &Device) {
         key_lengths: Some(&lens),
         scale: None,
         lengths: None,
+        layout: Default::default(),
     };
     q.attention(&q, &q, opts).unwrap().read().await.unwrap();
     let mut b = fresh.batch();

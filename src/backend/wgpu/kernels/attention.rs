@@ -17,7 +17,9 @@ struct AttentionParams {
     d: u32,
     dv: u32,
     scale: f32,
-    _pad: u32,
+    out_bshd: u32,
+    /// Offset, batch, head and seq strides of q, k and v.
+    rows: [[u32; 4]; 3],
 }
 
 impl WgpuBackend {
@@ -56,7 +58,10 @@ impl Shared {
         if n == 0 {
             return Ok(());
         }
-        let (q_len, k_len, v_len) = (b * hq * sq * d, b * hkv * sk * d, b * hkv * sk * dv);
+        let extent = |s, h, seq, dim| AttentionSpec::extent(s, a.batch, h, seq, dim) as u64;
+        let q_len = extent(a.q, a.hq, a.sq, a.d);
+        let k_len = extent(a.k, a.hkv, a.sk, a.d);
+        let v_len = extent(a.v, a.hkv, a.sk, a.dv);
         for (what, len) in [
             ("attention's q", q_len),
             ("attention's k", k_len),
@@ -82,7 +87,9 @@ impl Shared {
             d: d as u32,
             dv: dv as u32,
             scale: a.scale,
-            _pad: 0,
+            out_bshd: a.out_bshd as u32,
+            // Every stride is below an operand's extent, which fits one binding (checked).
+            rows: [a.q, a.k, a.v].map(|s| [s.offset, s.batch, s.head, s.seq].map(|x| x as u32)),
         };
         // q, k, v can be empty along d or sk: bind at least one element. Without lengths the
         // shader never reads binding 4, and q stands in for it.

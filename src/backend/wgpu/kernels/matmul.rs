@@ -46,6 +46,11 @@ impl WgpuBackend {
             None => None,
         };
         let [batch, m, k, n] = [d.batch, d.m, d.k, d.n].map(|v| v as u64);
+        // f16 storage (the ops layer sends it only to the cooperative-matrix kernel, with k and
+        // n multiples of 4, nothing transposed and no epilogue): A and B two elements a word,
+        // read in place; the f32 product is converted to f16 by one more dispatch.
+        let halves = spec.storage == crate::DType::F16;
+        let word = |elements: u64| if halves { elements / 2 } else { elements };
         let mut st = s.state();
         let out = s.alloc(&mut st, batch * m * n * 4)?;
         if batch * m * n == 0 {
@@ -61,6 +66,7 @@ impl WgpuBackend {
         } else {
             batch * k * n
         };
+        let (a_len, b_len) = (word(a_len), word(b_len));
         s.check_binding("matmul's left operand", a_len)?;
         s.check_binding("matmul's right operand", b_len)?;
         s.check_binding("matmul's output", batch * m * n)?;
@@ -74,6 +80,7 @@ impl WgpuBackend {
         if spec.transpose_b
             && !spec.transpose_a
             && exact
+            && !halves
             && rows_contiguous
             && rows <= GEMV_MAX_ROWS
         {
@@ -104,14 +111,19 @@ impl WgpuBackend {
             )?;
             return Ok(s.storage(out));
         }
-        let mut arith = Arith::of(spec.precision, s.shader_f16, s.coop_matrix);
-        if let Some(tile) = spec.tile {
+        let mut arith = match halves {
+            true => Arith::F16Coop,
+            false => Arith::of(spec.precision, s.shader_f16, s.coop_matrix),
+        };
+        // An explicit tile the f16-storage kernel lacks is left to the autotuner.
+        let chosen = spec.tile.filter(|&t| !halves || Arith::F16Coop.has_tile(t));
+        if let Some(tile) = chosen {
             if !arith.has_tile(tile) {
                 // A tile the cooperative-matrix kernel lacks runs on the f16 tiles instead.
                 arith = Arith::of(spec.precision, s.shader_f16, false);
             }
         }
-        let tile = match spec.tile {
+        let tile = match chosen {
             Some(tile) if !s.tile_fits(tile, arith) => {
                 return Err(Error::LimitExceeded {
                     what: format!("matmul tile {tile}'s workgroup memory"),
@@ -129,6 +141,9 @@ impl WgpuBackend {
                 tile
             }
         };
+        if halves {
+            arith = Arith::F16CoopHalves;
+        }
         let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
         let grid = [
             n.div_ceil(u64::from(tile.tile_n())),
@@ -167,7 +182,7 @@ impl WgpuBackend {
             bias: cb.is_some(),
             activation: spec.activation,
             // Whole vec4 rows: the binding offsets are 0 and the batch strides multiples of 4.
-            vectors: arith == Arith::F16Coop
+            vectors: matches!(arith, Arith::F16Coop | Arith::F16CoopHalves)
                 && !spec.transpose_a
                 && !spec.transpose_b
                 && k % 4 == 0
@@ -180,6 +195,16 @@ impl WgpuBackend {
             &binds,
             grid.map(|g| g as u32),
         )?;
-        Ok(s.storage(out))
+        drop(st);
+        let out = s.storage(out);
+        if halves {
+            let spec = crate::ops::cast::CastSpec {
+                from: crate::DType::F32,
+                to: crate::DType::F16,
+                n: (batch * m * n) as usize,
+            };
+            return self.encode_cast(&out, spec);
+        }
+        Ok(out)
     }
 }

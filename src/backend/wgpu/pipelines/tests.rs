@@ -94,6 +94,15 @@ fn every_kernel() -> Vec<Kernel> {
                 vectors,
             });
         }
+        k.push(Kernel::Matmul {
+            tile,
+            arith: Arith::F16CoopHalves,
+            transpose_a: false,
+            transpose_b: false,
+            bias: false,
+            activation: None,
+            vectors: true,
+        });
     }
     k.push(Kernel::TopK);
     for inputs in 1..=crate::ops::fused::MAX_INPUTS {
@@ -269,6 +278,18 @@ fn every_matmul_specialisation_validates() {
             assert_eq!(source.contains("array<vec4<f32>>"), vectors);
             assert_eq!(source.contains("fn load_a("), !vectors);
         }
+        // f16 storage: halves in, f32 out (converted by a cast dispatch).
+        let source = matmul_source(tile, Arith::F16CoopHalves, true).unwrap();
+        let caps = naga::valid::Capabilities::SHADER_FLOAT16
+            | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+        validate(
+            &format!("matmul {tile} cooperative f16 storage"),
+            &source,
+            caps,
+        );
+        assert!(!source.contains("// @"), "{tile}: a template line is left");
+        assert!(source.contains("array<vec4<f16>>"));
+        assert!(!source.contains("array<vec4<f32>>"));
     }
     assert!(matmul_source(MatmulTile::new(8, 8, 8), Arith::F16Coop, false).is_err());
     // One named accumulator per row and vec4 column, and no loop-indexed arrays.

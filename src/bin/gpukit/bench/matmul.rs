@@ -187,6 +187,8 @@ pub(crate) fn device_resident(cx: &Ctx) -> Result<Vec<Row>, String> {
             runs: t.len(),
             note: if device.info().backend == Backend::Cuda {
                 "f16 tensors x f16 tensors -> f16 (cuBLAS, f32 accumulation)".into()
+            } else if device.info().features.cooperative_matrix {
+                "f16 tensors on cooperative matrices, f16 out (f32 accumulation)".into()
             } else {
                 "f16 tensors converted to f32 around the product on this backend".into()
             },
