@@ -25,6 +25,9 @@ impl Tensor {
         if self.device().same(device) {
             return Ok(self.clone());
         }
+        if !self.is_contiguous() {
+            return Box::pin(self.contiguous()?.to(device)).await;
+        }
         self.device().check_lost()?;
         device.check_lost()?;
         let peer =
@@ -102,8 +105,9 @@ impl DeviceGroup {
         self.devices.len()
     }
 
-    /// Checks that `tensors` has one tensor per rank, on that rank's device, all of one shape.
-    fn check(&self, op: &'static str, tensors: &[Tensor]) -> Result<()> {
+    /// Checks that `tensors` has one tensor per rank, on that rank's device, all of one shape
+    /// and f32; returns them row-major (a view is copied out, as collectives read storage).
+    fn check(&self, op: &'static str, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
         if tensors.len() != self.devices.len() {
             return Err(Error::InvalidArgument {
                 op,
@@ -139,7 +143,7 @@ impl DeviceGroup {
                 ));
             }
         }
-        Ok(())
+        tensors.iter().map(Tensor::contiguous).collect()
     }
 
     /// Whether collectives run on NCCL (every rank a different CUDA device of this process,
@@ -188,7 +192,7 @@ impl DeviceGroup {
     /// through rank 0, NaN wins max and min as in the single-device ops; on NCCL the sums run
     /// in NCCL's order and max and min follow NCCL.
     pub async fn all_reduce(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
-        self.check("all_reduce", tensors)?;
+        let tensors = &self.check("all_reduce", tensors)?;
         let shape = tensors[0].shape().to_vec();
         if let Some(out) = self.on_nccl(tensors, Kind::AllReduce(op), &shape)? {
             return Ok(out);
@@ -199,7 +203,7 @@ impl DeviceGroup {
 
     /// The tensor of rank `root` on every rank.
     pub async fn broadcast(&self, tensors: &[Tensor], root: usize) -> Result<Vec<Tensor>> {
-        self.check("broadcast", tensors)?;
+        let tensors = &self.check("broadcast", tensors)?;
         let Some(source) = tensors.get(root) else {
             return Err(Error::InvalidArgument {
                 op: "broadcast",
@@ -215,7 +219,7 @@ impl DeviceGroup {
 
     /// Every rank's tensor joined along axis 0 (rank order), on every rank.
     pub async fn all_gather(&self, tensors: &[Tensor]) -> Result<Vec<Tensor>> {
-        self.check("all_gather", tensors)?;
+        let tensors = &self.check("all_gather", tensors)?;
         if let Some((&rows, rest)) = tensors[0].shape().split_first() {
             let mut shape = vec![rows * self.size()];
             shape.extend(rest);
@@ -230,7 +234,7 @@ impl DeviceGroup {
     /// `tensors` reduced by `op`, then split along axis 0 into one equal part per rank: rank
     /// `i` gets part `i`. Axis 0's length must be a multiple of the group's size.
     pub async fn reduce_scatter(&self, tensors: &[Tensor], op: ReduceOp) -> Result<Vec<Tensor>> {
-        self.check("reduce_scatter", tensors)?;
+        let tensors = &self.check("reduce_scatter", tensors)?;
         let rows = tensors[0].shape().first().copied().unwrap_or(0);
         if tensors[0].shape().is_empty() || !rows.is_multiple_of(self.size()) {
             return Err(Error::InvalidArgument {
@@ -307,7 +311,7 @@ impl DeviceGroup {
         weights: &[Tensor],
         biases: Option<&[Tensor]>,
     ) -> Result<Vec<Tensor>> {
-        self.check("linear_column_parallel", xs)?;
+        let xs = &self.check("linear_column_parallel", xs)?;
         let parts = self.linear_parts(xs, weights, biases)?;
         // Gather along axis 0 (each rank's part as a row), then move that axis last.
         let lead = parts[0].shape()[..parts[0].shape().len() - 1].to_vec();

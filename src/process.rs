@@ -168,6 +168,7 @@ impl ProcessGroup {
         if t.dtype() != crate::DType::F32 {
             return Err(crate::dtype::unsupported(op, t.dtype(), "f32"));
         }
+        let t = &t.contiguous()?;
         self.device.check_lost()?;
         let streams = match &self.transport {
             Transport::Nccl(nccl) => {

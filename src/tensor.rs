@@ -19,6 +19,18 @@ pub struct Tensor {
     storage: Arc<Storage>,
     shape: Vec<usize>,
     dtype: DType,
+    /// Where a view's elements lie in the storage it shares; `None` for row-major data.
+    view: Option<Arc<View>>,
+}
+
+/// How a view's elements lie in the storage it shares with the tensor it was made from: the
+/// element at coordinate `c` of the view's shape is element `offset + c . strides` of the
+/// storage, which holds `base` elements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct View {
+    pub strides: Vec<usize>,
+    pub offset: usize,
+    pub base: usize,
 }
 
 impl Tensor {
@@ -38,7 +50,75 @@ impl Tensor {
             storage: Arc::new(storage),
             shape,
             dtype,
+            view: None,
         }
+    }
+
+    /// Whether the elements lie in row-major order in their storage (not a view).
+    pub fn is_contiguous(&self) -> bool {
+        self.view.is_none()
+    }
+
+    /// The view's layout, for the ops that read strided data in place.
+    pub(crate) fn view(&self) -> Option<&View> {
+        self.view.as_deref()
+    }
+
+    /// The strides and offset of the elements in the storage: a view's, or row-major.
+    pub(crate) fn layout(&self) -> (Vec<usize>, usize) {
+        match &self.view {
+            Some(v) => (v.strides.clone(), v.offset),
+            None => (crate::ops::layout::strides(&self.shape), 0),
+        }
+    }
+
+    /// A view of the same storage: `shape`, with the elements at `offset + c . strides`.
+    pub(crate) fn with_view(
+        &self,
+        shape: Vec<usize>,
+        strides: Vec<usize>,
+        offset: usize,
+    ) -> Tensor {
+        let base = self.view.as_ref().map_or(self.len(), |v| v.base);
+        Tensor {
+            shape,
+            view: Some(Arc::new(View {
+                strides,
+                offset,
+                base,
+            })),
+            ..self.clone()
+        }
+    }
+
+    /// The storage a view reads, as a row-major tensor of all its elements (the tensor itself
+    /// when it is not a view).
+    pub(crate) fn base(&self) -> Tensor {
+        match &self.view {
+            Some(v) => Tensor {
+                shape: vec![v.base],
+                view: None,
+                ..self.clone()
+            },
+            None => self.clone(),
+        }
+    }
+
+    /// The same values in row-major order: a view is copied out (one strided copy on the
+    /// device); a tensor that is not a view is returned as it is.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        let Some(v) = &self.view else {
+            return Ok(self.clone());
+        };
+        let base = self.base();
+        let spec = crate::ops::layout::CopySpec {
+            shape: self.shape.clone(),
+            src_strides: v.strides.clone(),
+            src_offset: v.offset,
+            out_strides: crate::ops::layout::strides(&self.shape),
+            out_offset: 0,
+        };
+        base.copies(&[(&base, spec)], self.shape.clone())
     }
 
     /// The 32-bit words that hold the elements (two per word for f16 and bf16).
@@ -88,8 +168,12 @@ impl Tensor {
         self.len() == 0
     }
 
-    /// The same data seen with another shape of the same number of elements (no copy).
+    /// The same data seen with another shape of the same number of elements (no copy, but a
+    /// view is made contiguous first).
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if !self.is_contiguous() {
+            return self.contiguous()?.reshape(shape);
+        }
         if crate::shape::numel("reshape", shape)? != self.len() {
             return Err(Error::shape(
                 "reshape",
@@ -142,6 +226,9 @@ impl Tensor {
 
     /// The stored words, waiting for the device (see [`Tensor::read`]).
     async fn read_words(&self) -> Result<Vec<f32>> {
+        if !self.is_contiguous() {
+            return Box::pin(self.contiguous()?.read_words()).await;
+        }
         self.device.check_lost()?;
         let read = self
             .device

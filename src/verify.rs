@@ -133,7 +133,12 @@ impl Verifier {
             // One read loop (one await: the read's state machine once in the package), the
             // inputs then the output.
             let mut host = Vec::with_capacity(check.inputs.len() + 1);
-            for t in check.inputs.iter().chain([&check.output]) {
+            let inputs = check
+                .inputs
+                .iter()
+                .map(Tensor::contiguous)
+                .collect::<Result<Vec<_>>>()?;
+            for t in inputs.iter().chain([&check.output]) {
                 host.push(device.backend().read(t.storage(), t.words()).await?);
             }
             let out = &check.output;

@@ -363,7 +363,9 @@ impl Batch {
         if !t.device().same(&self.device) {
             return Err(Error::DeviceMismatch { op: "batch tensor" });
         }
-        self.push(Op::Tensor, t.shape().to_vec(), Some(t.clone()))
+        // Fused kernels read a tensor's storage as row-major data: a view is copied out.
+        let t = t.contiguous()?;
+        self.push(Op::Tensor, t.shape().to_vec(), Some(t))
     }
 
     /// Marks a value to be read back by `run`.

@@ -435,14 +435,16 @@ fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Resu
             }
         }
         Op::Reshape(x) => get(*x)?.reshape(&node.shape),
-        Op::Transpose(x, a, b) => get(*x)?.transpose(*a, *b),
+        // Fused kernels read storage row-major: the transposed view is copied out.
+        Op::Transpose(x, a, b) => get(*x)?.transpose(*a, *b)?.contiguous(),
         Op::Apply(a) => {
             let inputs = a
                 .inputs
                 .iter()
                 .map(|v| get(*v))
                 .collect::<Result<Vec<_>>>()?;
-            (a.f)(&inputs)
+            // Fused kernels read their inputs' storage as row-major data.
+            (a.f)(&inputs)?.contiguous()
         }
     }
 }

@@ -53,22 +53,23 @@ pub(crate) struct RowStrides {
 }
 
 impl RowStrides {
-    /// The strides of a dense tensor of `heads` heads of `seq` rows of `dim` in `layout`.
-    fn dense(layout: AttentionLayout, heads: usize, seq: usize, dim: usize) -> RowStrides {
-        match layout {
-            AttentionLayout::Bhsd => RowStrides {
-                offset: 0,
-                batch: heads * seq * dim,
-                head: seq * dim,
-                seq: dim,
-            },
-            AttentionLayout::Bshd => RowStrides {
-                offset: 0,
-                batch: seq * heads * dim,
-                head: dim,
-                seq: heads * dim,
-            },
+    /// A tensor's strides in `layout`, read from its view (whose rows must be contiguous:
+    /// the last stride 1), or row-major; `None` for a view whose rows are strided.
+    fn of(t: &Tensor, layout: AttentionLayout) -> Option<RowStrides> {
+        let (s, offset) = t.layout();
+        if t.shape().last().is_some_and(|&d| d > 1) && s[3] != 1 {
+            return None;
         }
+        let (head, seq) = match layout {
+            AttentionLayout::Bhsd => (s[1], s[2]),
+            AttentionLayout::Bshd => (s[2], s[1]),
+        };
+        Some(RowStrides {
+            offset,
+            batch: s[0],
+            head,
+            seq,
+        })
     }
 
     /// Where row `(b, h, i)` starts.
@@ -164,13 +165,28 @@ impl Tensor {
             return Err(Error::shape("attention", self.shape(), other, hint));
         }
         let layout = options.layout;
-        let strides = [
-            RowStrides::dense(layout, hq, sq, d),
-            RowStrides::dense(layout, hkv, sk, d),
-            RowStrides::dense(layout, hkv, sk, dv),
-        ];
+        // f16 and bf16: f32 copies (views copied out), the result in their dtype. A view whose
+        // rows are strided is copied out; any other is read in place.
+        if let Some(dtype) = Tensor::promotion("attention", &[self, k, v])? {
+            let strided = |t: &Tensor| RowStrides::of(t, layout).is_none();
+            if dtype != crate::DType::F32 || [self, k, v].into_iter().any(strided) {
+                let (qf, kf, vf) = (
+                    self.floats("attention")?,
+                    k.floats("attention")?,
+                    v.floats("attention")?,
+                );
+                return qf.attention(&kf, &vf, options)?.cast(dtype);
+            }
+        }
+        let strides = [self, k, v].map(|t| RowStrides::of(t, layout));
+        let [Some(qs), Some(ks), Some(vs)] = strides else {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: "internal error: strided rows were not copied out".into(),
+            });
+        };
         let dims = (b, hq, hkv, sq, sk, d, dv);
-        let out = self.attend([self, k, v], dims, strides, bshd, options)?;
+        let out = self.attend([self, k, v], dims, [qs, ks, vs], bshd, options)?;
         let (causal, scale) = (options.causal, options.scale);
         let rerun = move |t: &[&Tensor]| {
             let options = AttentionOptions {
@@ -217,6 +233,12 @@ impl Tensor {
                 ),
             });
         };
+        if let Some(dtype) = Tensor::promotion("attention", &[self])? {
+            return self
+                .floats("attention")?
+                .attention_packed(heads, kv_heads, options)?
+                .cast(dtype);
+        }
         let d = width / parts;
         let at = |offset: usize| RowStrides {
             offset,
@@ -337,30 +359,6 @@ impl Tensor {
             }
             (None, None) => None,
         };
-        // Half-precision operands: f32 copies (the packed operand is one tensor, copied once).
-        if let Some(dtype) = Tensor::promotion("attention", &[q, k, v])? {
-            let qf = q.floats("attention")?;
-            let same = |t: &Tensor| std::ptr::eq(t, q);
-            let kf = if same(k) {
-                qf.clone()
-            } else {
-                k.floats("attention")?
-            };
-            let vf = if same(v) {
-                qf.clone()
-            } else {
-                v.floats("attention")?
-            };
-            let options = AttentionOptions {
-                key_lengths: None,
-                lengths: lens,
-                ..options
-            };
-            let dims = (b, hq, hkv, sq, sk, d, dv);
-            return self
-                .attend([&qf, &kf, &vf], dims, [qs, ks, vs], out_bshd, options)?
-                .cast(dtype);
-        }
         let spec = AttentionSpec {
             batch: b,
             hq,
@@ -382,7 +380,7 @@ impl Tensor {
             (k, ks, hkv, sk, d),
             (v, vs, hkv, sk, dv),
         ] {
-            if AttentionSpec::extent(s, b, h, n, w) > t.len() {
+            if AttentionSpec::extent(s, b, h, n, w) > t.base().len() {
                 return Err(Error::InvalidArgument {
                     op: "attention",
                     reason: "internal error: an operand's strides reach past its data".into(),

@@ -54,6 +54,9 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
+        if !self.is_contiguous() {
+            return self.contiguous()?.cast(dtype);
+        }
         let n = self.device().check_output_of("cast", self.shape(), dtype)?;
         dtype::words("cast", dtype, n)?;
         let spec = CastSpec {
@@ -71,24 +74,28 @@ impl Tensor {
         self.cast(dtype)
     }
 
-    /// This tensor as f32 for a float op named `op`: itself when f32, a converted copy when
-    /// f16 or bf16, an error naming the op when an integer.
+    /// This tensor as row-major f32 for a float op named `op`: itself when it is, a
+    /// converted (or copied-out) tensor when f16, bf16 or a view, an error naming the op
+    /// when an integer.
     pub(crate) fn floats(&self, op: &'static str) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(dtype::unsupported(op, self.dtype(), "float"));
+        }
         match self.dtype() {
-            DType::F32 => Ok(self.clone()),
+            DType::F32 => self.contiguous(),
             d if d.is_float() => self.cast(DType::F32),
             d => Err(dtype::unsupported(op, d, "float")),
         }
     }
 
-    /// Whether a float op must convert: `Some(dtype of the result)` when any input is not f32
-    /// (an error when one is an integer), `None` when all are f32.
+    /// Whether a float op must convert: `Some(dtype of the result)` when any input is not
+    /// f32 or is a view (an error when one is an integer), `None` when all are row-major f32.
     pub(crate) fn promotion(op: &'static str, inputs: &[&Tensor]) -> Result<Option<DType>> {
         let mut out = DType::F32;
         let mut all_f32 = true;
         for (i, t) in inputs.iter().enumerate() {
             let d = t.dtype();
-            all_f32 &= d == DType::F32;
+            all_f32 &= d == DType::F32 && t.is_contiguous();
             out = if i == 0 {
                 common_float(op, d, d)?
             } else {
@@ -98,9 +105,9 @@ impl Tensor {
         Ok((!all_f32).then_some(out))
     }
 
-    /// A float op on f32 copies of its inputs when any is f16 or bf16, the result converted
-    /// back to their dtype: `Some(result)`; `None` when every input is f32 (the op goes on);
-    /// an error naming `op` when one is an integer.
+    /// A float op on row-major f32 copies of its inputs when any is f16, bf16 or a view, the
+    /// result converted back to their dtype: `Some(result)`; `None` when every input is
+    /// row-major f32 (the op goes on); an error naming `op` when one is an integer.
     pub(crate) fn promoted(
         op: &'static str,
         inputs: &[&Tensor],

@@ -187,12 +187,17 @@ impl Tensor {
     }
 
     fn word_op(&self, op: WordOp, rhs: &Tensor, out: DType) -> Result<Tensor> {
+        if !self.is_contiguous() || !rhs.is_contiguous() {
+            return self.contiguous()?.word_op(op, &rhs.contiguous()?, out);
+        }
         let name = op.name();
         self.same_device(rhs, name)?;
         let bc = broadcast(name, self.shape(), rhs.shape())?;
         let n = self.device().check_output_of(name, &bc.shape, out)?;
         let expanded = |t: &Tensor, expand: bool| -> Result<Option<Tensor>> {
-            expand.then(|| t.broadcast_to(&bc.shape)).transpose()
+            expand
+                .then(|| t.broadcast_to(&bc.shape)?.contiguous())
+                .transpose()
         };
         let (ea, eb) = (expanded(self, bc.expand_a)?, expanded(rhs, bc.expand_b)?);
         let (a, b) = (ea.as_ref().unwrap_or(self), eb.as_ref().unwrap_or(rhs));

@@ -345,6 +345,14 @@ impl Tensor {
     pub fn where_cond(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         self.same_device(on_true, "where")?;
         self.same_device(on_false, "where")?;
+        if ![self, on_true, on_false].iter().all(|t| t.is_contiguous()) {
+            let (c, a, b) = (
+                self.contiguous()?,
+                on_true.contiguous()?,
+                on_false.contiguous()?,
+            );
+            return c.where_cond(&a, &b);
+        }
         // The condition is tested as a float (an integer is nonzero exactly when its f32 is);
         // the branches share a dtype, which 32-bit kernels select as bits.
         if self.dtype() != DType::F32 {
@@ -372,7 +380,7 @@ impl Tensor {
         let fit = |t: &Tensor| -> Result<(Option<Tensor>, usize)> {
             let b = broadcast("where", t.shape(), &shape)?;
             if b.expand_a {
-                Ok((Some(t.broadcast_to(&shape)?), n))
+                Ok((Some(t.broadcast_to(&shape)?.contiguous()?), n))
             } else {
                 Ok((None, b.a_len))
             }
@@ -408,7 +416,9 @@ impl Tensor {
         let n = self.device().check_output(op.name(), &bc.shape)?;
         // Operands no repeat describes are materialised at the output's shape first.
         let expanded = |t: &Tensor, expand: bool| -> Result<Option<Tensor>> {
-            expand.then(|| t.broadcast_to(&bc.shape)).transpose()
+            expand
+                .then(|| t.broadcast_to(&bc.shape)?.contiguous())
+                .transpose()
         };
         let (ea, eb) = (expanded(self, bc.expand_a)?, expanded(rhs, bc.expand_b)?);
         let (lhs, rhs_in) = (ea.as_ref().unwrap_or(self), eb.as_ref().unwrap_or(rhs));

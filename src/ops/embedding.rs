@@ -35,6 +35,9 @@ impl Tensor {
     /// its row comes out NaN.
     pub fn embedding_ids(&self, ids: &Tensor) -> Result<Tensor> {
         self.same_device(ids, "embedding")?;
+        if !self.is_contiguous() || !ids.is_contiguous() {
+            return self.contiguous()?.embedding_ids(&ids.contiguous()?);
+        }
         ids.expect_integer("embedding", "ids")?;
         let (vocab, dim) = self.table_dims()?;
         let mut shape = ids.shape().to_vec();

@@ -1,7 +1,9 @@
-//! Layout ops: `permute` / `transpose`, `slice`, `split` and `chunk` along an axis, `concat` and
-//! `broadcast_to`. Each is a strided
-//! copy on the device (one kernel, `shaders/layout.wgsl`); nothing goes through the host.
-//! Tensors of up to 8 axes.
+//! Layout ops: `permute` / `transpose`, `slice`, `split` and `chunk` along an axis,
+//! `broadcast_to` and `concat`. All but `concat` return views: tensors that share their source's
+//! storage and read it through strides, with no copy. Attention reads views in place, and a
+//! matmul reads a transposed matrix as its transpose flag; any other op copies a view out in
+//! row-major order first (one strided copy on the device, `shaders/layout.wgsl`), as
+//! [`Tensor::contiguous`] does. `concat` copies. Tensors of up to 8 axes.
 
 use std::ops::Range;
 
@@ -68,6 +70,19 @@ impl Tensor {
         parts: &[(&Tensor, CopySpec)],
         shape: Vec<usize>,
     ) -> Result<Tensor> {
+        // Views among the parts are copied out first (their specs index row-major data).
+        if parts.iter().any(|(t, _)| !t.is_contiguous()) {
+            let dense = parts
+                .iter()
+                .map(|(t, _)| t.contiguous())
+                .collect::<Result<Vec<_>>>()?;
+            let parts: Vec<(&Tensor, CopySpec)> = dense
+                .iter()
+                .zip(parts)
+                .map(|(t, (_, c))| (t, c.clone()))
+                .collect();
+            return self.copies(&parts, shape);
+        }
         let dtype = self.dtype();
         if let Some((t, _)) = parts.iter().find(|(t, _)| t.dtype() != dtype) {
             return Err(Error::InvalidArgument {
@@ -110,7 +125,7 @@ impl Tensor {
         })
     }
 
-    /// Reorders the axes: output axis `i` is input axis `axes[i]`.
+    /// Reorders the axes: output axis `i` is input axis `axes[i]` (a view).
     pub fn permute(&self, axes: &[usize]) -> Result<Tensor> {
         let rank = self.shape().len();
         check_rank("permute", self.shape())?;
@@ -128,21 +143,15 @@ impl Tensor {
                 ),
             });
         }
-        let in_strides = strides(self.shape());
+        let (in_strides, offset) = self.layout();
         let shape: Vec<usize> = axes.iter().map(|&a| self.shape()[a]).collect();
-        let spec = CopySpec {
-            src_strides: axes.iter().map(|&a| in_strides[a]).collect(),
-            src_offset: 0,
-            out_strides: strides(&shape),
-            out_offset: 0,
-            shape: shape.clone(),
-        };
-        self.copies(&[(self, spec)], shape)
+        let view_strides = axes.iter().map(|&a| in_strides[a]).collect();
+        Ok(self.with_view(shape, view_strides, offset))
     }
 
     /// This tensor repeated along new or size-1 axes to `shape`, by NumPy's rules (aligned at
-    /// the last axis; each size equal to the target's or 1). A copy, unless the shape is
-    /// already `shape`.
+    /// the last axis; each size equal to the target's or 1): a view whose repeated axes have
+    /// stride 0.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
         let from = self.shape();
         if from == shape {
@@ -163,24 +172,17 @@ impl Tensor {
                 "(each size must equal the target's or be 1, aligned at the last axis)",
             ));
         };
-        let in_strides = strides(from);
-        let src_strides = (0..shape.len())
+        let (in_strides, offset) = self.layout();
+        let view_strides = (0..shape.len())
             .map(|i| match i.checked_sub(skip) {
                 Some(j) if from[j] != 1 => in_strides[j],
                 _ => 0,
             })
             .collect();
-        let spec = CopySpec {
-            src_strides,
-            src_offset: 0,
-            out_strides: strides(shape),
-            out_offset: 0,
-            shape: shape.to_vec(),
-        };
-        self.copies(&[(self, spec)], shape.to_vec())
+        Ok(self.with_view(shape.to_vec(), view_strides, offset))
     }
 
-    /// Swaps two axes.
+    /// Swaps two axes (a view).
     pub fn transpose(&self, a: usize, b: usize) -> Result<Tensor> {
         let rank = self.shape().len();
         check_axis("transpose", a, rank)?;
@@ -190,7 +192,7 @@ impl Tensor {
         self.permute(&axes)
     }
 
-    /// The elements `range` along `axis` (a copy; the other axes are whole).
+    /// The elements `range` along `axis` (a view; the other axes are whole).
     pub fn slice(&self, axis: usize, range: Range<usize>) -> Result<Tensor> {
         let rank = self.shape().len();
         check_axis("slice", axis, rank)?;
@@ -204,19 +206,13 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         shape[axis] = range.end - range.start;
-        let in_strides = strides(self.shape());
-        let spec = CopySpec {
-            src_offset: range.start * in_strides[axis],
-            src_strides: in_strides,
-            out_strides: strides(&shape),
-            out_offset: 0,
-            shape: shape.clone(),
-        };
-        self.copies(&[(self, spec)], shape)
+        let (in_strides, offset) = self.layout();
+        let offset = offset + range.start * in_strides[axis];
+        Ok(self.with_view(shape, in_strides, offset))
     }
 
     /// Splits along `axis` into parts of `sizes` elements each (they must add up to the axis's
-    /// length), each part a copy.
+    /// length), each part a view.
     pub fn split(&self, axis: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
         let rank = self.shape().len();
         check_axis("split", axis, rank)?;

@@ -10,6 +10,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::layout::strides;
 use crate::ops::OpSpec;
 use crate::ops::UnaryOp;
 use crate::profile::Work;
@@ -260,6 +261,21 @@ impl Tensor {
     /// `act(op(self) x op(rhs) + bias)`, in one dispatch; see [`MatmulOptions`].
     pub fn matmul_with(&self, rhs: &Tensor, options: MatmulOptions<'_>) -> Result<Tensor> {
         self.same_device(rhs, "matmul")?;
+        // A transposed view is read as its source with the transpose flag flipped (no copy).
+        if let Some(a) = self.transposed_source() {
+            let options = MatmulOptions {
+                transpose_a: !options.transpose_a,
+                ..options
+            };
+            return a.matmul_with(rhs, options);
+        }
+        if let Some(b) = rhs.transposed_source() {
+            let options = MatmulOptions {
+                transpose_b: !options.transpose_b,
+                ..options
+            };
+            return self.matmul_with(&b, options);
+        }
         let (ta, tb) = (options.transpose_a, options.transpose_b);
         let (dims, shape) = dims(self.shape(), rhs.shape(), ta, tb)?;
         if let Some(bias) = options.bias {
@@ -337,6 +353,23 @@ impl Tensor {
             };
             t[0].matmul_with(t[1], options)
         })
+    }
+
+    /// The row-major tensor this view is the transpose of (its last two axes swapped, the
+    /// others untouched), if it is one.
+    fn transposed_source(&self) -> Option<Tensor> {
+        let v = self.view()?;
+        let rank = self.shape().len();
+        if rank < 2 || v.offset != 0 || v.base != self.len() {
+            return None;
+        }
+        let mut source = self.shape().to_vec();
+        source.swap(rank - 2, rank - 1);
+        let mut want = strides(&source);
+        want.swap(rank - 2, rank - 1);
+        (v.strides == want)
+            .then(|| self.base().reshape(&source))
+            .and_then(Result::ok)
     }
 
     /// A product longer than [`WGPU_MAX_K`] on wgpu: the partial products of slices of k,

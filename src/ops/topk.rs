@@ -27,7 +27,7 @@ impl Tensor {
     /// The `k` largest elements of each row and their column indices (u32), largest first:
     /// two tensors of shape `[.., k]`.
     pub fn topk_last(&self, k: usize) -> Result<(Tensor, Tensor)> {
-        if self.dtype() != crate::DType::F32 {
+        if self.dtype() != crate::DType::F32 || !self.is_contiguous() {
             let (values, indices) = self.floats("topk")?.topk_last(k)?;
             return Ok((values.cast(self.dtype())?, indices));
         }

@@ -24,7 +24,7 @@ macro_rules! with_suite_tests {
             conv, pool, attention, attention_special_values, attention_input_errors,
             attention_layouts,
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
-            embedding, rope, layout, split_and_chunk, topk_and_argmax, topk_nan_first,
+            embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,
             quantized,
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
