@@ -56,8 +56,12 @@ extern "C" __global__ void attention(AttnLayout lay, const float* __restrict__ q
         for (u64 e = threadIdx.x; e < count * d; e += blockDim.x) {
             ks[(e / d) * (d + 1) + e % d] = kb[(j0 + e / d) * lay.k.seq + e % d];
         }
-        for (u64 e = threadIdx.x; e < count * dv; e += blockDim.x) {
-            vs[e] = vb[(j0 + e / dv) * lay.v.seq + e % dv];
+        if (lay.v.seq == dv) { // rows one after another: no division per element
+            for (u64 e = threadIdx.x; e < count * dv; e += blockDim.x) vs[e] = vb[j0 * dv + e];
+        } else {
+            for (u64 e = threadIdx.x; e < count * dv; e += blockDim.x) {
+                vs[e] = vb[(j0 + e / dv) * lay.v.seq + e % dv];
+            }
         }
         __syncthreads();
         const bool valid = lane < count && j0 + lane < visible;
