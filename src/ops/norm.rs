@@ -82,7 +82,8 @@ impl Tensor {
             let b = bias.map(|_| t[1 + usize::from(weight.is_some())]);
             t[0].norm(op, rms, w, b, eps)
         })? {
-            return Ok(out);
+            // The result has x's dtype whatever the weight's and bias's.
+            return out.cast(self.dtype());
         }
         let spec = NormSpec {
             rms,

@@ -43,7 +43,8 @@ impl Tensor {
         if let Some(out) =
             Tensor::promoted("rope", &[self, cos, sin], |t| t[0].rope(t[1], t[2], layout))?
         {
-            return Ok(out);
+            // The result has x's dtype whatever the tables' (f32 tables rotate f16 data).
+            return out.cast(self.dtype());
         }
         self.device().check_output("rope", shape)?;
         let spec = RopeSpec {

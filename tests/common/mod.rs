@@ -30,7 +30,8 @@ macro_rules! with_suite_tests {
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,
             // suite/cast.rs
-            cast_every_pair, half_precision_ops, compare_and_integers, device_ids_and_lengths,
+            cast_every_pair, half_precision_ops, half_precision_every_op, compare_and_integers,
+            device_ids_and_lengths,
             dtype_errors,
             // suite/load.rs, group.rs, errors.rs, device.rs, random.rs
             loading, collectives, parallel_helpers, errors, hostile_shapes, verification_mode, device_loss, random_shapes_vs_oracle,

@@ -670,3 +670,124 @@ pub async fn dtype_errors(dev: &Device) {
 async fn futures_read_as(t: &Tensor) -> String {
     t.read_as::<u32>().await.unwrap_err().to_string()
 }
+
+/// The rest of the float ops on f16 and bf16 tensors: each result has the input's dtype and
+/// equals, within the dtype's rounding, the same op on f32 tensors holding the same (rounded)
+/// values, which the op's own suite checks against the f64 oracle on this backend.
+pub async fn half_precision_every_op(dev: &Device) {
+    use gpukit::{Conv2dOptions, Pool2dOptions, QuantFormat, RopeLayout};
+    for (di, dtype) in [DType::F16, DType::BF16].into_iter().enumerate() {
+        let seed = 45_000 + 100 * di as u64;
+        let eps = if dtype == DType::F16 {
+            1.0 / 1024.0
+        } else {
+            1.0 / 128.0
+        };
+        let pair = |shape: &[usize], k: u64| {
+            let n: usize = shape.iter().product();
+            let v = rounded(&Rng::new(seed + k).signed_vec(n, 0.05, 2.0), dtype);
+            (
+                half_tensor(dev, &v, shape, dtype),
+                dev.tensor(&v, shape).unwrap(),
+            )
+        };
+        let (x, x32) = pair(&[2, 3, 6, 8], 1);
+        let (w, w32) = pair(&[8], 2);
+        let (c, c32) = pair(&[4, 3, 3, 3], 3);
+        let (xs, xs32) = pair(&[2, 3, 6, 8], 4);
+        let mask = dev
+            .tensor(&[1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0], &[8])
+            .unwrap();
+        let (cos, sin) = dev.rope_tables(6, 8, 10000.0, 0).unwrap();
+        let qbytes = oracle::quantize(
+            &Rng::new(seed + 5).signed_vec(16 * 64, 0.1, 1.0),
+            QuantFormat::Q8_0,
+        );
+        let q = dev.quantized(&qbytes, QuantFormat::Q8_0, 16, 64).unwrap();
+        let (xq, xq32) = pair(&[3, 64], 6);
+        let pool = Pool2dOptions {
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        };
+        // conv2d's weight in the input's dtype.
+        let c_of = |x: &Tensor| -> gpukit::Result<Tensor> {
+            Ok(if x.dtype() == DType::F32 {
+                c32.clone()
+            } else {
+                c.clone()
+            })
+        };
+        type Op<'a> = (
+            &'a str,
+            Box<dyn Fn(&Tensor, &Tensor, &Tensor, &Tensor) -> gpukit::Result<Tensor> + 'a>,
+        );
+        // (name, op(x, w or c, other x, quant input)).
+        let ops: Vec<Op> = vec![
+            (
+                "rms_norm",
+                Box::new(|x, w, _, _| x.rms_norm(Some(w), None, 1e-5)),
+            ),
+            ("log_softmax", Box::new(|x, _, _, _| x.log_softmax())),
+            ("max_last", Box::new(|x, _, _, _| x.max_last())),
+            ("min_axis", Box::new(|x, _, _, _| x.min_axis(1, true))),
+            ("mean_axis", Box::new(|x, _, _, _| x.mean_axis(2, false))),
+            ("dot", Box::new(|x, _, o, _| x.dot(o))),
+            ("sub", Box::new(|x, _, o, _| x.sub(o))),
+            ("div", Box::new(|x, w, _, _| x.div(w))),
+            ("where", Box::new(|x, _, o, _| mask.where_cond(x, o))),
+            (
+                "rope",
+                Box::new(|x, _, _, _| x.rope(&cos, &sin, RopeLayout::HalfSplit)),
+            ),
+            (
+                "conv2d",
+                Box::new(|x, _, _, _| x.conv2d(&c_of(x)?, None, Conv2dOptions::default())),
+            ),
+            ("max_pool2d", Box::new(|x, _, _, _| x.max_pool2d(pool))),
+            ("avg_pool2d", Box::new(|x, _, _, _| x.avg_pool2d(pool))),
+            ("matmul_quant", Box::new(|_, _, _, xq| xq.matmul_quant(&q))),
+            ("concat", Box::new(|x, _, o, _| Tensor::concat(&[x, o], 3))),
+            ("masked_mean", Box::new(|x, _, _, _| x.masked_mean(&[2, 3]))),
+            (
+                "argmax_axis",
+                Box::new(|x, _, _, _| x.argmax_axis(3, false)?.cast(DType::F32)),
+            ),
+            ("silu", Box::new(|x, _, _, _| x.silu())),
+        ];
+        for (name, op) in &ops {
+            let ctx = format!("{name} on {dtype} seed {seed}");
+            let got = op(&x, &w, &xs, &xq).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let want = op(&x32, &w32, &xs32, &xq32).unwrap();
+            let int_out = *name == "argmax_axis";
+            assert_eq!(
+                got.dtype(),
+                if int_out { DType::F32 } else { dtype },
+                "{ctx}"
+            );
+            assert_eq!(got.shape(), want.shape(), "{ctx}");
+            let want: Vec<(f64, Tol)> = want
+                .read()
+                .await
+                .unwrap()
+                .iter()
+                .map(|&v| {
+                    let tol = if int_out { 0.0 } else { eps };
+                    (
+                        v as f64,
+                        Tol {
+                            atol: 1e-3 * tol,
+                            rtol: tol,
+                        },
+                    )
+                })
+                .collect();
+            check(
+                &ctx,
+                &|i| format!("[{i}]"),
+                &got.read().await.unwrap(),
+                &want,
+            );
+        }
+    }
+}
