@@ -86,9 +86,31 @@ impl Graph {
                 "(new data has the upload's length)",
             ));
         }
+        self.set_input_words(v, crate::dtype::from_elements(data))
+    }
+
+    /// [`Graph::set_input`] from little-endian bytes of the upload's dtype (any alignment).
+    pub fn set_input_bytes(&mut self, v: Value, bytes: &[u8]) -> Result<()> {
+        let node = self.batch.node(v, "graph input")?;
+        let want = crate::shape::mul("graph input", node.len(), node.dtype.size())?;
+        if bytes.len() != want {
+            return Err(Error::InvalidArgument {
+                op: "graph input",
+                reason: format!(
+                    "{} bytes for an upload of {} {} elements ({want} bytes)",
+                    bytes.len(),
+                    node.len(),
+                    node.dtype
+                ),
+            });
+        }
+        self.set_input_words(v, crate::dtype::pack(bytes))
+    }
+
+    fn set_input_words(&mut self, v: Value, words: Vec<f32>) -> Result<()> {
         self.check_input(v)?;
         self.pending.retain(|(p, _)| *p != v);
-        self.pending.push((v, crate::dtype::from_elements(data)));
+        self.pending.push((v, words));
         Ok(())
     }
 

@@ -351,6 +351,14 @@ impl Batch {
         self.push(Op::Input, shape.to_vec(), Some(t))
     }
 
+    /// Little-endian bytes of `dtype` (any alignment) to upload in that dtype, as
+    /// [`Device::tensor_from_bytes`] reads them; in a [`Graph`]
+    /// [`Graph::set_input_bytes`] replaces them at each run.
+    pub fn upload_bytes(&mut self, bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Value> {
+        let t = self.device.tensor_from_bytes(bytes, dtype, shape)?;
+        self.push(Op::Input, shape.to_vec(), Some(t))
+    }
+
     /// Host data of any [`Element`] type (u32 token ids, f16 values) to upload in its dtype;
     /// in a [`Graph`] [`Graph::set_input`] replaces it at each run.
     pub fn upload_of<T: Element>(&mut self, data: &[T], shape: &[usize]) -> Result<Value> {

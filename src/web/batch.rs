@@ -31,6 +31,14 @@ impl JsBatch {
         self.inner.value(index).map_err(js_error)
     }
 
+    pub(super) fn value_at(&self, index: usize) -> JsResult<Value> {
+        self.v(index)
+    }
+
+    pub(super) fn inner_mut(&mut self) -> &mut Batch {
+        &mut self.inner
+    }
+
     fn opt(&self, index: Option<usize>) -> JsResult<Option<Value>> {
         index.map(|i| self.v(i)).transpose()
     }
@@ -454,6 +462,16 @@ impl JsBatchResult {
 pub struct JsGraph {
     inner: Rc<RefCell<Graph>>,
     batch: Batch,
+}
+
+impl JsGraph {
+    pub(super) fn value_at(&self, index: usize) -> JsResult<Value> {
+        self.batch.value(index).map_err(js_error)
+    }
+
+    pub(super) fn graph(&self) -> &Rc<RefCell<Graph>> {
+        &self.inner
+    }
 }
 
 #[wasm_bindgen(js_class = Graph)]

@@ -9,6 +9,7 @@
 //! disposed) are checked here before they reach the library.
 
 mod batch;
+mod batch_dtype;
 mod gpu;
 mod options;
 mod tensor;

@@ -439,6 +439,23 @@ export async function run(gpukit, label) {
   assert.throws(() => batch.relu(999), /not one of this batch/);
   assert.throws(() => result.get(bx), /not marked as an output/);
 
+  // A graph that takes new token ids each run (u32 uploads, embedding on the device).
+  const idBatch = gpu.batch();
+  const idTableV = idBatch.tensor(
+    gpu.tensor(new Float32Array([0, 1, 10, 11, 20, 21, 30, 31]), [4, 2]),
+  );
+  const tokens = idBatch.uploadBytes(new Uint8Array(new Uint32Array([3, 0]).buffer), "u32", [2]);
+  const idRows = idBatch.embeddingIds(idTableV, tokens);
+  idBatch.output(idRows);
+  const idGraph = idBatch.compile();
+  close((await idGraph.run()).get(idRows), [30, 31, 0, 1], 0, "graph ids");
+  idGraph.setInput(tokens, new Uint8Array(new Uint32Array([1, 2]).buffer));
+  close((await idGraph.run()).get(idRows), [10, 11, 20, 21], 0, "graph new ids");
+  assert.throws(() => idGraph.setInput(tokens, new Uint8Array(4)), /bytes/);
+  assert.throws(() => idBatch.relu(tokens), /u32/);
+  const asF32 = idBatch.cast(tokens, "f32");
+  assert.deepEqual(idBatch.shape(asF32), [2]);
+
   // Bad input: Errors with the Rust message, never a trap.
   const errors = [
     [() => gpu.tensor(new Float32Array(5), [2, 3]), /shape mismatch in tensor/],
