@@ -108,6 +108,23 @@ impl AttentionSpec {
     }
 }
 
+/// The options of a verification rerun: the lengths, however they were given, are its fourth
+/// input.
+fn rerun_options<'a>(
+    causal: bool,
+    scale: Option<f32>,
+    layout: AttentionLayout,
+    t: &[&'a Tensor],
+) -> AttentionOptions<'a> {
+    AttentionOptions {
+        causal,
+        key_lengths: None,
+        lengths: t.get(3).copied(),
+        scale,
+        layout,
+    }
+}
+
 /// The largest head dimension the fused kernel takes.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -189,14 +206,7 @@ impl Tensor {
         let out = self.attend([self, k, v], dims, [qs, ks, vs], bshd, options)?;
         let (causal, scale) = (options.causal, options.scale);
         let rerun = move |t: &[&Tensor]| {
-            let options = AttentionOptions {
-                causal,
-                key_lengths: None,
-                lengths: t.get(3).copied(),
-                scale,
-                layout,
-            };
-            t[0].attention(t[1], t[2], options)
+            t[0].attention(t[1], t[2], rerun_options(causal, scale, layout, t))
         };
         Self::verify_attention(out, [self, k, v], options, rerun)
     }
@@ -252,13 +262,7 @@ impl Tensor {
         let out = out.reshape(&[b, s, heads * d])?;
         let (causal, scale) = (options.causal, options.scale);
         let rerun = move |t: &[&Tensor]| {
-            let options = AttentionOptions {
-                causal,
-                key_lengths: None,
-                lengths: t.get(3).copied(),
-                scale,
-                layout: AttentionLayout::Bhsd,
-            };
+            let options = rerun_options(causal, scale, AttentionLayout::Bhsd, t);
             t[0].attention_packed(heads, kv_heads, options)
         };
         Self::verify_attention(out, [self, self, self], options, rerun)

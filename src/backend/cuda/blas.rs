@@ -152,56 +152,17 @@ pub(super) fn matmul(
         DType::BF16 => Some(Data::CUDA_R_16BF),
         _ => None,
     };
-    let out = match half {
-        Some(_) => be.alloc_bytes((d.batch * mn) as u64 * 2)?,
-        None => be.alloc(d.batch * mn)?,
-    };
+    let out_bytes = (d.batch * mn) as u64 * if half.is_some() { 2 } else { 4 };
+    let out = be.alloc_bytes(out_bytes)?;
     if d.batch * mn == 0 {
-        return Ok(out);
-    }
-    if let (Some(data), true) = (half, d.k > 0) {
-        let (op_a, lda) = if spec.transpose_a {
-            (Op::CUBLAS_OP_T, d.m)
-        } else {
-            (Op::CUBLAS_OP_N, d.k)
-        };
-        let (op_b, ldb) = if spec.transpose_b {
-            (Op::CUBLAS_OP_T, d.k)
-        } else {
-            (Op::CUBLAS_OP_N, d.n)
-        };
-        be.gemm(&Gemm {
-            op_a: op_b,
-            op_b: op_a,
-            m: d.n,
-            n: d.m,
-            k: d.k,
-            a: b.ptr(),
-            lda: ldb,
-            stride_a: d.b_stride,
-            b: a.ptr(),
-            ldb: lda,
-            stride_b: d.a_stride,
-            c: out.ptr(),
-            ldc: d.n,
-            stride_c: mn,
-            batch: d.batch,
-            data,
-            out: data,
-            compute: Compute::CUBLAS_COMPUTE_32F,
-        })?;
-        return Ok(out);
-    }
-    if half.is_some() {
-        // k = 0: a product of zeros (+0 in every dtype).
-        be.zero(&out, (d.batch * mn) as u64 * 2)?;
         return Ok(out);
     }
     let act = spec
         .activation
         .map_or(0, |a| a.as_unary().kind() as u32 + 1);
     if d.k == 0 {
-        be.zero(&out, (d.batch * mn) as u64 * 4)?;
+        // A product of zeros (+0 in every dtype), then the epilogue.
+        be.zero(&out, out_bytes)?;
         be.epilogue(&out, bias, 1, d.n, act, d.batch * mn)?;
         return Ok(out);
     }
@@ -217,20 +178,21 @@ pub(super) fn matmul(
         d.batch * d.b_stride
     };
     let (narrow_a, narrow_b);
-    let (pa, pb, data, compute) = match spec.precision {
-        Precision::F32 => (
+    let (pa, pb, data, compute) = match (half, spec.precision) {
+        (Some(data), _) => (a.ptr(), b.ptr(), data, Compute::CUBLAS_COMPUTE_32F),
+        (None, Precision::F32) => (
             a.ptr(),
             b.ptr(),
             Data::CUDA_R_32F,
             Compute::CUBLAS_COMPUTE_32F,
         ),
-        Precision::Tf32 => (
+        (None, Precision::Tf32) => (
             a.ptr(),
             b.ptr(),
             Data::CUDA_R_32F,
             Compute::CUBLAS_COMPUTE_32F_FAST_TF32,
         ),
-        Precision::F16 | Precision::Bf16 => {
+        (None, Precision::F16 | Precision::Bf16) => {
             let bf16 = spec.precision == Precision::Bf16;
             narrow_a = be.narrow(a, a_len, bf16)?;
             narrow_b = be.narrow(b, b_len, bf16)?;
@@ -274,7 +236,7 @@ pub(super) fn matmul(
         stride_c: mn,
         batch: d.batch,
         data,
-        out: Data::CUDA_R_32F,
+        out: half.unwrap_or(Data::CUDA_R_32F),
         compute,
     })?;
     be.epilogue(&out, bias, 1, d.n, act, d.batch * mn)?;
