@@ -5,7 +5,8 @@
 # tarball. The wasm is built with the `wasm-release` profile (fat LTO; dependencies optimised
 # for size, gpukit and gemm for speed: see Cargo.toml) and then shrunk by wasm-opt -Os, run
 # here rather than by wasm-pack so that its flags are ours. wasm-opt comes from npm's binaryen
-# (node_modules/.bin): Debian's older binaryen breaks the module.
+# (node_modules/.bin): Debian's older binaryen breaks the module. The core package is built
+# without default features: the models layer (tokenizer, loaders) stays out of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/node_modules/.bin:$PATH"
@@ -16,7 +17,7 @@ rm -rf "$out" target/pkg-build
 for target in web nodejs; do
   dir=target/pkg-build/$target
   wasm-pack --quiet build --profile wasm-release --no-opt --target "$target" --out-dir "$dir" \
-    --out-name gpukit --no-pack .
+    --out-name gpukit --no-pack . -- --no-default-features
   wasm-opt -Os --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int \
     --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
     -o "$dir/gpukit_bg.wasm" "$dir/gpukit_bg.wasm"

@@ -50,6 +50,9 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
   apt_install python3 python3-pip
 fi
 
+# The model weights (all-minilm-l6-v2) the embedder's tests and the demo run.
+bash "$(dirname "$0")/fetch-models.sh"
+
 # wasm-pack builds the npm package.
 if ! command -v wasm-pack >/dev/null; then
   echo "deps: installing wasm-pack (a few minutes)"

@@ -47,6 +47,8 @@ mod group;
 mod info;
 mod load;
 mod loss;
+#[cfg(feature = "models")]
+pub mod models;
 pub mod ops;
 mod policy;
 #[cfg(native)]

@@ -38,12 +38,24 @@ impl Device {
     /// [`Device::tensor_from_bytes`] does; any other dtype, and a truncated or malformed file,
     /// is an error naming the tensor or the problem.
     pub fn load_safetensors(&self, bytes: &[u8]) -> Result<Vec<(String, Tensor)>> {
+        self.load_safetensors_with(bytes, |_| true)
+    }
+
+    /// The tensors of a safetensors file whose names `keep` accepts, as
+    /// [`Device::load_safetensors`] loads them; the others are neither read nor checked (a
+    /// model file's int64 position ids, say).
+    pub fn load_safetensors_with(
+        &self,
+        bytes: &[u8],
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, Tensor)>> {
         use safetensors::tensor::{Dtype, SafeTensors};
         let file = SafeTensors::deserialize(bytes).map_err(|e| Error::InvalidArgument {
             op: "load_safetensors",
             reason: format!("not a valid safetensors file: {e}"),
         })?;
         let mut views = file.tensors();
+        views.retain(|(name, _)| keep(name));
         // Data order: the order the file's writer chose (usually the model's).
         views.sort_by_key(|(_, v)| v.data().as_ptr() as usize);
         views

@@ -8,6 +8,7 @@
 //! gpukit bench-cpu [--json] [--quick]  the CPU backend beside a Rust loop and the gemm crate
 //! gpukit bench-group [--json]  all_reduce over every CUDA device (NCCL where it loads)
 //! gpukit verify   [--json] [--backend NAME]  every op family checked against the CPU backend
+//! gpukit embed    [--json] [--backend NAME] [--model DIR] TEXT...  sentence embeddings
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
 
@@ -21,6 +22,8 @@ mod bench;
 mod bench_group;
 #[cfg(native)]
 mod cpu_bench;
+#[cfg(all(native, feature = "models"))]
+mod embed;
 #[cfg(native)]
 mod peer;
 #[cfg(native)]
@@ -46,6 +49,8 @@ fn main() -> std::process::ExitCode {
         Some("bench-cpu") => cpu_bench::run(&args[1..]),
         Some("bench-group") => bench_group::run(&args[1..]),
         Some("verify") => verify::run(&args[1..]),
+        #[cfg(feature = "models")]
+        Some("embed") => embed::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -63,7 +68,7 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(native)]
 const USAGE: &str =
-    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify> [--json]
+    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
@@ -75,7 +80,10 @@ const USAGE: &str =
                     Rust loop and the gemm crate called directly
   verify [--backend NAME]
                     every op family on the chosen device in verification mode: each result
-                    computed again on the CPU backend and compared within the op's tolerance";
+                    computed again on the CPU backend and compared within the op's tolerance
+  embed [--backend NAME] [--model DIR] TEXT...
+                    L2-normalised sentence embeddings (all-MiniLM-L6-v2, 384 values) of each
+                    TEXT; --json prints {\"model\", \"backend\", \"dim\", \"embeddings\"}";
 
 /// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
 #[cfg(native)]

@@ -1,0 +1,71 @@
+//! `gpukit embed`: sentence embeddings of the TEXT arguments with all-MiniLM-L6-v2.
+
+use gpukit::models::Embedder;
+use gpukit::{Backend, Device};
+
+/// The folder `scripts/fetch-models.sh` fills.
+const DEFAULT_MODEL: &str = "target/models/all-minilm-l6-v2";
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let (mut backend, mut model, mut json, mut texts) =
+        (None, DEFAULT_MODEL.to_string(), false, Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--backend" => {
+                let name = it.next().ok_or("--backend needs a name")?;
+                backend = Some(name.parse::<Backend>().map_err(|e| e.to_string())?);
+            }
+            "--model" => model = it.next().ok_or("--model needs a folder")?.clone(),
+            "--" => texts.extend(it.by_ref().cloned()),
+            other if other.starts_with("--") => {
+                return Err(format!("unknown option {other:?} for embed"))
+            }
+            text => texts.push(text.to_string()),
+        }
+    }
+    if texts.is_empty() {
+        return Err("usage: gpukit embed [--backend B] [--model DIR] [--json] TEXT...".into());
+    }
+    let device = match backend {
+        Some(b) => Device::with_backend_blocking(b),
+        None => Device::new_blocking(),
+    }
+    .map_err(|e| e.to_string())?;
+    if !std::path::Path::new(&model)
+        .join("model.safetensors")
+        .exists()
+    {
+        return Err(format!(
+            "no model in {model}: run `bash scripts/fetch-models.sh` (or `make demo`) to fetch \
+             all-minilm-l6-v2, or give --model DIR"
+        ));
+    }
+    let embedder = Embedder::load(&device, &model).map_err(|e| e.to_string())?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let t0 = std::time::Instant::now();
+    let embeddings = embedder.embed_blocking(&refs).map_err(|e| e.to_string())?;
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let backend = device.info().backend.to_string();
+    if json {
+        let out = serde_json::json!({
+            "model": "all-minilm-l6-v2",
+            "backend": backend,
+            "dim": embedder.dim(),
+            "embeddings": embeddings,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "all-minilm-l6-v2 on {backend} ({}): {} texts in {ms:.1} ms",
+            device.info().adapter,
+            texts.len()
+        );
+        for (text, e) in texts.iter().zip(&embeddings) {
+            let head: Vec<String> = e.iter().take(4).map(|v| format!("{v:.4}")).collect();
+            println!("{text:?}: [{}, ...] ({} values)", head.join(", "), e.len());
+        }
+    }
+    Ok(())
+}

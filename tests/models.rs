@@ -1,0 +1,260 @@
+//! The models layer: the WordPiece tokenizer against Hugging Face `tokenizers` on 1,100 varied
+//! strings (tests/data/wordpiece_vectors.json, written by scripts/test-data/), and the
+//! all-MiniLM-L6-v2 embedder against an f64 reference written here over the same weights, on
+//! the CPU backend and the GPU adapter. The weights come from `scripts/fetch-models.sh`, which
+//! `make test` runs; without them these tests fail and say so.
+#![cfg(all(feature = "models", not(target_arch = "wasm32")))]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use gpukit::models::{Embedder, WordPiece};
+use gpukit::Device;
+
+fn model_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/models/all-minilm-l6-v2");
+    assert!(
+        dir.join("model.safetensors").exists(),
+        "{} is missing: run scripts/fetch-models.sh (make test runs it)",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn wordpiece_matches_hugging_face_tokenizers() {
+    let json = std::fs::read_to_string(model_dir().join("tokenizer.json")).unwrap();
+    let tok = WordPiece::from_json(&json, 512).unwrap();
+    let vectors: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/wordpiece_vectors.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let rows = vectors["rows"].as_array().unwrap();
+    assert!(rows.len() >= 1000);
+    let mut bad = Vec::new();
+    for row in rows {
+        let text = row["text"].as_str().unwrap();
+        let want: Vec<u32> = row["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let got = tok.encode(text);
+        if got != want {
+            bad.push(format!("{text:?}: got {got:?}, want {want:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} differ; first: {}",
+        bad.len(),
+        rows.len(),
+        bad[..bad.len().min(3)].join("\n")
+    );
+}
+
+/// The f64 reference: the weights as f64 by name.
+struct Reference {
+    w: HashMap<String, (Vec<usize>, Vec<f64>)>,
+}
+
+impl Reference {
+    fn load() -> Reference {
+        let bytes = std::fs::read(model_dir().join("model.safetensors")).unwrap();
+        let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut w = HashMap::new();
+        for (name, view) in file.tensors() {
+            if view.dtype() != safetensors::Dtype::F32 {
+                continue;
+            }
+            let data = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect();
+            w.insert(
+                name.trim_start_matches("bert.").to_string(),
+                (view.shape().to_vec(), data),
+            );
+        }
+        Reference { w }
+    }
+
+    fn get(&self, name: &str) -> &[f64] {
+        &self.w[name].1
+    }
+
+    /// `x [n, in] . W^T + b` for a weight `[out, in]`.
+    fn linear(&self, x: &[f64], n: usize, name: &str) -> Vec<f64> {
+        let (shape, w) = &self.w[&format!("{name}.weight")];
+        let (out, inp) = (shape[0], shape[1]);
+        let b = self.get(&format!("{name}.bias"));
+        let mut y = vec![0.0; n * out];
+        for r in 0..n {
+            for o in 0..out {
+                let row = &w[o * inp..(o + 1) * inp];
+                y[r * out + o] = b[o]
+                    + row
+                        .iter()
+                        .zip(&x[r * inp..(r + 1) * inp])
+                        .map(|(a, c)| a * c)
+                        .sum::<f64>();
+            }
+        }
+        y
+    }
+
+    fn layer_norm(&self, x: &mut [f64], h: usize, name: &str) {
+        let (g, b) = (
+            self.get(&format!("{name}.weight")),
+            self.get(&format!("{name}.bias")),
+        );
+        for row in x.chunks_mut(h) {
+            let mean = row.iter().sum::<f64>() / h as f64;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / h as f64;
+            let inv = 1.0 / (var + 1e-12).sqrt();
+            for (i, v) in row.iter_mut().enumerate() {
+                *v = (*v - mean) * inv * g[i] + b[i];
+            }
+        }
+    }
+
+    /// One sentence's normalised embedding.
+    fn embed(&self, ids: &[u32]) -> Vec<f64> {
+        let (s, h, heads) = (ids.len(), 384, 12);
+        let dh = h / heads;
+        let (word, pos, typ) = (
+            self.get("embeddings.word_embeddings.weight"),
+            self.get("embeddings.position_embeddings.weight"),
+            self.get("embeddings.token_type_embeddings.weight"),
+        );
+        let mut x: Vec<f64> = (0..s)
+            .flat_map(|i| (0..h).map(move |j| (i, j)))
+            .map(|(i, j)| word[ids[i] as usize * h + j] + pos[i * h + j] + typ[j])
+            .collect();
+        self.layer_norm(&mut x, h, "embeddings.LayerNorm");
+        for l in 0..6 {
+            let p = format!("encoder.layer.{l}");
+            let q = self.linear(&x, s, &format!("{p}.attention.self.query"));
+            let k = self.linear(&x, s, &format!("{p}.attention.self.key"));
+            let v = self.linear(&x, s, &format!("{p}.attention.self.value"));
+            let mut a = vec![0.0; s * h];
+            for hd in 0..heads {
+                for i in 0..s {
+                    let scores: Vec<f64> = (0..s)
+                        .map(|j| {
+                            (0..dh)
+                                .map(|e| q[i * h + hd * dh + e] * k[j * h + hd * dh + e])
+                                .sum::<f64>()
+                                / (dh as f64).sqrt()
+                        })
+                        .collect();
+                    let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let p: Vec<f64> = scores.iter().map(|sc| (sc - m).exp()).collect();
+                    let z: f64 = p.iter().sum();
+                    for e in 0..dh {
+                        a[i * h + hd * dh + e] =
+                            (0..s).map(|j| p[j] * v[j * h + hd * dh + e]).sum::<f64>() / z;
+                    }
+                }
+            }
+            let mut y = self.linear(&a, s, &format!("{p}.attention.output.dense"));
+            y.iter_mut().zip(&x).for_each(|(y, x)| *y += x);
+            self.layer_norm(&mut y, h, &format!("{p}.attention.output.LayerNorm"));
+            let mut f = self.linear(&y, s, &format!("{p}.intermediate.dense"));
+            for v in f.iter_mut() {
+                *v = 0.5 * *v * (1.0 + erf(*v / std::f64::consts::SQRT_2));
+            }
+            let mut z = self.linear(&f, s, &format!("{p}.output.dense"));
+            z.iter_mut().zip(&y).for_each(|(z, y)| *z += y);
+            self.layer_norm(&mut z, h, &format!("{p}.output.LayerNorm"));
+            x = z;
+        }
+        let mut mean: Vec<f64> = (0..h)
+            .map(|j| (0..s).map(|i| x[i * h + j]).sum::<f64>() / s as f64)
+            .collect();
+        let norm = mean.iter().map(|v| v * v).sum::<f64>().sqrt();
+        mean.iter_mut().for_each(|v| *v /= norm);
+        mean
+    }
+}
+
+/// erf in f64 (Abramowitz-Stegun 7.1.26 is too coarse here): the series below 3, else 1.
+fn erf(x: f64) -> f64 {
+    let a = x.abs();
+    let r = if a < 3.0 {
+        let (mut term, mut sum, mut n) = (a, a, 0.0);
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -a * a / n;
+            sum += term / (2.0 * n + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        1.0 - (-a * a).exp() / (a * std::f64::consts::PI.sqrt())
+    };
+    r.copysign(x)
+}
+
+const SENTENCES: [&str; 6] = [
+    "GPU compute in the browser",
+    "A cat sits on the mat.",
+    "",
+    "Ångström-scale café naïveté, 中文字符 and emoji 🚀!",
+    "The quick brown fox jumps over the lazy dog, again and again and again.",
+    "supercalifragilisticexpialidocious",
+];
+
+fn check(device: &Device) {
+    let embedder = Embedder::load(device, model_dir()).unwrap();
+    assert_eq!(embedder.dim(), 384);
+    let reference = Reference::load();
+    // One batch of sentences of different lengths (padding and key lengths), and one alone.
+    let got = embedder.embed_blocking(&SENTENCES).unwrap();
+    let alone = embedder.embed_blocking(&SENTENCES[1..2]).unwrap();
+    for (i, text) in SENTENCES.iter().enumerate() {
+        let want = reference.embed(&embedder.tokenizer().encode(text));
+        let cos: f64 = got[i].iter().zip(&want).map(|(a, b)| *a as f64 * b).sum();
+        assert!(
+            cos >= 0.9999,
+            "{}: {text:?}: cosine {cos}",
+            device.info().backend
+        );
+    }
+    let same: f32 = alone[0].iter().zip(&got[1]).map(|(a, b)| a * b).sum();
+    assert!(same >= 0.9999, "batched against alone: {same}");
+    assert!(embedder.embed_blocking(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn embeddings_match_an_f64_reference_on_the_cpu() {
+    check(&Device::cpu());
+}
+
+#[test]
+fn embeddings_match_an_f64_reference_on_the_gpu() {
+    let device =
+        Device::gpu_blocking().expect("make test installs lavapipe, so a GPU adapter exists");
+    check(&device);
+}
+
+#[test]
+fn a_missing_or_truncated_model_is_an_error() {
+    let device = Device::cpu();
+    let e = Embedder::load(&device, "/nonexistent/model").err().unwrap();
+    assert!(e.to_string().contains("fetch-models"), "{e}");
+    let dir = model_dir();
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let tokenizer = std::fs::read_to_string(dir.join("tokenizer.json")).unwrap();
+    let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
+    assert!(
+        Embedder::from_bytes(&device, &config, &tokenizer, &weights[..weights.len() / 2]).is_err()
+    );
+    assert!(Embedder::from_bytes(&device, "{}", &tokenizer, &weights).is_err());
+    assert!(Embedder::from_bytes(&device, &config, "[]", &weights).is_err());
+}
