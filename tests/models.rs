@@ -11,8 +11,12 @@ use std::path::PathBuf;
 use gpukit::models::{Embedder, WordPiece};
 use gpukit::Device;
 
+/// The model folder: `GPUKIT_MODEL_DIR`, or where `scripts/fetch-models.sh` puts it.
 fn model_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/models/all-minilm-l6-v2");
+    let dir = std::env::var_os("GPUKIT_MODEL_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/models/all-minilm-l6-v2"),
+        PathBuf::from,
+    );
     assert!(
         dir.join("model.safetensors").exists(),
         "{} is missing: run scripts/fetch-models.sh (make test runs it)",
@@ -69,14 +73,19 @@ impl Reference {
         let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
         let mut w = HashMap::new();
         for (name, view) in file.tensors() {
-            if view.dtype() != safetensors::Dtype::F32 {
-                continue;
-            }
-            let data = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-                .collect();
+            let data = match view.dtype() {
+                safetensors::Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                    .collect(),
+                safetensors::Dtype::F16 => view
+                    .data()
+                    .chunks_exact(2)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+                    .collect(),
+                _ => continue,
+            };
             w.insert(
                 name.trim_start_matches("bert.").to_string(),
                 (view.shape().to_vec(), data),
@@ -225,6 +234,8 @@ fn check(device: &Device) {
             "{}: {text:?}: cosine {cos}",
             device.info().backend
         );
+        // For the record (the H100 runs' summary): --nocapture shows it.
+        println!("{} {text:?}: cosine {cos:.9}", device.info().backend);
     }
     let same: f32 = alone[0].iter().zip(&got[1]).map(|(a, b)| a * b).sum();
     assert!(same >= 0.9999, "batched against alone: {same}");
@@ -238,9 +249,24 @@ fn embeddings_match_an_f64_reference_on_the_cpu() {
 
 #[test]
 fn embeddings_match_an_f64_reference_on_the_gpu() {
-    let device =
-        Device::gpu_blocking().expect("make test installs lavapipe, so a GPU adapter exists");
+    let device = Device::with_backend_blocking(gpukit::Backend::Vulkan)
+        .expect("make test installs lavapipe, so a Vulkan adapter exists");
     check(&device);
+}
+
+#[test]
+fn embeddings_match_an_f64_reference_on_cuda() {
+    match Device::with_backend_blocking(gpukit::Backend::Cuda) {
+        Ok(device) => check(&device),
+        Err(e) if std::env::var_os("GPUKIT_REQUIRE_CUDA").is_some() => {
+            panic!("GPUKIT_REQUIRE_CUDA is set but CUDA cannot run: {e}")
+        }
+        // Written past the test harness's capture, so every run shows the skip and why.
+        Err(e) => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "SKIPPED (cuda): {e}");
+        }
+    }
 }
 
 #[test]

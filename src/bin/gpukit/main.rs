@@ -9,6 +9,7 @@
 //! gpukit bench-group [--json]  all_reduce over every CUDA device (NCCL where it loads)
 //! gpukit verify   [--json] [--backend NAME]  every op family checked against the CPU backend
 //! gpukit embed    [--json] [--backend NAME] [--model DIR] TEXT...  sentence embeddings
+//! gpukit bench-embed [--json] [--backend NAME] [--model DIR]  embedding latency and throughput
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
 
@@ -18,6 +19,8 @@ mod baseline;
 mod baseline_cuda;
 #[cfg(native)]
 mod bench;
+#[cfg(all(native, feature = "models"))]
+mod bench_embed;
 #[cfg(native)]
 mod bench_group;
 #[cfg(native)]
@@ -51,6 +54,8 @@ fn main() -> std::process::ExitCode {
         Some("verify") => verify::run(&args[1..]),
         #[cfg(feature = "models")]
         Some("embed") => embed::run(&args[1..]),
+        #[cfg(feature = "models")]
+        Some("bench-embed") => bench_embed::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -68,7 +73,7 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(native)]
 const USAGE: &str =
-    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed> [--json]
+    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed|bench-embed> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
@@ -83,7 +88,9 @@ const USAGE: &str =
                     computed again on the CPU backend and compared within the op's tolerance
   embed [--backend NAME] [--model DIR] TEXT...
                     L2-normalised sentence embeddings (all-MiniLM-L6-v2, 384 values) of each
-                    TEXT; --json prints {\"model\", \"backend\", \"dim\", \"embeddings\"}";
+                    TEXT; --json prints {\"model\", \"backend\", \"dim\", \"embeddings\"}
+  bench-embed [--backend NAME] [--model DIR]
+                    embedding latency at batch 1 and throughput at 128 x 128 tokens";
 
 /// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
 #[cfg(native)]

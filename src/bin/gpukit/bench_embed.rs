@@ -1,0 +1,88 @@
+//! `gpukit bench-embed`: all-MiniLM-L6-v2 sentence embeddings, latency at batch 1 and
+//! throughput at 128 sentences of 128 tokens, text to host vectors (tokenising, the forward
+//! pass and the read back); `scripts/peers/torch_minilm.py` times PyTorch the same way.
+
+use std::time::Instant;
+
+use gpukit::models::Embedder;
+use gpukit::{Backend, Device};
+
+/// One sentence of 14 tokens with [CLS] and [SEP].
+const SENTENCE: &str = "The quick brown fox jumps over the lazy dog near the river.";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let (mut backend, mut model, mut json) =
+        (None, "target/models/all-minilm-l6-v2".to_string(), false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--backend" => {
+                let name = it.next().ok_or("--backend needs a name")?;
+                backend = Some(name.parse::<Backend>().map_err(|e| e.to_string())?);
+            }
+            "--model" => model = it.next().ok_or("--model needs a folder")?.clone(),
+            other => return Err(format!("unknown option {other:?} for bench-embed")),
+        }
+    }
+    let device = match backend {
+        Some(b) => Device::with_backend_blocking(b),
+        None => Device::new_blocking(),
+    }
+    .map_err(|e| e.to_string())?;
+    let embedder = Embedder::load(&device, &model).map_err(|e| e.to_string())?;
+    let time = |texts: &[&str], warm: usize, runs: usize| -> Result<f64, String> {
+        let mut t = Vec::new();
+        for i in 0..warm + runs {
+            let t0 = Instant::now();
+            let out = embedder.embed_blocking(texts).map_err(|e| e.to_string())?;
+            if i >= warm {
+                t.push(t0.elapsed().as_secs_f64());
+            }
+            assert_eq!(out.len(), texts.len());
+        }
+        Ok(median(t))
+    };
+    let one = time(&[SENTENCE], 3, 30)?;
+    let long = "word ".repeat(126);
+    let batch: Vec<&str> = (0..128).map(|_| long.as_str()).collect();
+    let many = time(&batch, 1, 5)?;
+    let tokens = embedder.tokenizer().encode(SENTENCE).len();
+    let rows = [
+        (
+            "E1",
+            format!("batch 1, one sentence of {tokens} tokens"),
+            one * 1e3,
+            "ms",
+        ),
+        (
+            "E2",
+            "128 sentences x 128 tokens".to_string(),
+            128.0 / many,
+            "sentences/s",
+        ),
+    ];
+    let info = device.info();
+    if json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(id, w, v, unit)| serde_json::json!({"id": id, "workload": w, "value": v, "unit": unit}))
+            .collect();
+        let out = serde_json::json!({"backend": info.backend.to_string(), "adapter": info.adapter, "rows": rows});
+        println!("{out}");
+    } else {
+        println!(
+            "all-minilm-l6-v2 (f32) on {} ({})",
+            info.backend, info.adapter
+        );
+        for (id, w, v, unit) in rows {
+            println!("{id}  {w:<42} {v:>10.3} {unit}");
+        }
+    }
+    Ok(())
+}
