@@ -270,6 +270,40 @@ fn embeddings_match_an_f64_reference_on_cuda() {
 }
 
 #[test]
+fn hostile_inputs_embed_or_fail_clearly() {
+    // On the GPU adapter (lavapipe in CI): the CPU backend is slow in an unoptimised test build.
+    let device = Device::with_backend_blocking(gpukit::Backend::Vulkan)
+        .expect("make test installs lavapipe, so a Vulkan adapter exists");
+    let embedder = Embedder::load(&device, model_dir()).unwrap();
+    // A batch of 1,000 short texts (run in parts sorted by length): empty strings, unknown
+    // words, control characters, emoji.
+    let texts: Vec<String> = (0..1000)
+        .map(|i| match i % 5 {
+            0 => String::new(),
+            1 => format!("sentence number {i}"),
+            2 => "\u{0}\u{7}\u{fffd} zzqxj \u{1F680}".to_string(),
+            3 => "word ".repeat(i % 9),
+            _ => "ok".to_string(),
+        })
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    // 10,000 characters in one word ([UNK]) and 2,000 words (truncated to 512 tokens).
+    let (long, words) = ("x".repeat(10_000), "lorem ipsum ".repeat(1_000));
+    for batch in [refs.clone(), vec![long.as_str(), words.as_str()]] {
+        let out = embedder.embed_blocking(&batch).unwrap();
+        assert_eq!(out.len(), batch.len());
+        for (i, v) in out.iter().enumerate() {
+            let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "text {i}: norm {norm}");
+        }
+        // The same text gives the same vector wherever it sits in the batch.
+        let alone = embedder.embed_blocking(&[batch[1]]).unwrap();
+        let cos: f32 = alone[0].iter().zip(&out[1]).map(|(a, b)| a * b).sum();
+        assert!(cos > 0.9999, "{cos}");
+    }
+}
+
+#[test]
 fn a_missing_or_truncated_model_is_an_error() {
     let device = Device::cpu();
     let e = Embedder::load(&device, "/nonexistent/model").err().unwrap();

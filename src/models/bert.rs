@@ -241,15 +241,28 @@ impl Embedder {
         &self.tokenizer
     }
 
-    /// One L2-normalised embedding per text, in order.
+    /// One L2-normalised embedding per text, in order. Texts longer than the model's 512
+    /// positions are truncated; a large batch runs in parts of at most
+    /// [`Embedder::MAX_BATCH`] texts, each part sorted by length so that little padding is
+    /// computed, so memory stays bounded whatever the number of texts.
     pub async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
         let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenizer.encode(t)).collect();
-        let out = self.forward(&ids)?.read().await?;
-        Ok(out.chunks(self.dim()).map(<[f32]>::to_vec).collect())
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| ids[i].len());
+        let mut out = vec![Vec::new(); ids.len()];
+        for part in order.chunks(Self::MAX_BATCH) {
+            let batch: Vec<Vec<u32>> = part.iter().map(|&i| ids[i].clone()).collect();
+            let values = self.forward(&batch)?.read().await?;
+            for (&i, v) in part.iter().zip(values.chunks(self.dim())) {
+                out[i] = v.to_vec();
+            }
+        }
+        Ok(out)
     }
+
+    /// The most texts one forward pass takes (at 512 tokens each, its activations stay under
+    /// 1.5 GB).
+    pub const MAX_BATCH: usize = 64;
 
     /// Blocking [`Embedder::embed`].
     #[cfg(native)]
