@@ -129,3 +129,61 @@ mod tests {
         assert!(bytes("t", &[usize::MAX], usize::MAX, 4, u64::MAX).is_err());
     }
 }
+
+/// How two shapes combine (NumPy's rules): the output shape, how many elements of each operand
+/// repeat (`out[i] = op(a[i % a_len], b[i % b_len])`), and whether an operand must first be
+/// expanded to the output shape because no such repeat describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Broadcast {
+    pub shape: Vec<usize>,
+    pub a_len: usize,
+    pub b_len: usize,
+    /// `a` is materialised to `shape` first (then `a_len` is the output's length).
+    pub expand_a: bool,
+    pub expand_b: bool,
+}
+
+/// NumPy broadcasting: shapes are aligned at their last axis, and each pair of sizes must be
+/// equal or contain a 1 (a missing axis counts as 1). An operand whose shape, without its
+/// leading 1s, is the tail of the output shape (a scalar, a row, `[12, 384]` against
+/// `[3, 12, 384]`) is read by repetition; any other (`[3, 1]` against `[3, 384]`) is expanded
+/// by a strided copy first.
+pub(crate) fn broadcast(op: &'static str, a: &[usize], b: &[usize]) -> Result<Broadcast> {
+    let rank = a.len().max(b.len());
+    let size = |s: &[usize], i: usize| {
+        // Axis i of the output, aligned at the last axis; a missing axis is 1.
+        (i + s.len()).checked_sub(rank).map_or(1, |j| s[j])
+    };
+    let mut shape = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let (x, y) = (size(a, i), size(b, i));
+        shape.push(match (x, y) {
+            _ if x == y => x,
+            (1, _) => y,
+            (_, 1) => x,
+            _ => {
+                return Err(Error::shape(
+                    op,
+                    a,
+                    b,
+                    "(shapes broadcast when, from the last axis, each pair of sizes is equal or one is 1)",
+                ))
+            }
+        });
+    }
+    let repeats = |s: &[usize]| {
+        let lead = s.iter().take_while(|&&d| d == 1).count();
+        shape.ends_with(&s[lead..])
+    };
+    let (expand_a, expand_b) = (!repeats(a), !repeats(b));
+    let len = |s: &[usize], expand: bool| -> Result<usize> {
+        crate::shape::numel(op, if expand { &shape } else { s })
+    };
+    Ok(Broadcast {
+        a_len: len(a, expand_a)?,
+        b_len: len(b, expand_b)?,
+        expand_a,
+        expand_b,
+        shape,
+    })
+}

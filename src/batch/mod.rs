@@ -40,21 +40,20 @@
 //! tensors when it is recorded (so the op's own checks report mistakes at the call) and on the
 //! real data when the batch runs.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod apply;
 mod graph;
 mod plan;
 
-pub use graph::Graph;
+pub use graph::{BatchResult, Graph};
 
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::ops::elementwise::broadcast;
 use crate::ops::matmul::dims;
 use crate::ops::{Activation, BinaryOp, Precision, ReduceOp, UnaryOp};
+use crate::shape::broadcast;
 use crate::tensor::Tensor;
 
 /// A value recorded in a batch: a handle, valid only in the batch that made it.
@@ -180,57 +179,6 @@ pub struct Batch {
     id: u64,
     nodes: Vec<Node>,
     outputs: Vec<Value>,
-}
-
-/// What a batch run returns: the outputs and what the run did.
-#[derive(Debug, Clone)]
-pub struct BatchResult {
-    outputs: HashMap<Value, Vec<f32>>,
-    order: Vec<Value>,
-    /// Bytes of the values the run computed (intermediates after reuse, and outputs): on
-    /// wgpu what it took from the device's buffer pool, on the CPU backend the planner's count
-    /// of bytes live at the peak. Uploads and tensors, which exist from record time, are not
-    /// counted.
-    pub peak_bytes: u64,
-    /// The same count with no reuse (every computed value kept to the end).
-    pub unplanned_bytes: u64,
-    /// Kernels the run encoded (after fusion).
-    pub kernels: usize,
-    /// Recorded ops that fusion folded into other kernels.
-    pub fused_ops: usize,
-}
-
-impl BatchResult {
-    /// The output recorded `index`-th in its batch (see [`Batch::value`]).
-    #[cfg_attr(native, allow(dead_code))]
-    pub(crate) fn output_at(&self, index: usize) -> Result<&[f32]> {
-        match self.order.iter().find(|v| v.index == index) {
-            Some(&v) => self.get(v),
-            None => Err(Error::InvalidArgument {
-                op: "batch result",
-                reason: format!("value {index} was not marked as an output"),
-            }),
-        }
-    }
-
-    /// The data of an output.
-    pub fn get(&self, v: Value) -> Result<&[f32]> {
-        self.outputs
-            .get(&v)
-            .map(Vec::as_slice)
-            .ok_or(Error::InvalidArgument {
-                op: "batch result",
-                reason: "that value was not marked as an output".into(),
-            })
-    }
-
-    /// Every output, in the order `output` marked them.
-    pub fn outputs(&self) -> Vec<&[f32]> {
-        self.order
-            .iter()
-            .filter_map(|v| self.outputs.get(v).map(Vec::as_slice))
-            .collect()
-    }
 }
 
 static NEXT_BATCH: AtomicU64 = AtomicU64::new(1);

@@ -7,9 +7,10 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::elementwise::{broadcast, BinaryOp};
+use crate::ops::elementwise::BinaryOp;
 use crate::ops::OpSpec;
 use crate::profile::Work;
+use crate::shape::broadcast;
 use crate::tensor::Tensor;
 use crate::verify::Tol;
 

@@ -29,7 +29,7 @@ macro_rules! with_suite_tests {
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,
-            // suite/cast.rs
+            // suite/cast.rs, compare.rs, embedding.rs
             cast_every_pair, half_precision_ops, half_precision_every_op, compare_and_integers,
             device_ids_and_lengths,
             dtype_errors,

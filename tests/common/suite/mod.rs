@@ -13,6 +13,7 @@ use gpukit::{
 mod attention;
 mod batch;
 mod cast;
+mod compare;
 mod conv;
 mod device;
 mod elementwise;
@@ -35,6 +36,7 @@ mod topk;
 pub use attention::*;
 pub use batch::*;
 pub use cast::*;
+pub use compare::*;
 pub use conv::*;
 pub use device::*;
 pub use elementwise::*;
