@@ -11,6 +11,11 @@ use std::path::PathBuf;
 use gpukit::models::{Embedder, WordPiece};
 use gpukit::Device;
 
+#[allow(dead_code)]
+#[path = "common/oracle.rs"]
+mod oracle;
+use oracle::erf;
+
 /// The model folder: `GPUKIT_MODEL_DIR`, or where `scripts/fetch-models.sh` puts it.
 fn model_dir() -> PathBuf {
     let dir = std::env::var_os("GPUKIT_MODEL_DIR").map_or_else(
@@ -191,23 +196,6 @@ impl Reference {
         mean.iter_mut().for_each(|v| *v /= norm);
         mean
     }
-}
-
-/// erf in f64 (Abramowitz-Stegun 7.1.26 is too coarse here): the series below 3, else 1.
-fn erf(x: f64) -> f64 {
-    let a = x.abs();
-    let r = if a < 3.0 {
-        let (mut term, mut sum, mut n) = (a, a, 0.0);
-        while term.abs() > 1e-17 * sum.abs() {
-            n += 1.0;
-            term *= -a * a / n;
-            sum += term / (2.0 * n + 1.0);
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else {
-        1.0 - (-a * a).exp() / (a * std::f64::consts::PI.sqrt())
-    };
-    r.copysign(x)
 }
 
 const SENTENCES: [&str; 6] = [

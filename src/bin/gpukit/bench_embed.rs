@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use gpukit::models::Embedder;
-use gpukit::{Backend, Device};
 
 /// One sentence of 14 tokens with [CLS] and [SEP].
 const SENTENCE: &str = "The quick brown fox jumps over the lazy dog near the river.";
@@ -16,25 +15,15 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let (mut backend, mut model, mut json) =
-        (None, "target/models/all-minilm-l6-v2".to_string(), false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--backend" => {
-                let name = it.next().ok_or("--backend needs a name")?;
-                backend = Some(name.parse::<Backend>().map_err(|e| e.to_string())?);
-            }
-            "--model" => model = it.next().ok_or("--model needs a folder")?.clone(),
-            other => return Err(format!("unknown option {other:?} for bench-embed")),
-        }
+    let super::embed::ModelArgs {
+        device,
+        model,
+        json,
+        rest,
+    } = super::embed::parse(args, "bench-embed")?;
+    if let Some(extra) = rest.first() {
+        return Err(format!("unexpected argument {extra:?} for bench-embed"));
     }
-    let device = match backend {
-        Some(b) => Device::with_backend_blocking(b),
-        None => Device::new_blocking(),
-    }
-    .map_err(|e| e.to_string())?;
     let embedder = Embedder::load(&device, &model).map_err(|e| e.to_string())?;
     let time = |texts: &[&str], warm: usize, runs: usize| -> Result<f64, String> {
         let mut t = Vec::new();

@@ -6,8 +6,17 @@ use gpukit::{Backend, Device};
 /// The folder `scripts/fetch-models.sh` fills.
 const DEFAULT_MODEL: &str = "target/models/all-minilm-l6-v2";
 
-pub(crate) fn run(args: &[String]) -> Result<(), String> {
-    let (mut backend, mut model, mut json, mut texts) =
+/// The options `embed` and `bench-embed` share: the device, the model folder, `--json`, and
+/// the other arguments (the texts).
+pub(crate) struct ModelArgs {
+    pub(crate) device: Device,
+    pub(crate) model: String,
+    pub(crate) json: bool,
+    pub(crate) rest: Vec<String>,
+}
+
+pub(crate) fn parse(args: &[String], command: &str) -> Result<ModelArgs, String> {
+    let (mut backend, mut model, mut json, mut rest) =
         (None, DEFAULT_MODEL.to_string(), false, Vec::new());
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -18,21 +27,13 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 backend = Some(name.parse::<Backend>().map_err(|e| e.to_string())?);
             }
             "--model" => model = it.next().ok_or("--model needs a folder")?.clone(),
-            "--" => texts.extend(it.by_ref().cloned()),
+            "--" => rest.extend(it.by_ref().cloned()),
             other if other.starts_with("--") => {
-                return Err(format!("unknown option {other:?} for embed"))
+                return Err(format!("unknown option {other:?} for {command}"))
             }
-            text => texts.push(text.to_string()),
+            text => rest.push(text.to_string()),
         }
     }
-    if texts.is_empty() {
-        return Err("usage: gpukit embed [--backend B] [--model DIR] [--json] TEXT...".into());
-    }
-    let device = match backend {
-        Some(b) => Device::with_backend_blocking(b),
-        None => Device::new_blocking(),
-    }
-    .map_err(|e| e.to_string())?;
     if !std::path::Path::new(&model)
         .join("model.safetensors")
         .exists()
@@ -41,6 +42,29 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             "no model in {model}: run `bash scripts/fetch-models.sh` (or `make demo`) to fetch \
              all-minilm-l6-v2, or give --model DIR"
         ));
+    }
+    let device = match backend {
+        Some(b) => Device::with_backend_blocking(b),
+        None => Device::new_blocking(),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(ModelArgs {
+        device,
+        model,
+        json,
+        rest,
+    })
+}
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let ModelArgs {
+        device,
+        model,
+        json,
+        rest: texts,
+    } = parse(args, "embed")?;
+    if texts.is_empty() {
+        return Err("usage: gpukit embed [--backend B] [--model DIR] [--json] TEXT...".into());
     }
     let embedder = Embedder::load(&device, &model).map_err(|e| e.to_string())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
