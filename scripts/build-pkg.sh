@@ -14,26 +14,39 @@ export PATH="$PWD/node_modules/.bin:$PATH"
 version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
 out=pkg
 rm -rf "$out" target/pkg-build
-for target in web nodejs; do
-  dir=target/pkg-build/$target
-  wasm-pack --quiet build --profile wasm-release --no-opt --target "$target" --out-dir "$dir" \
-    --out-name gpukit --no-pack . -- --no-default-features
-  wasm-opt -Os --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int \
-    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
-    -o "$dir/gpukit_bg.wasm" "$dir/gpukit_bg.wasm"
-done
+# Two entries, each in two builds: the core (`gpukit`, no default features) and the models
+# entry (`gpukit/models`: the core plus feature `models`, whose tokenizer, loaders and
+# `Embedder` only pages that run a model pay for).
+build() { # entry features
+  for target in web nodejs; do
+    dir=target/pkg-build/$1/$target
+    wasm-pack --quiet build --profile wasm-release --no-opt --target "$target" --out-dir "$dir" \
+      --out-name gpukit --no-pack . -- --no-default-features $2
+    wasm-opt -Os --enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int \
+      --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+      -o "$dir/gpukit_bg.wasm" "$dir/gpukit_bg.wasm"
+  done
+}
+build core ""
+build models "--features models"
 
-mkdir -p "$out/web" "$out/node"
-for f in gpukit.js gpukit.d.ts gpukit_bg.wasm gpukit_bg.wasm.d.ts; do
-  cp "target/pkg-build/web/$f" "$out/web/$f"
-  cp "target/pkg-build/nodejs/$f" "$out/node/$f"
+for entry in core models; do
+  base=$out
+  [ "$entry" = models ] && base=$out/models
+  mkdir -p "$base/web" "$base/node"
+  for f in gpukit.js gpukit.d.ts gpukit_bg.wasm gpukit_bg.wasm.d.ts; do
+    cp "target/pkg-build/$entry/web/$f" "$base/web/$f"
+    cp "target/pkg-build/$entry/nodejs/$f" "$base/node/$f"
+  done
+  # Each build says which module system it uses, whatever the importing project's default.
+  echo '{ "type": "module" }' > "$base/web/package.json"
+  echo '{ "type": "commonjs" }' > "$base/node/package.json"
 done
-# Each build says which module system it uses, whatever the importing project's default.
-echo '{ "type": "module" }' > "$out/web/package.json"
-echo '{ "type": "commonjs" }' > "$out/node/package.json"
 sed "s/\"version\": \"0.0.0\"/\"version\": \"$version\"/" pkg-template/package.json > "$out/package.json"
 cp pkg-template/README.md "$out/README.md"
 
+models_gz=$(gzip -9 -c "$out/models/web/gpukit_bg.wasm" | wc -c)
+echo "build-pkg: the gpukit/models entry's wasm: $models_gz bytes gzipped (gzip -9)"
 raw=$(wc -c < "$out/web/gpukit_bg.wasm")
 gz=$(gzip -9 -c "$out/web/gpukit_bg.wasm" | wc -c)
 echo "build-pkg: gpukit $version in $out/: gpukit_bg.wasm $raw bytes, $gz bytes gzipped (gzip -9)"

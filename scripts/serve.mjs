@@ -30,6 +30,7 @@ export function serve(root, port = 0) {
       res.writeHead(200, {
         "content-type": TYPES[extname(file)] || "application/octet-stream",
         "cache-control": "no-store",
+        "content-length": body.length,
       });
       res.end(body);
     } catch (e) {

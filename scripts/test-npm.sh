@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The npm package as a user gets it: `npm pack` of pkg/ (scripts/build-pkg.sh), installed into an
 # empty folder, then (1) the JS API checks run through `import` and `require` in Node, and
-# (2) tsc type-checks a TypeScript usage file against the installed declarations.
+# (2) the `gpukit/models` entry embeds texts against the f64 reference of
+# examples/bert_reference.rs (same weights), and (3) tsc type-checks TypeScript usage files
+# against the installed declarations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -14,11 +16,16 @@ echo "test-npm: packed target/npm/$tarball ($(du -k "target/npm/$tarball" | cut 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cp tests/npm/api.mjs tests/npm/hostile.mjs tests/npm/smoke.mjs tests/npm/smoke.cjs tests/npm/usage.ts tests/npm/usage-web.ts \
+  tests/npm/models.mjs tests/npm/usage-models.ts \
   tests/npm/tsconfig.json "$dir/"
 cd "$dir"
 npm init -y >/dev/null
 npm install --no-audit --no-fund --silent "$root/target/npm/$tarball"
 node smoke.mjs
 node smoke.cjs
+models=$root/target/models/all-minilm-l6-v2
+(cd "$root" && cargo run --quiet --example bert_reference -- "$models" \
+  < tests/data/embedding_texts.json) > reference.json
+GPUKIT_REFERENCE=$PWD/reference.json node models.mjs "$models" "$root"
 "$root/node_modules/.bin/tsc" -p tsconfig.json
 echo "test-npm: the tarball installs, runs in Node (import and require) and type-checks"

@@ -22,6 +22,14 @@ async fn webgpu_supported() -> bool {
     wgpu::util::is_browser_webgpu_supported().await
 }
 
+impl JsGpu {
+    /// The device (for the other JS classes).
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(super) fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
 #[wasm_bindgen(js_class = Gpu)]
 impl JsGpu {
     /// Opens a device. `backend: "auto"` (the default) picks WebGPU when the browser has an

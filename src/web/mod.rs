@@ -11,6 +11,8 @@
 mod batch;
 mod batch_dtype;
 mod gpu;
+#[cfg(feature = "models")]
+mod models;
 mod options;
 mod tensor;
 mod tensor_axes;
