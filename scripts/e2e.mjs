@@ -1,7 +1,10 @@
 // End-to-end: serves www/ on 127.0.0.1, drives Debian's /usr/bin/chromium (headless, WebGPU on
 // SwiftShader) through playwright-core, and checks each page: the backend is WebGPU, the
 // playground verifies every op, the benchmark page draws its chart from verified results, and
-// the digit page classifies digits drawn with mouse events. Screenshots go to target/e2e/.
+// the digit page classifies digits drawn with mouse events, and the search page runs
+// all-MiniLM-L6-v2 (checked against the f64 reference of examples/bert_reference.rs), ranks
+// typed queries and reloads its model from Cache Storage. Screenshots go to target/e2e/.
+import { execFileSync } from "node:child_process";
 import { mkdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -25,6 +28,9 @@ const browser = await chromium.launch({
   ],
 });
 const failures = [];
+// GPUKIT_E2E_PAGES=search,digits runs only those pages (all of them by default).
+const pages = process.env.GPUKIT_E2E_PAGES?.split(",");
+const want = (name) => !pages || pages.includes(name);
 const check = (ok, what) => {
   console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
   if (!ok) failures.push(what);
@@ -46,7 +52,7 @@ async function open(path, timeout = 300_000) {
 
 try {
   // The index page opens gpukit with automatic selection and says what it picked.
-  {
+  if (want("index")) {
     const { page, errors } = await open("/index.html");
     const backend = await page.evaluate(() => document.body.dataset.backend);
     check(["webgpu", "cpu"].includes(backend), `index: automatic selection picked ${backend}`);
@@ -76,7 +82,7 @@ try {
     await page.close();
   }
   // The playground on WebGPU: every op verified against the JS reference.
-  {
+  if (want("playground")) {
     const { page, errors } = await open("/playground.html?backend=webgpu");
     const info = await page.evaluate(() => ({
       backend: document.body.dataset.backend,
@@ -98,7 +104,7 @@ try {
     await page.close();
   }
   // The benchmark page (quick sizes): every gpukit and raw-WebGPU result verified, a chart.
-  {
+  if (want("bench")) {
     const { page, errors } = await open("/bench.html?quick=1&backend=webgpu", 600_000);
     const backend = await page.evaluate(() => document.body.dataset.backend);
     check(backend === "webgpu", `bench: backend is WebGPU (${backend})`);
@@ -127,7 +133,7 @@ try {
     await page.close();
   }
   // Draw-a-digit: strokes drawn with mouse events, each classified on WebGPU.
-  {
+  if (want("digits")) {
     const { page, errors } = await open("/digits.html?backend=webgpu");
     const backend = await page.evaluate(() => document.body.dataset.backend);
     check(backend === "webgpu", `digits: backend is WebGPU (${backend})`);
@@ -182,6 +188,81 @@ try {
       await page.screenshot({ path: `${shots}/digits-${digit}.png`, fullPage: true });
     }
     check(errors.length === 0, `digits: no page errors ${JSON.stringify(errors)}`);
+    await page.close();
+  }
+  // Semantic search on WebGPU: the model checked against the f64 reference, typed queries
+  // ranked, and a reload that takes the model from Cache Storage instead of the network.
+  if (want("search")) {
+    const root = fileURLToPath(new URL("..", import.meta.url));
+    const texts = await readFile(`${root}/tests/data/embedding_texts.json`, "utf8");
+    const reference = JSON.parse(
+      execFileSync(
+        "cargo",
+        ["run", "--quiet", "--example", "bert_reference", "--", "target/models/all-minilm-l6-v2"],
+        { cwd: root, input: texts, maxBuffer: 1 << 26 },
+      ).toString(),
+    );
+    // Automatic selection, as a visitor gets it (on SwiftShader the measured policy picks
+    // the CPU or a hybrid: the software adapter is slow).
+    const { page, errors } = await open("/search.html", 600_000);
+    const backend = await page.evaluate(() => document.body.dataset.backend);
+    const ready = await page.evaluate(() => document.body.dataset.status);
+    check(ready === "done", `search: the model loaded and the corpus was embedded on ${backend}`);
+    if (ready === "done") {
+      // The same model on the WebGPU adapter itself, against the f64 reference.
+      const got = await page.evaluate(async (texts) => {
+        const { Gpu, Embedder } = await import("/pkg/models/gpukit.js");
+        const gpu = await Gpu.create({ backend: "webgpu" });
+        const embedder = await Embedder.load(gpu, "models/all-minilm-l6-v2/", {
+          cache: "gpukit-models",
+        });
+        const vectors = await embedder.embed(texts);
+        return { backend: gpu.info.backend, vectors: vectors.map((v) => Array.from(v)) };
+      }, JSON.parse(texts));
+      const worst = Math.min(
+        ...got.vectors.map((v, i) => v.reduce((s, x, j) => s + x * reference[i][j], 0)),
+      );
+      check(
+        got.backend === "webgpu" && worst >= 0.9999,
+        `search: ${reference.length} texts match the f64 reference on ${got.backend} (lowest cosine ${worst.toFixed(9)})`,
+      );
+      const { corpusMs, loadMs } = await page.evaluate(() => window.gpukitSearch);
+      console.log(
+        `     model loaded in ${loadMs.toFixed(0)} ms; corpus embedded in ${corpusMs.toFixed(0)} ms`,
+      );
+      const queries = [
+        ["how do I make bread at home", /dough|bread|sourdough/i],
+        ["my login does not work", /password|locked|log ?in/i],
+        ["planets and stars", /planet|star|galaxy|solar|telescope/i],
+      ];
+      for (const [query, want] of queries) {
+        await page.fill("#query", "");
+        await page.type("#query", query, { delay: 5 });
+        await page.waitForFunction((q) => document.body.dataset.query === q, query, {
+          timeout: 120_000,
+        });
+        const top = await page.evaluate(() => document.body.dataset.top);
+        check(want.test(top), `search: "${query}" ranks first: ${top}`);
+      }
+      await page.screenshot({ path: `${shots}/search.png`, fullPage: true });
+      // A reload reads the weights from Cache Storage: no request for them reaches the server.
+      const fetched = [];
+      page.on("request", (r) => {
+        if (r.url().includes("/models/all-minilm")) fetched.push(r.url());
+      });
+      await page.reload();
+      await page.waitForFunction(
+        () => ["done", "error"].includes(document.body.dataset.status),
+        null,
+        { timeout: 600_000 },
+      );
+      const again = await page.evaluate(() => document.body.dataset.status);
+      check(
+        again === "done" && fetched.length === 0,
+        `search: a reload loads the model from the cache (${again}; fetched ${JSON.stringify(fetched)})`,
+      );
+    }
+    check(errors.length === 0, `search: no page errors ${JSON.stringify(errors)}`);
     await page.close();
   }
 } finally {

@@ -7,12 +7,14 @@ export function requestedBackend() {
   return new URLSearchParams(location.search).get("backend") || "auto";
 }
 
-/** Opens a device and fills `#banner` with what runs; a software adapter gets a warning. */
-export async function openGpu() {
+/** Opens a device and fills `#banner` with what runs; a software adapter gets a warning.
+ *  `pkg` is the package entry to start (the core by default; the search page passes the
+ *  models entry, whose `Gpu` its `Embedder` takes). */
+export async function openGpu(pkg = { init, Gpu }) {
   const banner = document.getElementById("banner");
   try {
-    await init();
-    const gpu = await Gpu.create({ backend: requestedBackend() });
+    await pkg.init();
+    const gpu = await pkg.Gpu.create({ backend: requestedBackend() });
     const info = gpu.info;
     document.body.dataset.backend = info.backend;
     document.body.dataset.adapter = info.adapter;
@@ -68,6 +70,7 @@ export function maxError(got, want) {
 export function nav() {
   return (
     `<nav><a href="index.html">gpukit</a><a href="playground.html">Playground</a>` +
-    `<a href="bench.html">Benchmarks</a><a href="digits.html">Draw a digit</a></nav>`
+    `<a href="bench.html">Benchmarks</a><a href="digits.html">Draw a digit</a>` +
+    `<a href="search.html">Semantic search</a></nav>`
   );
 }
