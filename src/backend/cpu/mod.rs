@@ -16,6 +16,7 @@ mod embedding;
 mod fused;
 mod layout;
 mod matmul;
+mod matmul_rows;
 mod norm;
 pub(crate) mod par;
 mod pool;

@@ -200,12 +200,14 @@ pub async fn matmul_options(dev: &Device) {
         &got,
         &want,
     );
-    // A few rows against a [n, k] weight take the GEMV kernel: 1 and 3 rows, and 2 x 4 rows of
-    // a batch with the weight shared; k and n of no special size; every epilogue.
+    // A few rows against a [n, k] weight take the GEMV kernel (and on the CPU the small-row
+    // kernel, up to 32 rows): 1, 3 and 32 rows, and 2 x 4 rows of a batch with the weight
+    // shared; k and n of no special size; every epilogue.
     for (ci, (lead, k, n)) in [
         (vec![1usize], 1000usize, 77usize),
         (vec![3], 96, 13),
         (vec![2, 4], 257, 9),
+        (vec![32], 70, 67),
     ]
     .into_iter()
     .enumerate()

@@ -1,0 +1,221 @@
+//! Products of a few rows by a weight stored `[n, k]` (`linear`, `matmul` with `transpose_b`):
+//! the shape of a transformer at batch 1. gemm packs both operands on every call, which at
+//! 1-32 rows costs more than the product; here each output is a dot product of two contiguous
+//! rows, computed in register tiles of 4 rows by 4 weight rows with 16 lanes each, so the
+//! weight streams through once per call and nothing is packed. AVX-512 and AVX2 (with FMA)
+//! are chosen at run time; elsewhere (wasm SIMD128, other CPUs) the same tiles run as plain
+//! multiplies and adds, which LLVM vectorises.
+
+use super::par;
+
+/// Rows up to which this path beats gemm (measured on AVX-512 and AVX2 machines).
+pub(super) const MAX_ROWS: usize = 32;
+
+const LANES: usize = 16;
+/// Rows of `a` per tile.
+const TR: usize = 4;
+/// Weight rows per tile.
+const TW: usize = 4;
+/// Weight rows per thread task.
+const TASK: usize = 32;
+
+/// `acc[l] = fma(x[l], y[l], acc[l])` over 16 lanes (one AVX-512 register, two AVX2 ones).
+#[inline(always)]
+fn lanes(acc: &mut [f32; LANES], x: &[f32], y: &[f32], fma: impl Fn(f32, f32, f32) -> f32) {
+    let (x, y): (&[f32; LANES], &[f32; LANES]) = match (x.try_into(), y.try_into()) {
+        (Ok(x), Ok(y)) => (x, y),
+        _ => return,
+    };
+    for l in 0..LANES {
+        acc[l] = fma(x[l], y[l], acc[l]);
+    }
+}
+
+/// The sum of 16 lanes as a tree of four vector adds (a running sum would be 15 dependent
+/// scalar adds, which at short rows cost more than the products).
+#[inline(always)]
+fn sum_lanes(mut v: [f32; LANES]) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            v[l] += v[l + width];
+        }
+        width /= 2;
+    }
+    v[0]
+}
+
+/// `out[j * m + i] = a_i . w_j` for `m` rows of `a` (row stride `ars`) and the weight rows
+/// `j0..j0 + out.len() / m` of `w` (row stride `wrs`), each `k` long; `out` is the transposed
+/// block, written whole. Tiles of 4 rows by 4 weight rows keep sixteen 16-lane accumulators in
+/// registers; a tile at the edge repeats its last row and stores only the real ones.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn block(
+    a: &[f32],
+    ars: usize,
+    m: usize,
+    w: &[f32],
+    wrs: usize,
+    j0: usize,
+    k: usize,
+    out: &mut [f32],
+    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
+) {
+    let nb = out.len() / m;
+    let kv = k - k % LANES;
+    // The caller checked that every row lies inside its slice.
+    fn row(s: &[f32], r: usize, rs: usize, k: usize) -> &[f32] {
+        s.get(r * rs..r * rs + k).unwrap_or(&[])
+    }
+    fn chunks(s: &[f32], kv: usize) -> std::slice::ChunksExact<'_, f32> {
+        s[..kv.min(s.len())].chunks_exact(LANES)
+    }
+    let mut j = 0;
+    while j < nb {
+        let tw = TW.min(nb - j);
+        let ws: [&[f32]; TW] = std::array::from_fn(|t| row(w, j0 + j + t.min(tw - 1), wrs, k));
+        let mut i = 0;
+        while i < m {
+            let tr = TR.min(m - i);
+            let xs: [&[f32]; TR] = std::array::from_fn(|r| row(a, i + r.min(tr - 1), ars, k));
+            let mut acc = [[[0.0f32; LANES]; TW]; TR];
+            for (((x0, x1), (x2, x3)), ((w0, w1), (w2, w3))) in chunks(xs[0], kv)
+                .zip(chunks(xs[1], kv))
+                .zip(chunks(xs[2], kv).zip(chunks(xs[3], kv)))
+                .zip(
+                    chunks(ws[0], kv)
+                        .zip(chunks(ws[1], kv))
+                        .zip(chunks(ws[2], kv).zip(chunks(ws[3], kv))),
+                )
+            {
+                for (acc, x) in acc.iter_mut().zip([x0, x1, x2, x3]) {
+                    let [c0, c1, c2, c3] = acc;
+                    lanes(c0, x, w0, fma);
+                    lanes(c1, x, w1, fma);
+                    lanes(c2, x, w2, fma);
+                    lanes(c3, x, w3, fma);
+                }
+            }
+            for r in 0..tr {
+                for t in 0..tw {
+                    let mut s = sum_lanes(acc[r][t]);
+                    for (x, y) in xs[r][kv..].iter().zip(&ws[t][kv..]) {
+                        s = fma(*x, *y, s);
+                    }
+                    out[(j + t) * m + i + r] = s;
+                }
+            }
+            i += TR;
+        }
+        j += TW;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_avx512(
+    a: &[f32],
+    ars: usize,
+    m: usize,
+    w: &[f32],
+    wrs: usize,
+    j0: usize,
+    k: usize,
+    out: &mut [f32],
+) {
+    block(a, ars, m, w, wrs, j0, k, out, f32::mul_add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_avx2(
+    a: &[f32],
+    ars: usize,
+    m: usize,
+    w: &[f32],
+    wrs: usize,
+    j0: usize,
+    k: usize,
+    out: &mut [f32],
+) {
+    block(a, ars, m, w, wrs, j0, k, out, f32::mul_add)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn block_plain(
+    a: &[f32],
+    ars: usize,
+    m: usize,
+    w: &[f32],
+    wrs: usize,
+    j0: usize,
+    k: usize,
+    out: &mut [f32],
+) {
+    block(a, ars, m, w, wrs, j0, k, out, |x, y, z| x * y + z)
+}
+
+type Block = fn(&[f32], usize, usize, &[f32], usize, usize, usize, &mut [f32]);
+
+/// The widest block kernel this CPU runs.
+fn kernel() -> Block {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static CHOSEN: OnceLock<Block> = OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU has every feature the function was compiled for.
+                |a, ars, m, w, wrs, j0, k, out| unsafe {
+                    block_avx512(a, ars, m, w, wrs, j0, k, out)
+                }
+            } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                // SAFETY: as above.
+                |a, ars, m, w, wrs, j0, k, out| unsafe { block_avx2(a, ars, m, w, wrs, j0, k, out) }
+            } else {
+                block_plain
+            }
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        block_plain
+    }
+}
+
+/// `c[i * ldc + j] (+)= a_i . w_j` for `m` rows of `a` and `n` rows of `w`, all `k` long and
+/// contiguous (row strides `ars`, `wrs`); `accumulate` adds to `c` (the bias already there).
+/// The caller has checked every row lies inside its slice.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    ars: usize,
+    w: &[f32],
+    wrs: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    let run = kernel();
+    let mut t = vec![0.0f32; n * m];
+    // One task per thread (each wakes once), in whole weight tiles.
+    let per = n.div_ceil(par::threads()).div_ceil(TW) * TW;
+    par::chunks_mut(&mut t, per.max(TASK) * m / 4, |start, out| {
+        run(a, ars, m, w, wrs, start / m, k, out)
+    });
+    for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
+        for (j, v) in row[..n].iter_mut().enumerate() {
+            let x = t[j * m + i];
+            *v = if accumulate { *v + x } else { x };
+        }
+    }
+}
