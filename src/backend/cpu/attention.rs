@@ -1,31 +1,18 @@
-//! Attention on the CPU: one task per block of query rows, scores in f32 lanes, an exact
-//! softmax per row.
+//! Attention on the CPU: one task per (batch, head); its query rows go in blocks of 32, each
+//! block's scores computed as one product against the keys, then an exact softmax per row
+//! and a second product with the values (gemm's kernels, on the task's thread). NaN in the
+//! scores, a +inf score or a row of -inf scores gives NaN, as IEEE arithmetic does.
 
+use super::matmul::{sgemm, View};
 use super::par;
-use super::reduce::{dot_f32, extreme};
+use super::reduce::extreme;
 use super::vmath;
 use crate::ops::attention::AttentionSpec;
-use multiversion::multiversion;
 
-/// One query row: `o = softmax(scale * K q) V` over the first `visible` keys.
-#[multiversion(targets("x86_64+avx2+fma"))]
-fn attend_row(q: &[f32], k: &[f32], v: &[f32], scores: &mut [f32], o: &mut [f32], scale: f32) {
-    let (d, dv) = (q.len(), o.len());
-    for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_f32(q, &k[j * d..(j + 1) * d]) * scale;
-    }
-    let m = extreme(scores, true);
-    let mut l = 0.0f32;
-    for (j, &s) in scores.iter().enumerate() {
-        let p = vmath::exp(s - m);
-        l += p;
-        for (od, &vd) in o.iter_mut().zip(&v[j * dv..(j + 1) * dv]) {
-            *od += p * vd;
-        }
-    }
-    let inv = 1.0 / l;
-    o.iter_mut().for_each(|x| *x *= inv);
-}
+/// Query rows per block: the score block stays in L1/L2 and the kernel's tiles fill.
+const BLOCK: usize = 32;
+
+type At<'a> = &'a (dyn Fn(usize, usize, usize) -> usize + Sync);
 
 pub(super) fn attention(
     q: &[f32],
@@ -34,53 +21,144 @@ pub(super) fn attention(
     lens: Option<&[u32]>,
     a: AttentionSpec,
 ) -> Vec<f32> {
-    let mut out = vec![0.0f32; a.batch * a.hq * a.sq * a.dv];
     let group = (a.hq / a.hkv.max(1)).max(1);
     // Keys and values whose rows follow one another are read in place; strided ones (a
-    // sequence-first or packed layout) are gathered per query row.
-    let dense_k = a.k.seq == a.d;
-    let dense_v = a.v.seq == a.dv;
-    // One task per block of output rows (in the output's memory order).
-    let rows_per_task = (par::GRAIN / (a.sk * a.d.max(a.dv)).max(1)).clamp(1, a.sq.max(1));
-    par::chunks_mut(&mut out, rows_per_task * a.dv, |start, block| {
-        let mut scores = vec![0.0f32; a.sk];
-        let mut kbuf = Vec::new();
-        let mut vbuf = Vec::new();
-        for (r, o) in block.chunks_exact_mut(a.dv.max(1)).enumerate() {
-            let row = start / a.dv.max(1) + r;
-            let (b, h, i) = if a.out_bshd {
-                (row / (a.sq * a.hq), row % a.hq, (row / a.hq) % a.sq)
-            } else {
-                (row / (a.hq * a.sq), (row / a.sq) % a.hq, row % a.sq)
-            };
-            let kvh = h / group;
-            let mut visible = a.sk;
-            if a.causal {
-                visible = visible.min(i + 1 + a.sk.saturating_sub(a.sq));
+    // sequence-first or packed layout) are first gathered once into [batch, kv heads, keys,
+    // width], which every query row of that head then reads in place.
+    let gathered = |x: &[f32], at: At<'_>, width: usize| {
+        let mut g = vec![0.0f32; a.batch * a.hkv * a.sk * width];
+        par::rows_mut(&mut g, a.sk * width, |first, rows| {
+            for (r, head) in rows.chunks_exact_mut(a.sk * width).enumerate() {
+                let (b, h) = ((first + r) / a.hkv, (first + r) % a.hkv);
+                for (j, row) in head.chunks_exact_mut(width).enumerate() {
+                    row.copy_from_slice(&x[at(b, h, j)..][..width]);
+                }
             }
-            if let Some(l) = lens {
-                visible = visible.min(l[b] as usize);
+        });
+        g
+    };
+    let (kg, vg);
+    let (k, kat): (&[f32], At<'_>) = if a.k.seq == a.d {
+        (k, &|b, h, j| a.k.at(b, h, j))
+    } else {
+        kg = gathered(k, &|b, h, j| a.k.at(b, h, j), a.d);
+        (&kg, &|b, h, j| ((b * a.hkv + h) * a.sk + j) * a.d)
+    };
+    let (v, vat): (&[f32], At<'_>) = if a.v.seq == a.dv {
+        (v, &|b, h, j| a.v.at(b, h, j))
+    } else {
+        vg = gathered(v, &|b, h, j| a.v.at(b, h, j), a.dv);
+        (&vg, &|b, h, j| ((b * a.hkv + h) * a.sk + j) * a.dv)
+    };
+    // Results in [batch, heads, sq, dv] order, one task per (batch, head).
+    let mut out = vec![0.0f32; a.batch * a.hq * a.sq * a.dv];
+    let head_len = (a.sq * a.dv).max(1);
+    par::chunks_mut(&mut out, head_len, |start, o| {
+        let bh = start / head_len;
+        let (b, h) = (bh / a.hq, bh % a.hq);
+        head(q, k, v, kat, vat, lens, &a, b, h, h / group, o);
+    });
+    if !a.out_bshd {
+        return out;
+    }
+    let mut bshd = vec![0.0f32; out.len()];
+    par::rows_mut(&mut bshd, a.hq * a.dv, |first, rows| {
+        for (r, row) in rows.chunks_exact_mut(a.hq * a.dv).enumerate() {
+            let (b, i) = ((first + r) / a.sq, (first + r) % a.sq);
+            for (h, o) in row.chunks_exact_mut(a.dv).enumerate() {
+                o.copy_from_slice(&out[((b * a.hq + h) * a.sq + i) * a.dv..][..a.dv]);
             }
-            if visible == 0 {
-                continue;
-            }
-            let qi = &q[a.q.at(b, h, i)..][..a.d];
-            let kb: &[f32] = if dense_k {
-                &k[a.k.at(b, kvh, 0)..][..visible * a.d]
-            } else {
-                kbuf.clear();
-                (0..visible).for_each(|j| kbuf.extend(&k[a.k.at(b, kvh, j)..][..a.d]));
-                &kbuf
-            };
-            let vb: &[f32] = if dense_v {
-                &v[a.v.at(b, kvh, 0)..][..visible * a.dv]
-            } else {
-                vbuf.clear();
-                (0..visible).for_each(|j| vbuf.extend(&v[a.v.at(b, kvh, j)..][..a.dv]));
-                &vbuf
-            };
-            attend_row(qi, kb, vb, &mut scores[..visible], o, a.scale);
         }
     });
-    out
+    bshd
+}
+
+/// Every query row of head `h` of batch entry `b` into `out` (`[sq, dv]`).
+#[allow(clippy::too_many_arguments)]
+fn head(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    kat: At<'_>,
+    vat: At<'_>,
+    lens: Option<&[u32]>,
+    a: &AttentionSpec,
+    b: usize,
+    h: usize,
+    kvh: usize,
+    out: &mut [f32],
+) {
+    let (d, dv) = (a.d, a.dv);
+    let keys = lens.map_or(a.sk, |l| a.sk.min(l[b] as usize));
+    // Keys row `i` sees: all, or (causal) those up to its position, aligned at the end.
+    let visible = |i: usize| {
+        if a.causal {
+            keys.min(i + 1 + a.sk.saturating_sub(a.sq))
+        } else {
+            keys
+        }
+    };
+    let mut qb = vec![0.0f32; BLOCK * d];
+    let mut s = Vec::new();
+    for i0 in (0..a.sq).step_by(BLOCK) {
+        let r = BLOCK.min(a.sq - i0);
+        let n = visible(i0 + r - 1);
+        if n == 0 {
+            continue;
+        }
+        for (t, row) in qb.chunks_exact_mut(d.max(1)).take(r).enumerate() {
+            row.copy_from_slice(&q[a.q.at(b, h, i0 + t)..][..d]);
+        }
+        // Scores [r, n] = q_block . k^T, as one product (k read through its strides).
+        s.clear();
+        s.resize(r * n, 0.0);
+        let kb = View {
+            data: &k[kat(b, kvh, 0)..][..n * d],
+            rs: 1,
+            cs: d,
+        };
+        let qv = View {
+            data: &qb[..r * d],
+            rs: d,
+            cs: 1,
+        };
+        // Extents are exact by construction; an error here would be a gpukit bug, and the
+        // rows it leaves unwritten stay zero.
+        let _ = sgemm(r, n, d, qv, kb, &mut s, n, false, 1);
+        let mut sums = [0.0f32; BLOCK];
+        for (t, row) in s.chunks_exact_mut(n).enumerate() {
+            let seen = visible(i0 + t);
+            let (live, masked) = row.split_at_mut(seen);
+            live.iter_mut().for_each(|x| *x *= a.scale);
+            let m = extreme(live, true);
+            let mut l = 0.0f32;
+            for x in live.iter_mut() {
+                *x = vmath::exp(*x - m);
+                l += *x;
+            }
+            masked.fill(0.0);
+            sums[t] = l;
+        }
+        // Output rows [r, dv] = p . v.
+        let o = &mut out[i0 * dv..(i0 + r) * dv];
+        let vb = View {
+            data: &v[vat(b, kvh, 0)..][..n * dv],
+            rs: dv,
+            cs: 1,
+        };
+        let pv = View {
+            data: &s,
+            rs: n,
+            cs: 1,
+        };
+        let _ = sgemm(r, dv, n, pv, vb, o, dv, false, 1);
+        for (t, ot) in o.chunks_exact_mut(dv.max(1)).enumerate() {
+            if visible(i0 + t) == 0 {
+                ot.fill(0.0);
+                continue;
+            }
+            let inv = 1.0 / sums[t];
+            ot.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
 }

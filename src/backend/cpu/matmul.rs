@@ -62,7 +62,8 @@ pub(super) fn sgemm(
     if !a.fits(m, k) || !b.fits(k, n) {
         return Err(internal("matmul operand extent"));
     }
-    if m <= super::matmul_rows::MAX_ROWS && a.cs == 1 && b.rs == 1 {
+    if m <= super::matmul_rows::MAX_ROWS && k >= super::matmul_rows::MIN_K && a.cs == 1 && b.rs == 1
+    {
         // A few rows by a weight stored [n, k]: dot products of contiguous rows, unpacked.
         super::matmul_rows::product(m, n, k, a.data, a.rs, b.data, b.cs, c, ldc, accumulate);
         return Ok(());

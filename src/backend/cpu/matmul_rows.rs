@@ -10,6 +10,9 @@ use super::par;
 
 /// Rows up to which this path beats gemm (measured on AVX-512 and AVX2 machines).
 pub(super) const MAX_ROWS: usize = 32;
+/// The shortest rows it takes: each output ends in a sum across lanes, which below this
+/// costs more than gemm's packing.
+pub(super) const MIN_K: usize = 128;
 
 const LANES: usize = 16;
 /// Rows of `a` per tile.

@@ -40,20 +40,6 @@ pub(super) fn dot(a: &[f32], b: &[f32]) -> f64 {
             .sum::<f64>()
 }
 
-/// Dot product in f32 lanes (attention scores, where f32 is what every backend uses).
-#[inline(always)]
-pub(super) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + ra.iter().zip(rb).map(|(&x, &y)| x * y).sum::<f32>()
-}
-
 /// Largest (or smallest) element; NaN if any element is NaN.
 #[multiversion(targets("x86_64+avx2+fma"))]
 pub(super) fn extreme(x: &[f32], largest: bool) -> f32 {
