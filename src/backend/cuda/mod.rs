@@ -75,6 +75,8 @@ pub(crate) struct CudaBackend {
     /// cuBLAS's workspace, set once so that captured graphs never allocate.
     _workspace: Buffer,
     graphs: graph::CaptureState,
+    /// The most shared memory one block may ask for (beyond 48 KB by opting in per kernel).
+    shared_optin: u32,
 }
 
 impl CudaBackend {
@@ -129,6 +131,7 @@ impl CudaBackend {
             staging: Mutex::new(None),
             _workspace: workspace,
             graphs: graph::CaptureState::default(),
+            shared_optin: props.shared_memory_per_block_optin,
         };
         Ok((backend, info))
     }
@@ -192,6 +195,14 @@ impl CudaBackend {
     ) -> Result<()> {
         let f = self.kernels.function(entry)?;
         self.bind()?;
+        if shared > 48 << 10 {
+            // Past 48 KB a kernel opts in to its dynamic shared memory size.
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )
+            .map_err(errors::driver)?;
+        }
         // Kernels take at most 16 arguments; a fixed array keeps launches allocation-free.
         let mut ptrs = [std::ptr::null_mut::<c_void>(); 16];
         if args.len() > ptrs.len() {

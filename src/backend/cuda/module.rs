@@ -107,6 +107,8 @@ pub(crate) enum Entry {
     Dequantize,
     Qgemv,
     Attention,
+    FlashAttention64,
+    FlashAttention128,
     Fused(u64),
 }
 
@@ -137,6 +139,8 @@ impl Entry {
             Dequantize => (Source::Quant, "dequantize"),
             Qgemv => (Source::Quant, "qgemv"),
             Attention => (Source::Attention, "attention"),
+            FlashAttention64 => (Source::Attention, "flash_attention_64"),
+            FlashAttention128 => (Source::Attention, "flash_attention_128"),
             Fused(id) => (Source::Fused(id), "fused"),
         }
     }
@@ -362,6 +366,8 @@ mod tests {
             Dequantize,
             Qgemv,
             Attention,
+            FlashAttention64,
+            FlashAttention128,
         ] {
             let (source, name) = e.location();
             assert!(

@@ -20,8 +20,9 @@ pub async fn attention(dev: &Device) {
     );
     // On wgpu, heads up to 64 wide run on blocks of 16 query rows, up to 128 on blocks of 8,
     // wider ones a row at a time: the cases cover all three, partial blocks and key tiles, d not
-    // a multiple of the dot product's parts, and rows without a visible key.
-    let cases: [Case; 13] = [
+    // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
+    // takes 64 query rows and 64 keys at a time: several of each, partial, causal and not.
+    let cases: [Case; 15] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -35,6 +36,8 @@ pub async fn attention(dev: &Device) {
         (2, 2, 1, 19, 45, 96, 128, true, Some(vec![30, 45])),
         (1, 1, 1, 9, 12, 97, 72, false, None),
         (1, 2, 2, 7, 19, 160, 130, false, None),
+        (1, 2, 1, 130, 150, 64, 64, true, None),
+        (2, 3, 3, 70, 70, 32, 32, false, Some(vec![65, 3])),
     ];
     for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
         let seed = 9400 + ci as u64;

@@ -1,0 +1,37 @@
+"""PyTorch's scaled_dot_product_attention beside `gpukit bench` rows A1 and A2: causal, batch
+1, f32 (TF32 off), device-resident [1, heads, seq, dim] tensors, one call then a synchronize,
+the median of five timed runs after one warm-up, as gpukit times them; then the same shapes in
+f16 for the record. Prints JSON rows. Run on the GPU machine, in the same call as
+`gpukit bench`."""
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+rows = []
+for rid, heads, dim, seq in [("A1", 16, 64, 1024), ("A1", 16, 64, 2048), ("A1", 16, 64, 4096), ("A2", 32, 128, 2048)]:
+    for dtype in [torch.float32, torch.float16]:
+        g = torch.Generator(device="cuda").manual_seed(12)
+        q, k, v = (torch.rand((1, heads, seq, dim), device="cuda", dtype=dtype, generator=g) * 2 - 1 for _ in range(3))
+        times = []
+        for i in range(6):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            torch.cuda.synchronize()
+            if i > 0:
+                times.append(time.perf_counter() - t0)
+        rows.append(
+            {
+                "id": rid,
+                "shape": f"{heads} heads x {seq} x {dim}",
+                "dtype": str(dtype).removeprefix("torch."),
+                "us": statistics.median(times) * 1e6,
+            }
+        )
+print(json.dumps({"peer": f"torch {torch.__version__}", "device": torch.cuda.get_device_name(), "rows": rows}))
