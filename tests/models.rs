@@ -98,6 +98,53 @@ fn check(device: &Device) {
     let same: f32 = alone[0].iter().zip(&got[1]).map(|(a, b)| a * b).sum();
     assert!(same >= 0.9999, "batched against alone: {same}");
     assert!(embedder.embed_blocking(&[]).unwrap().is_empty());
+    session_replays(&embedder, &got);
+}
+
+/// A session's compiled graphs give the eager results: the first texts, other texts in the
+/// same (batch, length) bucket (new ids, lengths and pooling weights in a replay), more
+/// buckets than the session keeps, then the first texts again after their graph was dropped.
+fn session_replays(embedder: &Embedder, eager: &[Vec<f32>]) {
+    let mut session = embedder.session();
+    let close = |a: &[Vec<f32>], b: &[Vec<f32>], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            let cos: f32 = x.iter().zip(y).map(|(p, q)| p * q).sum();
+            assert!(cos >= 0.99999, "{what}: text {i}: cosine {cos}");
+        }
+    };
+    close(
+        &session.embed_blocking(&SENTENCES).unwrap(),
+        eager,
+        "first run",
+    );
+    let others = [
+        "GPU kernels",
+        "",
+        "a dog",
+        "rain in the forecast",
+        "x y z",
+        "hello",
+    ];
+    let want = embedder.embed_blocking(&others).unwrap();
+    close(
+        &session.embed_blocking(&others).unwrap(),
+        &want,
+        "replayed with new texts",
+    );
+    // Nine more buckets (one text of 16 n tokens each), one more than the session keeps.
+    let words: Vec<String> = (1..=9).map(|n| "word ".repeat(n * 16 - 2)).collect();
+    for (n, text) in words.iter().enumerate() {
+        let want = embedder.embed_blocking(&[text.as_str()]).unwrap();
+        let got = session.embed_blocking(&[text.as_str()]).unwrap();
+        close(&got, &want, &format!("bucket {n}"));
+    }
+    close(
+        &session.embed_blocking(&SENTENCES).unwrap(),
+        eager,
+        "after eviction",
+    );
+    assert!(session.embed_blocking(&[]).unwrap().is_empty());
 }
 
 #[test]

@@ -99,8 +99,13 @@ struct Layer {
 /// ```
 pub struct Embedder {
     device: Device,
-    config: BertConfig,
     tokenizer: WordPiece,
+    weights: Weights,
+}
+
+/// The model's shape and weights.
+struct Weights {
+    config: BertConfig,
     word: Tensor,
     positions: Tensor,
     token_type: Tensor,
@@ -192,13 +197,15 @@ impl Embedder {
             .collect::<Result<Vec<_>>>()?;
         Ok(Embedder {
             device: device.clone(),
-            config,
             tokenizer,
-            word,
-            positions,
-            token_type,
-            ln: emb_ln,
-            layers,
+            weights: Weights {
+                config,
+                word,
+                positions,
+                token_type,
+                ln: emb_ln,
+                layers,
+            },
         })
     }
 
@@ -228,12 +235,12 @@ impl Embedder {
 
     /// The width of an embedding.
     pub fn dim(&self) -> usize {
-        self.config.hidden
+        self.weights.config.hidden
     }
 
     /// The model's shape.
     pub fn config(&self) -> &BertConfig {
-        &self.config
+        &self.weights.config
     }
 
     /// The tokenizer.
@@ -247,17 +254,49 @@ impl Embedder {
     /// computed, so memory stays bounded whatever the number of texts.
     pub async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenizer.encode(t)).collect();
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|&i| ids[i].len());
         let mut out = vec![Vec::new(); ids.len()];
-        for part in order.chunks(Self::MAX_BATCH) {
-            let batch: Vec<Vec<u32>> = part.iter().map(|&i| ids[i].clone()).collect();
-            let values = self.forward(&batch)?.read().await?;
+        for part in self.parts(&ids) {
+            let batch: Vec<&[u32]> = part.iter().map(|&i| ids[i].as_slice()).collect();
+            let x = Inputs::new(
+                &batch,
+                batch.len(),
+                longest(&batch),
+                self.tokenizer.pad_id(),
+            );
+            let d = &self.device;
+            let values = forward(
+                &self.weights.config,
+                &self.weights.tensors(),
+                &d.tensor_of(&x.ids, &[x.batch, x.len])?,
+                &d.tensor_of(&x.lengths, &[x.batch])?,
+                &d.tensor(&x.pool, &[x.batch, 1, x.len])?,
+            )?
+            .read()
+            .await?;
             for (&i, v) in part.iter().zip(values.chunks(self.dim())) {
                 out[i] = v.to_vec();
             }
         }
         Ok(out)
+    }
+
+    /// The texts' indices in parts of at most [`Embedder::MAX_BATCH`], each sorted by length.
+    fn parts(&self, ids: &[Vec<u32>]) -> Vec<Vec<usize>> {
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| ids[i].len());
+        order
+            .chunks(Self::MAX_BATCH)
+            .map(<[usize]>::to_vec)
+            .collect()
+    }
+
+    /// A session that replays a compiled graph per (batch, length) bucket; see
+    /// [`EmbedSession`].
+    pub fn session(&self) -> EmbedSession<'_> {
+        EmbedSession {
+            embedder: self,
+            graphs: Vec::new(),
+        }
     }
 
     /// The most texts one forward pass takes (at 512 tokens each, its activations stay under
@@ -269,51 +308,212 @@ impl Embedder {
     pub fn embed_blocking(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         crate::future::block_on(self.embed(texts))
     }
+}
 
-    /// The normalised embeddings `[batch, hidden]` of tokenised texts (padded to the longest).
-    fn forward(&self, ids: &[Vec<u32>]) -> Result<Tensor> {
-        let (b, h) = (ids.len(), self.config.hidden);
-        let s = ids.iter().map(Vec::len).max().unwrap_or(0);
-        let lengths: Vec<u32> = ids.iter().map(|i| i.len() as u32).collect();
-        let mut flat = Vec::with_capacity(b * s);
-        for row in ids {
-            flat.extend(row);
-            flat.extend(std::iter::repeat_n(self.tokenizer.pad_id(), s - row.len()));
-        }
-        let ids = self.device.tensor_of(&flat, &[b, s])?;
-        let x = self
-            .word
-            .embedding_ids(&ids)?
-            .add(&self.positions.slice(0, 0..s)?)?
-            .add(&self.token_type)?;
-        let mut x = x.reshape(&[b * s, h])?.layer_norm(
-            Some(&self.ln.0),
-            Some(&self.ln.1),
-            self.config.eps,
-        )?;
-        let options = AttentionOptions {
-            key_lengths: Some(&lengths),
-            ..Default::default()
+/// The longest of some token lists.
+fn longest(ids: &[&[u32]]) -> usize {
+    ids.iter().map(|i| i.len()).max().unwrap_or(0)
+}
+
+/// One forward pass's device inputs, padded to `batch` texts of `len` tokens: the ids, each
+/// text's length (a padding text gets 1, so its row stays finite), and the pooling weights,
+/// `1 / length` on a text's real tokens and 0 on its padding.
+struct Inputs {
+    batch: usize,
+    len: usize,
+    ids: Vec<u32>,
+    lengths: Vec<u32>,
+    pool: Vec<f32>,
+}
+
+impl Inputs {
+    fn new(texts: &[&[u32]], batch: usize, len: usize, pad: u32) -> Inputs {
+        let mut x = Inputs {
+            batch,
+            len,
+            ids: Vec::with_capacity(batch * len),
+            lengths: Vec::with_capacity(batch),
+            pool: Vec::with_capacity(batch * len),
         };
-        for l in &self.layers {
-            let qkv = x
-                .linear(&l.qkv_w, Some(&l.qkv_b), None)?
-                .reshape(&[b, s, 3 * h])?;
-            let a = qkv.attention_packed(self.config.heads, self.config.heads, options)?;
-            let a = a
-                .reshape(&[b * s, h])?
-                .linear(&l.out_w, Some(&l.out_b), None)?;
-            x = a
-                .add(&x)?
-                .layer_norm(Some(&l.ln1.0), Some(&l.ln1.1), self.config.eps)?;
-            let f = x.linear(&l.ff1_w, Some(&l.ff1_b), Some(Activation::Gelu))?;
-            let f = f.linear(&l.ff2_w, Some(&l.ff2_b), None)?;
-            x = f
-                .add(&x)?
-                .layer_norm(Some(&l.ln2.0), Some(&l.ln2.1), self.config.eps)?;
+        for r in 0..batch {
+            let row = texts.get(r).copied().unwrap_or(&[]);
+            let n = row.len().clamp(1, len.max(1));
+            x.ids.extend(row);
+            x.ids.extend(std::iter::repeat_n(pad, len - row.len()));
+            x.lengths.push(n as u32);
+            x.pool.extend(std::iter::repeat_n(1.0 / n as f32, n));
+            x.pool.extend(std::iter::repeat_n(0.0, len - n));
         }
-        let pooled = x.reshape(&[b, s, h])?.masked_mean(&lengths)?;
-        let norm = pooled.mul(&pooled)?.sum_last()?.sqrt()?.reshape(&[b, 1])?;
-        pooled.div(&norm)
+        x
+    }
+}
+
+impl Weights {
+    /// Every weight tensor, in the order [`forward`] reads them.
+    fn tensors(&self) -> Vec<&Tensor> {
+        let mut w = vec![
+            &self.word,
+            &self.positions,
+            &self.token_type,
+            &self.ln.0,
+            &self.ln.1,
+        ];
+        for l in &self.layers {
+            w.extend([
+                &l.qkv_w, &l.qkv_b, &l.out_w, &l.out_b, &l.ln1.0, &l.ln1.1, &l.ff1_w, &l.ff1_b,
+                &l.ff2_w, &l.ff2_b, &l.ln2.0, &l.ln2.1,
+            ]);
+        }
+        w
+    }
+}
+
+/// Weights per encoder layer in [`Weights::tensors`].
+const PER_LAYER: usize = 12;
+
+/// The normalised embeddings `[batch, hidden]` of token ids `[batch, len]` with their lengths
+/// `[batch]` and pooling weights `[batch, 1, len]`, all device tensors (so a compiled graph
+/// takes new ones); `w` holds the weights as [`Weights::tensors`] lists them (in a batch they
+/// are its recorded tensors).
+fn forward(
+    config: &BertConfig,
+    w: &[&Tensor],
+    ids: &Tensor,
+    lengths: &Tensor,
+    pool: &Tensor,
+) -> Result<Tensor> {
+    let (&[b, s], h) = (ids.shape(), config.hidden) else {
+        return Err(invalid("forward", "ids must be [batch, len]"));
+    };
+    if w.len() != 5 + PER_LAYER * config.layers {
+        return Err(invalid("forward", "wrong number of weights"));
+    }
+    let x = w[0]
+        .embedding_ids(ids)?
+        .add(&w[1].slice(0, 0..s)?)?
+        .add(w[2])?;
+    let mut x = x
+        .reshape(&[b * s, h])?
+        .layer_norm(Some(w[3]), Some(w[4]), config.eps)?;
+    let options = AttentionOptions {
+        lengths: Some(lengths),
+        ..Default::default()
+    };
+    for l in w[5..].chunks_exact(PER_LAYER) {
+        let qkv = x.linear(l[0], Some(l[1]), None)?.reshape(&[b, s, 3 * h])?;
+        let a = qkv.attention_packed(config.heads, config.heads, options)?;
+        let a = a.reshape(&[b * s, h])?.linear(l[2], Some(l[3]), None)?;
+        x = a.add(&x)?.layer_norm(Some(l[4]), Some(l[5]), config.eps)?;
+        let f = x.linear(l[6], Some(l[7]), Some(Activation::Gelu))?;
+        let f = f.linear(l[8], Some(l[9]), None)?;
+        x = f
+            .add(&x)?
+            .layer_norm(Some(l[10]), Some(l[11]), config.eps)?;
+    }
+    // Mean pooling over each text's real tokens: [b, 1, s] weights times [b, s, h].
+    let pooled = pool.matmul(&x.reshape(&[b, s, h])?)?.reshape(&[b, h])?;
+    let norm = pooled.mul(&pooled)?.sum_last()?.sqrt()?.reshape(&[b, 1])?;
+    pooled.div(&norm)
+}
+
+/// Sentence embeddings through compiled graphs: each (batch, length) bucket (batches rounded
+/// up to a power of two, lengths to a multiple of 16) is recorded and compiled once, then
+/// replayed with the new texts' ids, lengths and pooling weights (on CUDA a CUDA graph: one
+/// launch instead of a hundred). The results equal [`Embedder::embed`]'s; the padding a bucket
+/// adds is masked. The last [`EmbedSession::CAPACITY`] buckets used are kept (each holds its
+/// activations' memory). Not `Send`: one session per thread.
+pub struct EmbedSession<'a> {
+    embedder: &'a Embedder,
+    graphs: Vec<Prepared>,
+}
+
+/// One bucket's compiled graph and its inputs.
+struct Prepared {
+    batch: usize,
+    len: usize,
+    graph: crate::Graph,
+    ids: crate::Value,
+    lengths: crate::Value,
+    pool: crate::Value,
+    out: crate::Value,
+}
+
+impl EmbedSession<'_> {
+    /// Buckets kept compiled.
+    pub const CAPACITY: usize = 8;
+
+    /// One L2-normalised embedding per text, in order, as [`Embedder::embed`] gives them.
+    pub async fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        let e = self.embedder;
+        let ids: Vec<Vec<u32>> = texts.iter().map(|t| e.tokenizer.encode(t)).collect();
+        let mut out = vec![Vec::new(); ids.len()];
+        for part in e.parts(&ids) {
+            let batch: Vec<&[u32]> = part.iter().map(|&i| ids[i].as_slice()).collect();
+            let b = batch.len().next_power_of_two().min(Embedder::MAX_BATCH);
+            let max = e.weights.config.max_positions;
+            let len = longest(&batch)
+                .div_ceil(16)
+                .saturating_mul(16)
+                .clamp(16, max.max(1));
+            let x = Inputs::new(&batch, b, len.max(longest(&batch)), e.tokenizer.pad_id());
+            let prepared = self.prepared(x.batch, x.len)?;
+            prepared.graph.set_input(prepared.ids, &x.ids)?;
+            prepared.graph.set_input(prepared.lengths, &x.lengths)?;
+            let result = prepared.graph.run(&[(prepared.pool, &x.pool)]).await?;
+            let values = result.get(prepared.out)?;
+            for (&i, v) in part.iter().zip(values.chunks(e.dim())) {
+                out[i] = v.to_vec();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Blocking [`EmbedSession::embed`].
+    #[cfg(native)]
+    pub fn embed_blocking(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        crate::future::block_on(self.embed(texts))
+    }
+
+    /// The bucket's graph, compiled now if it is not kept (dropping the least recently used).
+    fn prepared(&mut self, batch: usize, len: usize) -> Result<&mut Prepared> {
+        if let Some(at) = self
+            .graphs
+            .iter()
+            .position(|p| p.batch == batch && p.len == len)
+        {
+            let p = self.graphs.remove(at);
+            self.graphs.push(p);
+        } else {
+            if self.graphs.len() >= Self::CAPACITY {
+                self.graphs.remove(0);
+            }
+            let e = self.embedder;
+            let x = Inputs::new(&[], batch, len, e.tokenizer.pad_id());
+            let mut rec = e.device.batch();
+            let ids = rec.upload_of(&x.ids, &[batch, len])?;
+            let lengths = rec.upload_of(&x.lengths, &[batch])?;
+            let pool = rec.upload(&x.pool, &[batch, 1, len])?;
+            let mut inputs = vec![ids, lengths, pool];
+            for w in e.weights.tensors() {
+                inputs.push(rec.tensor(w)?);
+            }
+            let config = e.weights.config.clone();
+            let out = rec.apply("all-minilm-l6-v2", &inputs, move |t| {
+                forward(&config, &t[3..], t[0], t[1], t[2])
+            })?;
+            rec.output(out)?;
+            self.graphs.push(Prepared {
+                batch,
+                len,
+                graph: rec.compile()?,
+                ids,
+                lengths,
+                pool,
+                out,
+            });
+        }
+        self.graphs
+            .last_mut()
+            .ok_or_else(|| invalid("session", "no graph"))
     }
 }

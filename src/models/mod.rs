@@ -6,5 +6,5 @@
 pub mod bert;
 pub mod wordpiece;
 
-pub use bert::{BertConfig, Embedder};
+pub use bert::{BertConfig, EmbedSession, Embedder};
 pub use wordpiece::WordPiece;
