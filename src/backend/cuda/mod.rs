@@ -12,6 +12,7 @@
 //! - `graph`: batches captured as CUDA graphs;
 //! - `errors`: CUDA, NVRTC and cuBLAS failures as gpukit errors.
 
+mod attention;
 mod blas;
 pub(crate) mod errors;
 mod fused;

@@ -1,0 +1,127 @@
+//! Attention launches on CUDA: the flash kernel where its tiles fit, the row-per-warp
+//! kernel otherwise (see shaders/cuda/attention.cu).
+
+use bytemuck::{Pod, Zeroable};
+
+use super::module::Entry;
+use super::ops::{opt, p, u};
+use super::{Arg, CudaBackend, CudaStorage};
+use crate::error::{Error, Result};
+use crate::ops::attention::AttentionSpec;
+
+/// Where attention's operand rows lie (`AttnLayout` in attention.cu): offset, batch, head and
+/// seq strides of q, k and v, and whether the output is `[b, sq, hq, dv]`.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct AttentionLayoutParams {
+    q: [u64; 4],
+    k: [u64; 4],
+    v: [u64; 4],
+    out_bshd: u64,
+}
+
+pub(super) fn attention(
+    backend: &CudaBackend,
+    q: &CudaStorage,
+    k: &CudaStorage,
+    v: &CudaStorage,
+    lens: Option<&CudaStorage>,
+    a: AttentionSpec,
+) -> Result<CudaStorage> {
+    const WARPS: usize = 4;
+    let out = backend.alloc(a.batch * a.hq * a.sq * a.dv)?;
+    if a.batch * a.hq * a.sq * a.dv == 0 {
+        return Ok(out);
+    }
+    let heads = a.batch * a.hq;
+    if heads > 65535 {
+        return Err(Error::LimitExceeded {
+            what: "attention batch x heads".into(),
+            limit: "CUDA grid y dimension",
+            needed: heads as u64,
+            max: 65535,
+        });
+    }
+    if a.sq.div_ceil(WARPS) > i32::MAX as usize {
+        return Err(Error::LimitExceeded {
+            what: "attention query rows".into(),
+            limit: "CUDA grid x dimension",
+            needed: a.sq.div_ceil(WARPS) as u64,
+            max: i32::MAX as u64,
+        });
+    }
+    let dev_lens = lens;
+    let row =
+        |s: crate::ops::attention::RowStrides| [s.offset, s.batch, s.head, s.seq].map(|x| x as u64);
+    let layout = AttentionLayoutParams {
+        q: row(a.q),
+        k: row(a.k),
+        v: row(a.v),
+        out_bshd: a.out_bshd as u64,
+    };
+    // Flash attention (64 query rows a block) where its tiles fit; the row-per-warp kernel
+    // otherwise (odd value widths, widths past 128, shared memory too small).
+    const FQ: usize = 64;
+    let flash_shared = {
+        let (qs, ks) = (a.d * (FQ + 4), (a.d * (FQ + 4)).max(FQ * (FQ + 4)));
+        (qs + ks + FQ * a.dv) * 4
+    };
+    if a.dv.is_multiple_of(4)
+        && a.dv <= 128
+        && a.d > 0
+        && flash_shared <= backend.shared_optin as usize
+    {
+        let args = [
+            Arg::Raw(bytemuck::bytes_of(&layout)),
+            p(q),
+            p(k),
+            p(v),
+            opt(dev_lens),
+            u(a.hq),
+            u(a.hkv.max(1)),
+            u(a.sq),
+            u(a.sk),
+            u(a.d),
+            u(a.dv),
+            Arg::I(a.causal as u32),
+            Arg::F(a.scale),
+            p(&out),
+        ];
+        let entry = if a.dv <= 64 {
+            Entry::FlashAttention64
+        } else {
+            Entry::FlashAttention128
+        };
+        let grid = (a.sq.div_ceil(FQ) as u32, heads as u32, 1);
+        backend.launch(entry, grid, 256, flash_shared as u32, &args)?;
+        return Ok(out);
+    }
+    let shared = |tk: usize| (WARPS * a.d + tk * (a.d + 1) + tk * a.dv) * 4;
+    let tk = if shared(32) <= 48 << 10 { 32 } else { 16 };
+    let args = [
+        Arg::Raw(bytemuck::bytes_of(&layout)),
+        p(q),
+        p(k),
+        p(v),
+        opt(dev_lens),
+        u(a.hq),
+        u(a.hkv.max(1)),
+        u(a.sq),
+        u(a.sk),
+        u(a.d),
+        u(a.dv),
+        Arg::I(a.causal as u32),
+        Arg::F(a.scale),
+        Arg::I(tk as u32),
+        p(&out),
+    ];
+    let grid = (a.sq.div_ceil(WARPS) as u32, heads as u32, 1);
+    backend.launch(
+        Entry::Attention,
+        grid,
+        (WARPS * 32) as u32,
+        shared(tk) as u32,
+        &args,
+    )?;
+    Ok(out)
+}
