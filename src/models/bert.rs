@@ -253,7 +253,7 @@ impl Embedder {
     /// [`Embedder::MAX_BATCH`] texts, each part sorted by length so that little padding is
     /// computed, so memory stays bounded whatever the number of texts.
     pub async fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let ids: Vec<Vec<u32>> = texts.iter().map(|t| self.tokenizer.encode(t)).collect();
+        let ids = self.encode_all(texts);
         let mut out = vec![Vec::new(); ids.len()];
         for part in self.parts(&ids) {
             let batch: Vec<&[u32]> = part.iter().map(|&i| ids[i].as_slice()).collect();
@@ -278,6 +278,16 @@ impl Embedder {
             }
         }
         Ok(out)
+    }
+
+    /// The token ids of each text (natively on rayon's threads when there are many).
+    fn encode_all(&self, texts: &[&str]) -> Vec<Vec<u32>> {
+        #[cfg(native)]
+        if texts.len() >= 8 {
+            use rayon::prelude::*;
+            return texts.par_iter().map(|t| self.tokenizer.encode(t)).collect();
+        }
+        texts.iter().map(|t| self.tokenizer.encode(t)).collect()
     }
 
     /// The texts' indices in parts of at most [`Embedder::MAX_BATCH`], each sorted by length.
@@ -445,7 +455,7 @@ impl EmbedSession<'_> {
     /// One L2-normalised embedding per text, in order, as [`Embedder::embed`] gives them.
     pub async fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let e = self.embedder;
-        let ids: Vec<Vec<u32>> = texts.iter().map(|t| e.tokenizer.encode(t)).collect();
+        let ids = e.encode_all(texts);
         let mut out = vec![Vec::new(); ids.len()];
         for part in e.parts(&ids) {
             let batch: Vec<&[u32]> = part.iter().map(|&i| ids[i].as_slice()).collect();
