@@ -59,46 +59,8 @@ pub(super) fn attention(
         v: row(a.v),
         out_bshd: a.out_bshd as u64,
     };
-    // Flash attention (64 query rows a block) where its tiles fit; the row-per-warp kernel
-    // otherwise (odd value widths, widths past 128, shared memory too small).
-    const FQ: usize = 64;
-    let flash_shared = {
-        let (qs, ks) = (a.d * (FQ + 4), (a.d * (FQ + 4)).max(FQ * (FQ + 4)));
-        (qs + ks + FQ * a.dv) * 4
-    };
-    if a.dv.is_multiple_of(4)
-        && a.dv <= 128
-        && a.d > 0
-        && flash_shared <= backend.shared_optin as usize
-    {
-        let args = [
-            Arg::Raw(bytemuck::bytes_of(&layout)),
-            p(q),
-            p(k),
-            p(v),
-            opt(dev_lens),
-            u(a.hq),
-            u(a.hkv.max(1)),
-            u(a.sq),
-            u(a.sk),
-            u(a.d),
-            u(a.dv),
-            Arg::I(a.causal as u32),
-            Arg::F(a.scale),
-            p(&out),
-        ];
-        let entry = if a.dv <= 64 {
-            Entry::FlashAttention64
-        } else {
-            Entry::FlashAttention128
-        };
-        let grid = (a.sq.div_ceil(FQ) as u32, heads as u32, 1);
-        backend.launch(entry, grid, 256, flash_shared as u32, &args)?;
-        return Ok(out);
-    }
-    let shared = |tk: usize| (WARPS * a.d + tk * (a.d + 1) + tk * a.dv) * 4;
-    let tk = if shared(32) <= 48 << 10 { 32 } else { 16 };
-    let args = [
+    // The arguments both kernels take first; the row-per-warp kernel adds its key tile.
+    let common = [
         Arg::Raw(bytemuck::bytes_of(&layout)),
         p(q),
         p(k),
@@ -112,9 +74,32 @@ pub(super) fn attention(
         u(a.dv),
         Arg::I(a.causal as u32),
         Arg::F(a.scale),
-        Arg::I(tk as u32),
-        p(&out),
     ];
+    // Flash attention (64 query rows a block) where its tiles fit; the row-per-warp kernel
+    // otherwise (odd value widths, widths past 128, shared memory too small).
+    const FQ: usize = 64;
+    let flash_shared = {
+        let (qs, ks) = (a.d * (FQ + 4), (a.d * (FQ + 4)).max(FQ * (FQ + 4)));
+        (qs + ks + FQ * a.dv) * 4
+    };
+    if a.dv.is_multiple_of(4)
+        && a.dv <= 128
+        && a.d > 0
+        && flash_shared <= backend.shared_optin as usize
+    {
+        let entry = if a.dv <= 64 {
+            Entry::FlashAttention64
+        } else {
+            Entry::FlashAttention128
+        };
+        let grid = (a.sq.div_ceil(FQ) as u32, heads as u32, 1);
+        let args = [&common[..], &[p(&out)]].concat();
+        backend.launch(entry, grid, 256, flash_shared as u32, &args)?;
+        return Ok(out);
+    }
+    let shared = |tk: usize| (WARPS * a.d + tk * (a.d + 1) + tk * a.dv) * 4;
+    let tk = if shared(32) <= 48 << 10 { 32 } else { 16 };
+    let args = [&common[..], &[Arg::I(tk as u32), p(&out)]].concat();
     let grid = (a.sq.div_ceil(WARPS) as u32, heads as u32, 1);
     backend.launch(
         Entry::Attention,

@@ -49,6 +49,7 @@ impl CudaStorage {
 }
 
 /// One kernel argument, passed by value.
+#[derive(Clone, Copy)]
 enum Arg<'a> {
     /// A device pointer (0 is null).
     P(u64),
