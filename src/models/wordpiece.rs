@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// FNV-1a: the vocabulary's keys are short and not chosen by an attacker who could gain by
 /// collisions (the model file is), and SipHash took a third of the tokenizer's time.
 #[derive(Default)]
-struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {

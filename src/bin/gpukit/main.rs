@@ -10,6 +10,7 @@
 //! gpukit verify   [--json] [--backend NAME]  every op family checked against the CPU backend
 //! gpukit embed    [--json] [--backend NAME] [--model DIR] TEXT...  sentence embeddings
 //! gpukit bench-embed [--json] [--backend NAME] [--model DIR]  embedding latency and throughput
+//! gpukit chat     [--json] [--backend NAME] [--model FILE] [options] [PROMPT]  chat with an LLM
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
 
@@ -23,6 +24,8 @@ mod bench;
 mod bench_embed;
 #[cfg(native)]
 mod bench_group;
+#[cfg(all(native, feature = "models"))]
+mod chat;
 #[cfg(native)]
 mod cpu_bench;
 #[cfg(all(native, feature = "models"))]
@@ -55,6 +58,8 @@ fn main() -> std::process::ExitCode {
         #[cfg(feature = "models")]
         Some("embed") => embed::run(&args[1..]),
         #[cfg(feature = "models")]
+        Some("chat") => chat::run(&args[1..]),
+        #[cfg(feature = "models")]
         Some("bench-embed") => bench_embed::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
@@ -73,7 +78,7 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(native)]
 const USAGE: &str =
-    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed|bench-embed> [--json]
+    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed|bench-embed|chat> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
@@ -90,7 +95,13 @@ const USAGE: &str =
                     L2-normalised sentence embeddings (all-MiniLM-L6-v2, 384 values) of each
                     TEXT; --json prints {\"model\", \"backend\", \"dim\", \"embeddings\"}
   bench-embed [--backend NAME] [--model DIR]
-                    embedding latency at batch 1 and throughput at 128 x 128 tokens";
+                    embedding latency at batch 1 and throughput at 128 x 128 tokens
+  chat [--backend NAME] [--model FILE] [--max-tokens N] [--temperature T] [--top-k K]
+       [--top-p P] [--seed S] [--context N] [--raw] [PROMPT]
+                    answers from SmolLM2-135M-Instruct, streamed; interactive without PROMPT;
+                    --temperature 0 (the default) is greedy; --raw skips the chat template;
+                    --json prints {\"model\", \"backend\", \"prompt_ids\", \"ids\", \"text\",
+                    \"finish\", \"prefill_tokens_per_s\", \"decode_tokens_per_s\"}";
 
 /// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
 #[cfg(native)]

@@ -1,0 +1,507 @@
+//! A llama-architecture decoder (SmolLM2-135M-Instruct and its kind) from a GGUF file: token
+//! embeddings, layers of RMSNorm, grouped-query attention with interleaved RoPE (the layout
+//! GGUF's converted weights expect) and a SwiGLU feed-forward, each added to the residual
+//! stream; a final RMSNorm and the output projection (tied to the embeddings when the file has
+//! no `output.weight`).
+//!
+//! Quantized weights (Q4_0, Q4_1, Q8_0) go to the device as blocks and are dequantised inside
+//! the matmul; F16 and F32 weights go as they are. The embedding table stays on the host in its
+//! file format: a step needs only the rows of its tokens, dequantised there (576 values a
+//! token), not a 113 MB f32 copy of the table on the device.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::bpe::Bpe;
+use crate::models::gguf::{Gguf, TensorType};
+use crate::ops::{AttentionLayout, AttentionOptions, MatmulOptions, RopeLayout};
+use crate::QuantFormat;
+use crate::{Device, QuantTensor, Tensor};
+
+fn invalid(reason: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        op: "llm",
+        reason: reason.into(),
+    }
+}
+
+/// The shape of a llama model, as its GGUF metadata gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmConfig {
+    /// Tokens in the vocabulary.
+    pub vocab: usize,
+    /// Width of the residual stream.
+    pub hidden: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key and value heads (grouped-query attention when fewer than `heads`).
+    pub kv_heads: usize,
+    /// Width of the feed-forward layer.
+    pub ffn: usize,
+    /// The longest context the model was trained for.
+    pub trained_context: usize,
+    /// RoPE's frequency base.
+    pub rope_base: f64,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+}
+
+impl LlmConfig {
+    /// Reads `llama.*` metadata; other architectures are refused.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<LlmConfig> {
+        let arch = g.string("general.architecture")?;
+        if arch != "llama" {
+            return Err(invalid(format!(
+                "architecture {arch:?} is not supported (llama is)"
+            )));
+        }
+        let c = LlmConfig {
+            vocab: g
+                .count("llama.vocab_size")
+                .or_else(|_| g.get("tokenizer.ggml.tokens").and_then(array_len))?,
+            hidden: g.count("llama.embedding_length")?,
+            layers: g.count("llama.block_count")?,
+            heads: g.count("llama.attention.head_count")?,
+            kv_heads: g.count("llama.attention.head_count_kv")?,
+            ffn: g.count("llama.feed_forward_length")?,
+            trained_context: g.count("llama.context_length")?,
+            rope_base: g.number("llama.rope.freq_base").unwrap_or(10_000.0),
+            eps: g.number("llama.attention.layer_norm_rms_epsilon")? as f32,
+        };
+        let hd = c.hidden / c.heads;
+        if !c.hidden.is_multiple_of(c.heads)
+            || !c.heads.is_multiple_of(c.kv_heads)
+            || !hd.is_multiple_of(2)
+            || hd > crate::ops::attention::MAX_HEAD_DIM
+            || c.rope_base.is_nan()
+            || c.rope_base <= 0.0
+        {
+            return Err(invalid(format!("inconsistent llama metadata: {c:?}")));
+        }
+        Ok(c)
+    }
+
+    /// Width of one head.
+    pub fn head_dim(&self) -> usize {
+        self.hidden / self.heads
+    }
+}
+
+fn array_len(v: &crate::models::gguf::Value) -> Result<usize> {
+    v.as_array()
+        .map(<[_]>::len)
+        .ok_or_else(|| invalid("no vocabulary size"))
+}
+
+/// A linear layer's weight, `[out, in]`.
+enum Linear {
+    Quant(QuantTensor),
+    Dense(Tensor),
+}
+
+impl Linear {
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Linear::Quant(w) => x.matmul_quant(w),
+            Linear::Dense(w) => x.matmul_with(
+                w,
+                MatmulOptions {
+                    transpose_b: true,
+                    ..Default::default()
+                },
+            ),
+        }
+    }
+
+    /// Bytes the weight holds on the device.
+    fn device_bytes(kind: TensorType, n: usize) -> usize {
+        match kind {
+            TensorType::F32 => n * 4,
+            TensorType::F16 => n * 2,
+            // f32 scales (and mins) per block of 32, and the quants in words.
+            TensorType::Quant(QuantFormat::Q8_0) => n / 32 * (4 + 32),
+            TensorType::Quant(QuantFormat::Q4_0) => n / 32 * (4 + 16),
+            TensorType::Quant(QuantFormat::Q4_1) => n / 32 * (8 + 16),
+        }
+    }
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    ffn_norm: Tensor,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// The host copy of the embedding table, in its file format.
+struct HostTable {
+    kind: TensorType,
+    bytes: Vec<u8>,
+    dim: usize,
+}
+
+impl HostTable {
+    /// Row `id`, dequantised, appended to `out`.
+    fn row(&self, id: u32, out: &mut Vec<f32>) -> Result<()> {
+        let row_bytes = match self.kind {
+            TensorType::F32 => self.dim * 4,
+            TensorType::F16 => self.dim * 2,
+            TensorType::Quant(q) => self.dim / 32 * q.block_bytes(),
+        };
+        let at = (id as usize)
+            .checked_mul(row_bytes)
+            .filter(|&at| at + row_bytes <= self.bytes.len())
+            .ok_or_else(|| invalid(format!("token id {id} is outside the vocabulary")))?;
+        let row = &self.bytes[at..at + row_bytes];
+        let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        match self.kind {
+            TensorType::F32 => out.extend(
+                row.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            ),
+            TensorType::F16 => out.extend(row.chunks_exact(2).map(f16)),
+            TensorType::Quant(q) => {
+                for b in row.chunks_exact(q.block_bytes()) {
+                    let d = f16(b);
+                    match q {
+                        QuantFormat::Q8_0 => out.extend(b[2..].iter().map(|&x| d * x as i8 as f32)),
+                        QuantFormat::Q4_0 | QuantFormat::Q4_1 => {
+                            let (m, qs) = if q == QuantFormat::Q4_1 {
+                                (f16(&b[2..]), &b[4..20])
+                            } else {
+                                (-8.0 * d, &b[2..18])
+                            };
+                            out.extend(qs.iter().map(|&x| d * (x & 15) as f32 + m));
+                            out.extend(qs.iter().map(|&x| d * (x >> 4) as f32 + m));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A llama model on a device, with its tokenizer (see the module docs).
+pub struct Llm {
+    pub(crate) device: Device,
+    pub(crate) config: LlmConfig,
+    pub(crate) tokenizer: Bpe,
+    layers: Vec<Layer>,
+    out_norm: Tensor,
+    lm_head: Linear,
+    table: HostTable,
+    /// `cos` and `sin` of every position up to the context, `[context, head_dim / 2]`.
+    rope: (Vec<f32>, Vec<f32>),
+    pub(crate) context: usize,
+    /// Ids that end an answer (`<|im_end|>`, the end-of-sequence token).
+    pub(crate) stop_ids: Vec<u32>,
+}
+
+impl std::fmt::Debug for Llm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Llm")
+            .field("config", &self.config)
+            .field("context", &self.context)
+            .field("backend", &self.device.info().backend)
+            .finish()
+    }
+}
+
+/// The context [`Llm::load`] prepares for when none is given.
+pub const DEFAULT_CONTEXT: usize = 2048;
+
+impl Llm {
+    /// Reads a GGUF file and loads it onto `device`, for a context of [`DEFAULT_CONTEXT`]
+    /// tokens (or the model's own, when shorter).
+    pub fn load(device: &Device, path: impl AsRef<std::path::Path>) -> Result<Llm> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+        Llm::from_bytes(device, &bytes, None)
+    }
+
+    /// Loads a model from the bytes of a GGUF file, for a context of `context` tokens (the
+    /// model's trained context at most; [`DEFAULT_CONTEXT`] when `None`). Checks first that
+    /// the weights, the KV cache and the activations fit the device's memory, where the
+    /// device reports it.
+    pub fn from_bytes(device: &Device, bytes: &[u8], context: Option<usize>) -> Result<Llm> {
+        let g = Gguf::parse(bytes)?;
+        let config = LlmConfig::from_gguf(&g)?;
+        let tokenizer = Bpe::from_gguf(&g)?;
+        if tokenizer.vocab_size() != config.vocab {
+            return Err(invalid(format!(
+                "the tokenizer has {} tokens, the model {}",
+                tokenizer.vocab_size(),
+                config.vocab
+            )));
+        }
+        let context = context
+            .unwrap_or(DEFAULT_CONTEXT)
+            .min(config.trained_context);
+        if context == 0 {
+            return Err(invalid("the context must hold at least one token"));
+        }
+        let need = memory_estimate(&g, &config, context)?;
+        if let Some(have) = device.info().memory_bytes {
+            if need > have {
+                return Err(Error::OutOfMemory {
+                    detail: format!(
+                        "the model with a {context}-token context needs about {} MB; the device \
+                         has {} MB",
+                        need >> 20,
+                        have >> 20
+                    ),
+                });
+            }
+        }
+        let c = &config;
+        let (hd, kv) = (c.head_dim(), c.kv_heads * c.head_dim());
+        let vector = |name: &str| -> Result<Tensor> {
+            let (t, data) = g.tensor(name)?;
+            let n: usize = t.dims.iter().product();
+            if n != c.hidden || t.kind != TensorType::F32 {
+                return Err(invalid(format!(
+                    "{name} is {:?} {:?}, not F32 [{}]",
+                    t.kind, t.dims, c.hidden
+                )));
+            }
+            device.tensor_from_bytes(data, DType::F32, &[n])
+        };
+        let linear = |name: &str, rows: usize, cols: usize| -> Result<Linear> {
+            let (t, data) = g.tensor(name)?;
+            if t.dims != [cols, rows] {
+                return Err(invalid(format!(
+                    "{name} is {:?}, expected [{cols}, {rows}] (GGUF order)",
+                    t.dims
+                )));
+            }
+            Ok(match t.kind {
+                TensorType::Quant(q) => Linear::Quant(device.quantized(data, q, rows, cols)?),
+                TensorType::F32 => {
+                    Linear::Dense(device.tensor_from_bytes(data, DType::F32, &[rows, cols])?)
+                }
+                TensorType::F16 => {
+                    Linear::Dense(device.tensor_from_bytes(data, DType::F16, &[rows, cols])?)
+                }
+            })
+        };
+        let mut layers = Vec::with_capacity(c.layers);
+        for i in 0..c.layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: vector(&n("attn_norm"))?,
+                q: linear(&n("attn_q"), c.hidden, c.hidden)?,
+                k: linear(&n("attn_k"), kv, c.hidden)?,
+                v: linear(&n("attn_v"), kv, c.hidden)?,
+                o: linear(&n("attn_output"), c.hidden, c.hidden)?,
+                ffn_norm: vector(&n("ffn_norm"))?,
+                gate: linear(&n("ffn_gate"), c.ffn, c.hidden)?,
+                up: linear(&n("ffn_up"), c.ffn, c.hidden)?,
+                down: linear(&n("ffn_down"), c.hidden, c.ffn)?,
+            });
+        }
+        let (embd, embd_bytes) = g.tensor("token_embd.weight")?;
+        if embd.dims != [c.hidden, c.vocab] {
+            return Err(invalid(format!(
+                "token_embd.weight is {:?}, expected [{}, {}]",
+                embd.dims, c.hidden, c.vocab
+            )));
+        }
+        let tied = g.tensor("output.weight").is_err();
+        let lm_head = linear(
+            if tied {
+                "token_embd.weight"
+            } else {
+                "output.weight"
+            },
+            c.vocab,
+            c.hidden,
+        )?;
+        let half = hd / 2;
+        let mut cos = Vec::with_capacity(context * half);
+        let mut sin = Vec::with_capacity(context * half);
+        for p in 0..context {
+            for j in 0..half {
+                let angle = p as f64 * c.rope_base.powf(-2.0 * j as f64 / hd as f64);
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        let mut stop_ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
+            .iter()
+            .filter_map(|t| tokenizer.token_id(t))
+            .collect();
+        if let Some(eos) = g
+            .metadata
+            .get("tokenizer.ggml.eos_token_id")
+            .and_then(|v| v.as_u64())
+        {
+            stop_ids.push(eos as u32);
+        }
+        Ok(Llm {
+            device: device.clone(),
+            layers,
+            out_norm: vector("output_norm.weight")?,
+            lm_head,
+            table: HostTable {
+                kind: embd.kind,
+                bytes: embd_bytes.to_vec(),
+                dim: c.hidden,
+            },
+            rope: (cos, sin),
+            context,
+            stop_ids,
+            tokenizer,
+            config,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Bpe {
+        &self.tokenizer
+    }
+
+    /// The device the model runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The longest sequence (prompt and answer) a generation can hold.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// The chat template's prompt for one user message, without a system prompt:
+    /// `<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n`.
+    pub fn chat_prompt(message: &str) -> String {
+        format!("<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n")
+    }
+
+    /// RoPE tables for `n` tokens from position `start`, each row repeated for `heads` heads:
+    /// `[n * heads, head_dim / 2]`, matching a `[n, heads, head_dim]` tensor's rows.
+    fn rope_rows(&self, start: usize, n: usize, heads: usize) -> Result<(Tensor, Tensor)> {
+        let half = self.config.head_dim() / 2;
+        let mut c = Vec::with_capacity(n * heads * half);
+        let mut s = Vec::with_capacity(n * heads * half);
+        for p in start..start + n {
+            for _ in 0..heads {
+                c.extend_from_slice(&self.rope.0[p * half..(p + 1) * half]);
+                s.extend_from_slice(&self.rope.1[p * half..(p + 1) * half]);
+            }
+        }
+        Ok((
+            self.device.tensor(&c, &[n * heads, half])?,
+            self.device.tensor(&s, &[n * heads, half])?,
+        ))
+    }
+
+    /// Runs `ids` at positions `cache.len ..` through the model, appending their keys and
+    /// values to `cache`, and returns the last position's logits, `[1, vocab]`.
+    pub(crate) fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let c = &self.config;
+        let n = ids.len();
+        let start = cache.len;
+        if n == 0 {
+            return Err(invalid("no tokens to run"));
+        }
+        if start + n > self.context {
+            return Err(invalid(format!(
+                "{} tokens do not fit the {}-token context",
+                start + n,
+                self.context
+            )));
+        }
+        let hd = c.head_dim();
+        let mut rows = Vec::with_capacity(n * c.hidden);
+        for &id in ids {
+            self.table.row(id, &mut rows)?;
+        }
+        let mut x = self.device.tensor(&rows, &[n, c.hidden])?;
+        let (qc, qs) = self.rope_rows(start, n, c.heads)?;
+        let (kc, ks) = self.rope_rows(start, n, c.kv_heads)?;
+        let options = AttentionOptions {
+            causal: true,
+            layout: AttentionLayout::Bshd,
+            ..Default::default()
+        };
+        for (i, l) in self.layers.iter().enumerate() {
+            let h = x.rms_norm(Some(&l.attn_norm), None, c.eps)?;
+            let q = l.q.apply(&h)?.reshape(&[n * c.heads, hd])?;
+            let q = q.rope(&qc, &qs, RopeLayout::Interleaved)?;
+            let k = l.k.apply(&h)?.reshape(&[n * c.kv_heads, hd])?;
+            let k = k.rope(&kc, &ks, RopeLayout::Interleaved)?;
+            let k = k.reshape(&[1, n, c.kv_heads, hd])?;
+            let v = l.v.apply(&h)?.reshape(&[1, n, c.kv_heads, hd])?;
+            let (k, v) = cache.append(i, k, v)?;
+            let q = q.reshape(&[1, n, c.heads, hd])?;
+            let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
+            x = x.add(&l.o.apply(&att)?)?;
+            let h = x.rms_norm(Some(&l.ffn_norm), None, c.eps)?;
+            let gated = l.gate.apply(&h)?.silu()?.mul(&l.up.apply(&h)?)?;
+            x = x.add(&l.down.apply(&gated)?)?;
+        }
+        cache.len += n;
+        let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };
+        let h = last.rms_norm(Some(&self.out_norm), None, c.eps)?;
+        self.lm_head.apply(&h)
+    }
+}
+
+/// Per layer, the keys and values of every position so far, `[1, len, kv_heads, head_dim]`.
+pub(crate) struct KvCache {
+    k: Vec<Option<Tensor>>,
+    v: Vec<Option<Tensor>>,
+    pub len: usize,
+}
+
+impl KvCache {
+    pub(crate) fn new(layers: usize) -> KvCache {
+        KvCache {
+            k: vec![None; layers],
+            v: vec![None; layers],
+            len: 0,
+        }
+    }
+
+    /// Appends a step's keys and values to layer `i` and returns the layer's whole cache.
+    fn append(&mut self, i: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        let join = |old: &Option<Tensor>, new: Tensor| match old {
+            Some(old) => Tensor::concat(&[old, &new], 1),
+            None => Ok(new),
+        };
+        let k = join(&self.k[i], k)?;
+        let v = join(&self.v[i], v)?;
+        self.k[i] = Some(k.clone());
+        self.v[i] = Some(v.clone());
+        Ok((k, v))
+    }
+}
+
+/// Bytes the model needs on its device for a context of `context` tokens: the weights as they
+/// lie there, the KV cache, and the activations of a prefill of the whole context.
+fn memory_estimate(g: &Gguf<'_>, c: &LlmConfig, context: usize) -> Result<u64> {
+    let weights: usize = g
+        .tensors()
+        .iter()
+        .filter(|t| t.name != "token_embd.weight" || g.tensor("output.weight").is_err())
+        .map(|t| Linear::device_bytes(t.kind, t.dims.iter().product()))
+        .sum();
+    let kv = (c.layers * context * c.kv_heads * c.head_dim() * 2 * 4) as u64;
+    // A prefill holds a few [context, hidden] and [context, ffn] activations at once, and the
+    // concatenation copies one layer's cache.
+    let act = (context * (4 * c.hidden + 3 * c.ffn) * 4 + c.vocab * 4) as u64;
+    let total = weights as u64 + kv + act;
+    Ok(total)
+}
