@@ -1,6 +1,6 @@
 //! Byte-level BPE, as GPT-2 and the llama family's `gpt2` tokenizers in GGUF files define it:
 //! special tokens written in the text are matched as themselves; the rest is split into
-//! single ASCII digits and then by GPT-2's pattern (contractions, letter runs, number runs,
+//! single numeric characters and then by GPT-2's pattern (contractions, letter runs, number runs,
 //! other-symbol runs, each with at most one leading space, and whitespace runs), each piece's
 //! UTF-8 bytes are mapped to printable characters and merged pair by pair in the order of the
 //! merge list. Decoding maps the characters back to bytes.
@@ -286,11 +286,12 @@ fn class(c: char) -> Class {
     }
 }
 
-/// The pre-tokenizer: each ASCII digit alone, then GPT-2's pattern over the text between.
+/// The pre-tokenizer: each numeric character (Unicode's Nd, Nl and No: `7`, `٣`, `²`, `Ⅻ`)
+/// alone, then GPT-2's pattern over the text between.
 fn pieces(text: &str) -> impl Iterator<Item = &str> {
-    text.split_inclusive(|c: char| c.is_ascii_digit())
+    text.split_inclusive(char::is_numeric)
         .flat_map(|s| match s.char_indices().last() {
-            Some((at, c)) if c.is_ascii_digit() => [&s[..at], &s[at..]],
+            Some((at, c)) if c.is_numeric() => [&s[..at], &s[at..]],
             _ => [s, ""],
         })
         .filter(|s| !s.is_empty())

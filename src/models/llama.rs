@@ -389,6 +389,19 @@ impl Llm {
         format!("<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n")
     }
 
+    /// The logits of the token after `ids` (run from an empty context): `vocab` values, for
+    /// scoring or checking the model.
+    pub async fn logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let mut cache = KvCache::new(self.config.layers);
+        self.forward(ids, &mut cache)?.read().await
+    }
+
+    /// Blocking [`Llm::logits`].
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn logits_blocking(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        pollster::block_on(self.logits(ids))
+    }
+
     /// RoPE tables for `n` tokens from position `start`, each row repeated for `heads` heads:
     /// `[n * heads, head_dim / 2]`, matching a `[n, heads, head_dim]` tensor's rows.
     fn rope_rows(&self, start: usize, n: usize, heads: usize) -> Result<(Tensor, Tensor)> {

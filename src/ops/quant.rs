@@ -105,7 +105,9 @@ pub(crate) fn unpack(bytes: &[u8], format: QuantFormat) -> Unpacked {
     }
 }
 
-/// Element `e` (of one row) from unpacked arrays: the CPU backend's dequantisation.
+/// Element `e` (of one row) from unpacked arrays, one at a time: the unit tests' plain
+/// decoding of what `unpack` wrote.
+#[cfg(test)]
 pub(crate) fn dequant(
     format: QuantFormat,
     scales: &[f32],

@@ -21,6 +21,7 @@ mod norm;
 pub(crate) mod par;
 mod pool;
 mod quant;
+mod quant_rows;
 mod reduce;
 mod rope;
 mod softmax;

@@ -2,21 +2,36 @@
 
 use super::matmul::{sgemm, View};
 use super::par;
+use super::quant_rows::block;
 use super::CpuStorage;
-use crate::ops::quant::{dequant, QuantParts};
+use crate::ops::quant::{QuantParts, BLOCK};
+use crate::QuantFormat;
 
 /// Dequantizes weight rows `r0..` into `out`, whole rows of `w.cols` each.
 pub(super) fn dequant_rows(w: &QuantParts<'_, CpuStorage>, r0: usize, out: &mut [f32]) {
     let words: &[u32] = bytemuck::cast_slice(&w.words.0);
-    let blocks = w.cols / crate::ops::quant::BLOCK;
-    let wpb = blocks * w.format.words_per_block();
+    let blocks = w.cols / BLOCK;
+    let wpb = w.format.words_per_block();
     for (i, row) in out.chunks_exact_mut(w.cols.max(1)).enumerate() {
         let r = r0 + i;
-        let scales = &w.scales.0[r * blocks..(r + 1) * blocks];
-        let mins = w.mins.map(|m| &m.0[r * blocks..(r + 1) * blocks]);
-        let words = &words[r * wpb..(r + 1) * wpb];
-        for (e, v) in row.iter_mut().enumerate() {
-            *v = dequant(w.format, scales, mins, words, e);
+        for (b, dst) in row.chunks_exact_mut(BLOCK).enumerate() {
+            let at = r * blocks + b;
+            let scale = w.scales.0[at];
+            let min = match (w.mins, w.format) {
+                (Some(m), _) => m.0[at],
+                (None, QuantFormat::Q4_0) => -8.0 * scale,
+                (None, _) => 0.0,
+            };
+            if let Ok(dst) = dst.try_into() {
+                block(
+                    w.format,
+                    &words[at * wpb..(at + 1) * wpb],
+                    scale,
+                    min,
+                    dst,
+                    |a, b, c| a * b + c,
+                );
+            }
         }
     }
 }
@@ -36,6 +51,9 @@ const QUANT_ROWS: usize = 64;
 /// small buffer (in parallel) and multiplied at once, so the f32 weights never exist whole.
 pub(super) fn matmul_quant(x: &[f32], w: QuantParts<'_, CpuStorage>, m: usize) -> Result<Vec<f32>> {
     let (n, k) = (w.rows, w.cols);
+    if (1..=super::quant_rows::MAX_ROWS).contains(&m) && x.len() >= m * k {
+        return Ok(super::quant_rows::product(x, &w, m));
+    }
     // Computed transposed, out^T[n, m] = w x^T, so each task owns whole rows of the result.
     let mut out_t = vec![0.0f32; n * m];
     par::try_chunks_mut(&mut out_t, (QUANT_ROWS * m).max(1), |start, dst| {

@@ -1,0 +1,172 @@
+//! Quantized products at a few rows (a language model's decode step): each block of 32
+//! weights is unpacked and scaled once, in registers, and multiplied into every row of `x`,
+//! so the weight streams from memory once in its quantized form and is never written out
+//! as f32. AVX-512 and AVX2 (with FMA) are chosen at run time; elsewhere the same code runs as
+//! plain multiplies and adds, which LLVM vectorises (SIMD128 in wasm).
+
+use super::{par, CpuStorage};
+use crate::ops::quant::{QuantParts, BLOCK};
+use crate::QuantFormat;
+
+/// Rows of `x` up to which this path beats dequantising into a buffer and calling sgemm.
+pub(super) const MAX_ROWS: usize = 8;
+/// Weight rows per thread task.
+const TASK: usize = 64;
+
+/// The 32 weights of block `b` of a row, as f32: `scale * q + min`.
+/// `fma(a, b, c)` is `a * b + c`: fused where the caller was compiled with FMA (a plain
+/// `mul_add` elsewhere would call libm's software fma).
+#[inline(always)]
+pub(super) fn block(
+    format: QuantFormat,
+    words: &[u32],
+    scale: f32,
+    min: f32,
+    out: &mut [f32; BLOCK],
+    fma: impl Fn(f32, f32, f32) -> f32,
+) {
+    match format {
+        QuantFormat::Q8_0 => {
+            let w: &[u32; 8] = match words.try_into() {
+                Ok(w) => w,
+                Err(_) => return,
+            };
+            for e in 0..BLOCK {
+                let q = (w[e / 4] >> (8 * (e % 4))) as u8 as i8;
+                out[e] = scale * q as f32;
+            }
+        }
+        QuantFormat::Q4_0 | QuantFormat::Q4_1 => {
+            let w: &[u32; 4] = match words.try_into() {
+                Ok(w) => w,
+                Err(_) => return,
+            };
+            for e in 0..BLOCK {
+                let q = (w[e / 8] >> (4 * (e % 8))) & 15;
+                out[e] = fma(scale, q as f32, min);
+            }
+        }
+    }
+}
+
+/// `out[j * m + i] = x_i . w_j` for the weight rows `j0..j0 + out.len() / m`.
+#[inline(always)]
+fn rows(
+    w: &QuantParts<'_, CpuStorage>,
+    x: &[f32],
+    m: usize,
+    j0: usize,
+    out: &mut [f32],
+    fma: impl Fn(f32, f32, f32) -> f32 + Copy,
+) {
+    let k = w.cols;
+    let blocks = k / BLOCK;
+    let wpb = w.format.words_per_block();
+    let words: &[u32] = bytemuck::cast_slice(&w.words.0);
+    let mut deq = [0.0f32; BLOCK];
+    for (t, dst) in out.chunks_exact_mut(m).enumerate() {
+        let r = j0 + t;
+        let scales = &w.scales.0[r * blocks..(r + 1) * blocks];
+        let mins = w.mins.map(|mi| &mi.0[r * blocks..(r + 1) * blocks]);
+        let ws = &words[r * blocks * wpb..(r + 1) * blocks * wpb];
+        let mut acc = [[0.0f32; BLOCK]; MAX_ROWS];
+        for b in 0..blocks {
+            let min = match (mins, w.format) {
+                (Some(mi), _) => mi[b],
+                (None, QuantFormat::Q4_0) => -8.0 * scales[b],
+                (None, _) => 0.0,
+            };
+            block(
+                w.format,
+                &ws[b * wpb..(b + 1) * wpb],
+                scales[b],
+                min,
+                &mut deq,
+                fma,
+            );
+            for (i, acc) in acc.iter_mut().enumerate().take(m) {
+                let xb: &[f32; BLOCK] = match x[i * k + b * BLOCK..][..BLOCK].try_into() {
+                    Ok(xb) => xb,
+                    Err(_) => return,
+                };
+                for e in 0..BLOCK {
+                    acc[e] = fma(deq[e], xb[e], acc[e]);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate().take(m) {
+            // A tree of adds across the 32 lanes.
+            let mut v = *acc;
+            let mut width = BLOCK / 2;
+            while width > 0 {
+                for l in 0..width {
+                    v[l] += v[l + width];
+                }
+                width /= 2;
+            }
+            dst[i] = v[0];
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,fma")]
+unsafe fn rows_avx512(
+    w: &QuantParts<'_, CpuStorage>,
+    x: &[f32],
+    m: usize,
+    j0: usize,
+    out: &mut [f32],
+) {
+    rows(w, x, m, j0, out, f32::mul_add)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2(
+    w: &QuantParts<'_, CpuStorage>,
+    x: &[f32],
+    m: usize,
+    j0: usize,
+    out: &mut [f32],
+) {
+    rows(w, x, m, j0, out, f32::mul_add)
+}
+
+/// `x[m, k] * w[n, k]^T` for `m <= MAX_ROWS`, as `[m, n]`.
+pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Vec<f32> {
+    let n = w.rows;
+    #[cfg(target_arch = "x86_64")]
+    let (avx512, avx2) = (
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("fma"),
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+    );
+    let mut out_t = vec![0.0f32; n * m];
+    par::chunks_mut(&mut out_t, TASK * m, |start, dst| {
+        let j0 = start / m;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx512 {
+                // SAFETY: the CPU has every feature the function was compiled for.
+                return unsafe { rows_avx512(w, x, m, j0, dst) };
+            }
+            if avx2 {
+                // SAFETY: as above.
+                return unsafe { rows_avx2(w, x, m, j0, dst) };
+            }
+        }
+        rows(w, x, m, j0, dst, |a, b, c| a * b + c)
+    });
+    if m == 1 {
+        return out_t;
+    }
+    let mut out = vec![0.0f32; m * n];
+    for (j, col) in out_t.chunks_exact(m).enumerate() {
+        for (i, &v) in col.iter().enumerate() {
+            out[i * n + j] = v;
+        }
+    }
+    out
+}
