@@ -24,6 +24,8 @@ pub struct GenerateOptions {
     pub seed: u64,
     /// Send the prompt as it is, without the chat template.
     pub raw: bool,
+    /// Go on past end tokens, to `max_tokens` or a full context (for benchmarks).
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateOptions {
@@ -35,6 +37,7 @@ impl Default for GenerateOptions {
             top_p: 1.0,
             seed: 0,
             raw: false,
+            ignore_eos: false,
         }
     }
 }
@@ -92,6 +95,17 @@ impl Llm {
     /// exact text with `raw`). Nothing runs until the first [`Generation::next_token`].
     pub fn generate(&self, prompt: &str, options: GenerateOptions) -> Result<Generation<'_>> {
         let o = options;
+        let text = if o.raw {
+            prompt.to_string()
+        } else {
+            Llm::chat_prompt(prompt)
+        };
+        self.generate_ids(self.tokenizer.encode(&text), options)
+    }
+
+    /// [`Llm::generate`] from token ids (the prompt already tokenized, template included).
+    pub fn generate_ids(&self, ids: Vec<u32>, options: GenerateOptions) -> Result<Generation<'_>> {
+        let o = options;
         if !(o.temperature.is_finite() && o.temperature >= 0.0) {
             return Err(invalid(format!(
                 "temperature must be finite and >= 0, got {}",
@@ -101,12 +115,12 @@ impl Llm {
         if !(o.top_p > 0.0 && o.top_p <= 1.0) {
             return Err(invalid(format!("top_p must be in (0, 1], got {}", o.top_p)));
         }
-        let text = if o.raw {
-            prompt.to_string()
-        } else {
-            Llm::chat_prompt(prompt)
-        };
-        let ids = self.tokenizer.encode(&text);
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.config.vocab) {
+            return Err(invalid(format!(
+                "token id {bad} is not below the vocabulary size {}",
+                self.config.vocab
+            )));
+        }
         if ids.is_empty() {
             return Err(invalid(
                 "the prompt is empty (there is nothing to continue)",
@@ -186,7 +200,7 @@ impl Generation<'_> {
         } else {
             self.decode_time += start.elapsed();
         }
-        if self.llm.stop_ids.contains(&id) {
+        if !self.options.ignore_eos && self.llm.stop_ids.contains(&id) {
             self.finish = Some(Finish::Stop);
             return Ok(None);
         }

@@ -10,6 +10,7 @@
 //! gpukit verify   [--json] [--backend NAME]  every op family checked against the CPU backend
 //! gpukit embed    [--json] [--backend NAME] [--model DIR] TEXT...  sentence embeddings
 //! gpukit bench-embed [--json] [--backend NAME] [--model DIR]  embedding latency and throughput
+//! gpukit bench-chat [--json] [--backend NAME] [--model FILE]  LLM decode and prefill speed
 //! gpukit chat     [--json] [--backend NAME] [--model FILE] [options] [PROMPT]  chat with an LLM
 //! ```
 //! `GPUKIT_BACKEND` chooses the backend as in the library; `GPUKIT_LOG` sets the log level.
@@ -20,6 +21,8 @@ mod baseline;
 mod baseline_cuda;
 #[cfg(native)]
 mod bench;
+#[cfg(all(native, feature = "models"))]
+mod bench_chat;
 #[cfg(all(native, feature = "models"))]
 mod bench_embed;
 #[cfg(native)]
@@ -60,6 +63,8 @@ fn main() -> std::process::ExitCode {
         #[cfg(feature = "models")]
         Some("chat") => chat::run(&args[1..]),
         #[cfg(feature = "models")]
+        Some("bench-chat") => bench_chat::run(&args[1..]),
+        #[cfg(feature = "models")]
         Some("bench-embed") => bench_embed::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("{}", USAGE);
@@ -78,7 +83,7 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(native)]
 const USAGE: &str =
-    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed|bench-embed|chat> [--json]
+    "usage: gpukit <backends|devices|info|bench|bench-cpu|bench-group|verify|embed|bench-embed|chat|bench-chat> [--json]
   backends          every backend compiled in: available or not, and why
   devices           every adapter found, with its type, limits and features
   info              the device automatic selection picks (or GPUKIT_BACKEND), and why
@@ -101,7 +106,10 @@ const USAGE: &str =
                     answers from SmolLM2-135M-Instruct, streamed; interactive without PROMPT;
                     --temperature 0 (the default) is greedy; --raw skips the chat template;
                     --json prints {\"model\", \"backend\", \"prompt_ids\", \"ids\", \"text\",
-                    \"finish\", \"prefill_tokens_per_s\", \"decode_tokens_per_s\"}";
+                    \"finish\", \"prefill_tokens_per_s\", \"decode_tokens_per_s\"}
+  bench-chat [--backend NAME] [--model FILE]
+                    LLM decode tokens/s (128 after a 128-token prompt) and prefill tokens/s
+                    (a 512-token prompt); scripts/peers/llama_cpp.mjs times llama.cpp alike";
 
 /// A minimal stderr logger: `GPUKIT_LOG=error|warn|info|debug` (default warn).
 #[cfg(native)]
