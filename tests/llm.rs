@@ -247,10 +247,6 @@ struct Expected {
     logits: Vec<Vec<f64>>,
 }
 
-fn argmax(l: &[f64]) -> u32 {
-    (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32
-}
-
 /// The reference's greedy answers, computed once and shared by every backend's test.
 fn expected() -> &'static [Expected] {
     static E: OnceLock<Vec<Expected>> = OnceLock::new();
@@ -265,7 +261,7 @@ fn expected() -> &'static [Expected] {
                 let mut logits = vec![r.step(&prompt)];
                 let mut ids = Vec::new();
                 while ids.len() < STEPS {
-                    let id = argmax(logits.last().unwrap());
+                    let (id, _) = llama_reference::top(logits.last().unwrap());
                     ids.push(id);
                     logits.push(r.step(&[id]));
                 }
@@ -277,19 +273,6 @@ fn expected() -> &'static [Expected] {
             })
             .collect()
     })
-}
-
-/// The margin between the two largest logits.
-fn margin(l: &[f64]) -> f64 {
-    let (mut a, mut b) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-    for &x in l {
-        if x > a {
-            (a, b) = (x, a);
-        } else if x > b {
-            b = x;
-        }
-    }
-    a - b
 }
 
 fn check(device: &Device) {
@@ -324,7 +307,7 @@ fn check(device: &Device) {
         // first close call the two may fairly part.
         assert!(!ids.is_empty(), "{prompt:?}: nothing generated");
         for (step, (&id, &want_id)) in ids.iter().zip(&want.ids).enumerate() {
-            let m = margin(&want.logits[step]);
+            let (_, m) = llama_reference::top(&want.logits[step]);
             if m < 0.05 {
                 break;
             }

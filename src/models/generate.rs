@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::models::llama::{KvCache, Llm};
+use crate::models::llama::{KvCache, Llm, Model};
 use crate::Tensor;
 
 /// How [`Llm::generate`] picks tokens and when it stops.
@@ -68,8 +68,8 @@ pub struct Token {
 
 /// A generation in progress: call [`Generation::next_token`] (or iterate, natively) for each
 /// token as it comes. Each holds its own KV cache, so several may run on one model.
-pub struct Generation<'a> {
-    llm: &'a Llm,
+pub struct Generation {
+    llm: std::sync::Arc<Model>,
     options: GenerateOptions,
     cache: KvCache,
     prompt: Vec<u32>,
@@ -93,18 +93,18 @@ fn invalid(reason: impl Into<String>) -> Error {
 impl Llm {
     /// Starts generating an answer to `prompt` (a user message in the chat template, or the
     /// exact text with `raw`). Nothing runs until the first [`Generation::next_token`].
-    pub fn generate(&self, prompt: &str, options: GenerateOptions) -> Result<Generation<'_>> {
+    pub fn generate(&self, prompt: &str, options: GenerateOptions) -> Result<Generation> {
         let o = options;
         let text = if o.raw {
             prompt.to_string()
         } else {
             Llm::chat_prompt(prompt)
         };
-        self.generate_ids(self.tokenizer.encode(&text), options)
+        self.generate_ids(self.model.tokenizer.encode(&text), options)
     }
 
     /// [`Llm::generate`] from token ids (the prompt already tokenized, template included).
-    pub fn generate_ids(&self, ids: Vec<u32>, options: GenerateOptions) -> Result<Generation<'_>> {
+    pub fn generate_ids(&self, ids: Vec<u32>, options: GenerateOptions) -> Result<Generation> {
         let o = options;
         if !(o.temperature.is_finite() && o.temperature >= 0.0) {
             return Err(invalid(format!(
@@ -115,10 +115,11 @@ impl Llm {
         if !(o.top_p > 0.0 && o.top_p <= 1.0) {
             return Err(invalid(format!("top_p must be in (0, 1], got {}", o.top_p)));
         }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.config.vocab) {
+        let m = &self.model;
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= m.config.vocab) {
             return Err(invalid(format!(
                 "token id {bad} is not below the vocabulary size {}",
-                self.config.vocab
+                m.config.vocab
             )));
         }
         if ids.is_empty() {
@@ -126,17 +127,17 @@ impl Llm {
                 "the prompt is empty (there is nothing to continue)",
             ));
         }
-        if ids.len() >= self.context {
+        if ids.len() >= m.context {
             return Err(invalid(format!(
                 "the prompt is {} tokens; the context holds {} (prompt and answer)",
                 ids.len(),
-                self.context
+                m.context
             )));
         }
         Ok(Generation {
-            llm: self,
+            llm: m.clone(),
             options,
-            cache: KvCache::new(self.config.layers),
+            cache: KvCache::new(m.config.layers),
             prompt: ids,
             ids: Vec::new(),
             logits: None,
@@ -149,7 +150,7 @@ impl Llm {
     }
 }
 
-impl Generation<'_> {
+impl Generation {
     /// The prompt's token ids (with the chat template, unless raw).
     pub fn prompt_ids(&self) -> &[u32] {
         &self.prompt
@@ -309,7 +310,7 @@ fn next_uniform(state: &mut u64) -> f64 {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-impl Iterator for Generation<'_> {
+impl Iterator for Generation {
     type Item = Result<Token>;
 
     /// Blocking [`Generation::next_token`].

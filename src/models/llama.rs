@@ -188,8 +188,16 @@ impl HostTable {
     }
 }
 
-/// A llama model on a device, with its tokenizer (see the module docs).
+/// A llama model on a device, with its tokenizer (see the module docs). Cloning is cheap
+/// (the weights are shared), and each [`Generation`](crate::models::Generation) holds a clone,
+/// so it outlives no borrow.
+#[derive(Clone)]
 pub struct Llm {
+    pub(crate) model: std::sync::Arc<Model>,
+}
+
+/// What an [`Llm`] shares among its clones.
+pub(crate) struct Model {
     pub(crate) device: Device,
     pub(crate) config: LlmConfig,
     pub(crate) tokenizer: Bpe,
@@ -206,10 +214,11 @@ pub struct Llm {
 
 impl std::fmt::Debug for Llm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let m = &self.model;
         f.debug_struct("Llm")
-            .field("config", &self.config)
-            .field("context", &self.context)
-            .field("backend", &self.device.info().backend)
+            .field("config", &m.config)
+            .field("context", &m.context)
+            .field("backend", &m.device.info().backend)
             .finish()
     }
 }
@@ -345,7 +354,7 @@ impl Llm {
         {
             stop_ids.push(eos as u32);
         }
-        Ok(Llm {
+        let model = Model {
             device: device.clone(),
             layers,
             out_norm: vector("output_norm.weight")?,
@@ -360,27 +369,30 @@ impl Llm {
             stop_ids,
             tokenizer,
             config,
+        };
+        Ok(Llm {
+            model: std::sync::Arc::new(model),
         })
     }
 
     /// The model's shape.
     pub fn config(&self) -> &LlmConfig {
-        &self.config
+        &self.model.config
     }
 
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Bpe {
-        &self.tokenizer
+        &self.model.tokenizer
     }
 
     /// The device the model runs on.
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.model.device
     }
 
     /// The longest sequence (prompt and answer) a generation can hold.
     pub fn context(&self) -> usize {
-        self.context
+        self.model.context
     }
 
     /// The chat template's prompt for one user message, without a system prompt:
@@ -392,8 +404,8 @@ impl Llm {
     /// The logits of the token after `ids` (run from an empty context): `vocab` values, for
     /// scoring or checking the model.
     pub async fn logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        let mut cache = KvCache::new(self.config.layers);
-        self.forward(ids, &mut cache)?.read().await
+        let mut cache = KvCache::new(self.model.config.layers);
+        self.model.forward(ids, &mut cache)?.read().await
     }
 
     /// Blocking [`Llm::logits`].
@@ -401,7 +413,9 @@ impl Llm {
     pub fn logits_blocking(&self, ids: &[u32]) -> Result<Vec<f32>> {
         pollster::block_on(self.logits(ids))
     }
+}
 
+impl Model {
     /// RoPE tables for `n` tokens from position `start`, each row repeated for `heads` heads:
     /// `[n * heads, head_dim / 2]`, matching a `[n, heads, head_dim]` tensor's rows.
     fn rope_rows(&self, start: usize, n: usize, heads: usize) -> Result<(Tensor, Tensor)> {

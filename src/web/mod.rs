@@ -10,7 +10,11 @@
 
 mod batch;
 mod batch_dtype;
+#[cfg(feature = "models")]
+mod download;
 mod gpu;
+#[cfg(feature = "models")]
+mod llm;
 #[cfg(feature = "models")]
 mod models;
 mod options;

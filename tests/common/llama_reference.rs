@@ -274,3 +274,16 @@ impl Reference {
         self.apply(head, &[h]).pop().unwrap()
     }
 }
+
+/// The largest logit's index and its margin over the second largest.
+pub fn top(l: &[f64]) -> (u32, f64) {
+    let (mut best, mut a, mut b) = (0, f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for (i, &x) in l.iter().enumerate() {
+        if x > a {
+            (best, a, b) = (i, x, a);
+        } else if x > b {
+            b = x;
+        }
+    }
+    (best as u32, a - b)
+}
