@@ -3,7 +3,9 @@
 // playground verifies every op, the benchmark page draws its chart from verified results, and
 // the digit page classifies digits drawn with mouse events, and the search page runs
 // all-MiniLM-L6-v2 (checked against the f64 reference of examples/bert_reference.rs), ranks
-// typed queries and reloads its model from Cache Storage. Screenshots go to target/e2e/.
+// typed queries and reloads its model from Cache Storage, and the chat page answers with
+// SmolLM2-135M-Instruct (checked against examples/llama_reference.rs), streams and stops.
+// Screenshots go to target/e2e/.
 import { execFileSync } from "node:child_process";
 import { mkdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
@@ -263,6 +265,107 @@ try {
       );
     }
     check(errors.length === 0, `search: no page errors ${JSON.stringify(errors)}`);
+    await page.close();
+  }
+  // Chat: SmolLM2 on the WebGPU adapter against the f64 reference (greedy ids where its margin
+  // is clear, the logits after the prompt), then the page asks, streams, stops and reloads.
+  if (want("chat")) {
+    const root = fileURLToPath(new URL("..", import.meta.url));
+    const gguf = "target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const [reference] = JSON.parse(
+      execFileSync("cargo", ["run", "--quiet", "--example", "llama_reference", "--", gguf, "4"], {
+        cwd: root,
+        input: JSON.stringify(["What is the capital of France?"]),
+        maxBuffer: 1 << 26,
+      }).toString(),
+    );
+    const { page, errors } = await open("/chat.html", 600_000);
+    const backend = await page.evaluate(() => window.gpukitChat?.backend);
+    const ready = await page.evaluate(() => document.body.dataset.status);
+    check(ready === "done", `chat: the model loaded on ${backend}`);
+    if (ready === "done") {
+      const got = await page.evaluate(async (ref) => {
+        const { Gpu, Llm } = await import("/pkg/models/gpukit.js");
+        const gpu = await Gpu.create({ backend: "webgpu" });
+        const llm = await Llm.load(gpu, "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", {
+          cache: "gpukit-models",
+          context: 64,
+        });
+        const gen = llm.generate(ref.prompt, { maxTokens: ref.ids.length });
+        for await (const _ of gen);
+        const logits = await llm.logits(Array.from(gen.promptIds));
+        const scale = ref.logits.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+        const err = ref.logits.reduce((m, v, i) => Math.max(m, Math.abs(v - logits[i])), 0);
+        return { backend: gpu.info.backend, ids: Array.from(gen.ids), err, scale };
+      }, reference);
+      let same = true;
+      reference.ids.forEach((id, i) => {
+        if (same !== null && reference.margins[i] >= 0.05) same &&= got.ids[i] === id;
+        else same = same && null;
+      });
+      check(
+        got.backend === "webgpu" && same !== false && got.err <= 2e-4 * got.scale,
+        `chat: greedy ids ${got.ids} match the f64 reference's ${reference.ids} on ${got.backend}; ` +
+          `logits max error ${got.err.toExponential(2)} of ${got.scale.toFixed(1)}`,
+      );
+      let asked = 0;
+      // Sends a question; resolves once the page has started answering it.
+      const ask = async (prompt) => {
+        asked += 1;
+        await page.fill("#prompt", prompt);
+        await page.click("#send");
+        await page.waitForFunction((n) => document.body.dataset.asked === String(n), asked);
+      };
+      const answered = () =>
+        page.waitForFunction((n) => document.body.dataset.answered === String(n), asked, {
+          timeout: 300_000,
+        });
+      await ask("What is the capital of France?");
+      await answered();
+      const answer = await page.evaluate(() => document.body.dataset.answer);
+      check(/Paris/.test(answer), `chat: the answer names Paris: ${JSON.stringify(answer)}`);
+      console.log(
+        `     ${await page.evaluate(() => document.getElementById("timing").textContent)}`,
+      );
+      await page.screenshot({ path: `${shots}/chat.png`, fullPage: true });
+      // Stop mid-answer (pressed as the first piece shows): the answer ends and says so.
+      asked += 1;
+      await page.fill("#prompt", "Count from 1 to 200, one number per line.");
+      await page.evaluate(
+        () =>
+          new Promise((resolve) => {
+            const answer = document.getElementById("answer");
+            const seen = new MutationObserver(() => {
+              if (!answer.textContent) return;
+              seen.disconnect();
+              document.getElementById("stop").click();
+              resolve();
+            });
+            seen.observe(answer, { childList: true, characterData: true, subtree: true });
+            document.getElementById("send").click();
+          }),
+      );
+      await answered();
+      const finish = await page.evaluate(() => document.body.dataset.finish);
+      check(finish === "stopped", `chat: the stop button ends the answer (${finish})`);
+      // A reload reads the model from Cache Storage.
+      const fetched = [];
+      page.on("request", (r) => {
+        if (r.url().includes("/models/smollm2")) fetched.push(r.url());
+      });
+      await page.reload();
+      await page.waitForFunction(
+        () => ["done", "error"].includes(document.body.dataset.status),
+        null,
+        { timeout: 600_000 },
+      );
+      const again = await page.evaluate(() => document.body.dataset.status);
+      check(
+        again === "done" && fetched.length === 0,
+        `chat: a reload loads the model from the cache (${again}; fetched ${JSON.stringify(fetched)})`,
+      );
+    }
+    check(errors.length === 0, `chat: no page errors ${JSON.stringify(errors)}`);
     await page.close();
   }
 } finally {

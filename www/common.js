@@ -71,6 +71,6 @@ export function nav() {
   return (
     `<nav><a href="index.html">gpukit</a><a href="playground.html">Playground</a>` +
     `<a href="bench.html">Benchmarks</a><a href="digits.html">Draw a digit</a>` +
-    `<a href="search.html">Semantic search</a></nav>`
+    `<a href="search.html">Semantic search</a><a href="chat.html">Chat</a></nav>`
   );
 }
