@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -92,3 +92,15 @@ bench-node: deps
 ## W1-W6 beside trueno 0.17.5 in the same process (builds the optional peer; minutes).
 bench-peer:
 	$(CARGO) run --release --features peer-trueno --bin gpukit -- bench --peer trueno
+
+## The LLM's decode and prefill speed (gpukit bench-chat) beside llama.cpp on the same text and
+## backend (BACKEND=cpu|vulkan|cuda; node-llama-cpp 3.22.1 with its prebuilt binaries, installed
+## into target/peers/llama on first use; the CPU binary by default).
+BACKEND ?= cpu
+THREADS ?= 2
+bench-chat: deps
+	[ -d target/peers/llama/node_modules/node-llama-cpp ] || (mkdir -p target/peers/llama && \
+		cd target/peers/llama && echo '{"private":true}' > package.json && \
+		npm install --no-audit --no-fund node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
+	$(CARGO) run --release --bin gpukit -- bench-chat --backend $(BACKEND)
+	node scripts/peers/llama_cpp.mjs target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $(BACKEND) $(THREADS)
