@@ -10,7 +10,8 @@ use gpukit::{Backend, Device};
 pub(crate) const DEFAULT_MODEL: &str = "target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 const USAGE: &str = "usage: gpukit chat [--backend B] [--model FILE] [--max-tokens N] \
-     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--context N] [--raw] [--json] [PROMPT]";
+     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--context N] [--raw] [--json] \
+     [--profile] [PROMPT]";
 
 struct Args {
     backend: Option<Backend>,
@@ -18,6 +19,7 @@ struct Args {
     options: GenerateOptions,
     context: Option<usize>,
     json: bool,
+    profile: bool,
     prompt: Option<String>,
 }
 
@@ -37,6 +39,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         options: GenerateOptions::default(),
         context: None,
         json: false,
+        profile: false,
         prompt: None,
     };
     let mut words = Vec::new();
@@ -45,6 +48,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         let o = &mut a.options;
         match arg.as_str() {
             "--json" => a.json = true,
+            "--profile" => a.profile = true,
             "--raw" => o.raw = true,
             "--backend" => {
                 let name = it.next().ok_or("--backend needs a name")?;
@@ -94,8 +98,18 @@ pub(crate) fn load(
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let a = parse(args)?;
     let llm = load(a.backend, &a.model, a.context)?;
+    // Per-op times of the answers (GPU time on CUDA), printed to stderr at the end.
+    let profiler = a.profile.then(|| llm.device().profiler());
+    let result = converse(&llm, &a);
+    if let Some(p) = profiler {
+        eprintln!("{}", p.report().map_err(|e| e.to_string())?);
+    }
+    result
+}
+
+fn converse(llm: &Llm, a: &Args) -> Result<(), String> {
     match &a.prompt {
-        Some(p) => answer(&llm, p, &a),
+        Some(p) => answer(llm, p, a),
         None => {
             if a.json {
                 return Err("--json needs a PROMPT".into());
@@ -122,7 +136,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 if line.is_empty() {
                     return Ok(());
                 }
-                answer(&llm, line, &a)?;
+                answer(llm, line, a)?;
             }
         }
     }
