@@ -135,6 +135,37 @@ impl Tensor {
         &self.storage
     }
 
+    /// `concat([self, rows], axis)` where every axis before `axis` has size 1 (so the new rows
+    /// go at the end of the data). On the CPU backend, when this tensor is row-major f32 and
+    /// nothing else shares its buffer, the buffer grows in place (amortised: `Vec` doubles
+    /// its capacity), so appending a step to a KV cache costs the step, not the cache.
+    /// Elsewhere it is `concat`.
+    pub(crate) fn append_rows(mut self, rows: &Tensor, axis: usize) -> Result<Tensor> {
+        let fits = self.shape.len() == rows.shape.len()
+            && axis < self.shape.len()
+            && self.shape[..axis].iter().all(|&d| d == 1)
+            && rows.shape[..axis] == self.shape[..axis]
+            && self.shape[axis + 1..] == rows.shape[axis + 1..]
+            && self.dtype == DType::F32
+            && rows.dtype == DType::F32
+            && self.view.is_none()
+            && rows.view.is_none()
+            && self.device.same(&rows.device);
+        if fits {
+            if let (Storage::Cpu(new), Some(Storage::Cpu(own))) =
+                (rows.storage.as_ref(), Arc::get_mut(&mut self.storage))
+            {
+                let mut shape = self.shape.clone();
+                shape[axis] = crate::shape::add("concat", shape[axis], rows.shape[axis])?;
+                self.device.check_output("concat", &shape)?;
+                own.extend(new.data());
+                self.shape = shape;
+                return Ok(self);
+            }
+        }
+        Tensor::concat(&[&self, rows], axis)
+    }
+
     pub(crate) fn same_device(&self, other: &Tensor, op: &'static str) -> Result<()> {
         if self.device.same(&other.device) {
             Ok(())

@@ -342,3 +342,66 @@ fn llm_matches_an_f64_reference_on_cuda() {
         }
     }
 }
+
+#[test]
+fn generation_edges_are_handled() {
+    use gpukit::models::Finish;
+    let device = Device::cpu();
+    let llm = Llm::from_bytes(&device, model_bytes(), Some(12)).unwrap();
+    assert_eq!(llm.context(), 12);
+    let bad = |r: gpukit::Result<gpukit::models::Generation>, needle: &str| {
+        let e = r.err().expect(needle).to_string();
+        assert!(e.contains(needle), "{e:?} does not say {needle:?}");
+    };
+    let raw = GenerateOptions {
+        raw: true,
+        ..Default::default()
+    };
+    bad(llm.generate("", raw), "empty");
+    bad(llm.generate(&"word ".repeat(20), raw), "context holds 12");
+    bad(llm.generate_ids(vec![1, 49_152], raw), "vocabulary size");
+    for (o, needle) in [
+        (
+            GenerateOptions {
+                temperature: f32::NAN,
+                ..raw
+            },
+            "temperature",
+        ),
+        (
+            GenerateOptions {
+                temperature: -1.0,
+                ..raw
+            },
+            "temperature",
+        ),
+        (GenerateOptions { top_p: 0.0, ..raw }, "top_p"),
+        (GenerateOptions { top_p: 1.5, ..raw }, "top_p"),
+    ] {
+        bad(llm.generate("Hi", o), needle);
+    }
+    // A context that fills: 10 prompt tokens, then the 11th and 12th positions; the answer
+    // says why it ended. Two generations run interleaved on one model with the same ids.
+    let mut a = llm.generate("Hi", GenerateOptions::default()).unwrap();
+    let mut b = llm.generate("Hi", GenerateOptions::default()).unwrap();
+    assert_eq!(a.prompt_ids().len(), 10);
+    let (mut ia, mut ib) = (Vec::new(), Vec::new());
+    loop {
+        let (x, y) = (a.next(), b.next());
+        match (x, y) {
+            (Some(x), Some(y)) => {
+                ia.push(x.unwrap().id);
+                ib.push(y.unwrap().id);
+            }
+            (None, None) => break,
+            other => panic!("the two generations parted: {other:?}"),
+        }
+    }
+    assert_eq!(ia, ib);
+    assert_eq!(a.finish(), Some(Finish::ContextFull), "{ia:?}");
+    assert_eq!(
+        ia.len(),
+        3,
+        "the prefill's token and two steps fill 12 positions"
+    );
+}

@@ -456,8 +456,23 @@ impl Model {
             self.table.row(id, &mut rows)?;
         }
         let mut x = self.device.tensor(&rows, &[n, c.hidden])?;
-        let (qc, qs) = self.rope_rows(start, n, c.heads)?;
-        let (kc, ks) = self.rope_rows(start, n, c.kv_heads)?;
+        // RoPE reads the position from the second-to-last axis: a step's single token is
+        // `[heads, 1, head_dim]`, and q and k share one row of tables; a prompt's `[n * heads,
+        // head_dim]` rows take tables repeated per head.
+        let ((qc, qs), (kc, ks)) = if n == 1 {
+            let t = self.rope_rows(start, 1, 1)?;
+            (t.clone(), t)
+        } else {
+            (
+                self.rope_rows(start, n, c.heads)?,
+                self.rope_rows(start, n, c.kv_heads)?,
+            )
+        };
+        let (q_rows, k_rows) = if n == 1 {
+            (vec![c.heads, 1, hd], vec![c.kv_heads, 1, hd])
+        } else {
+            (vec![n * c.heads, hd], vec![n * c.kv_heads, hd])
+        };
         let options = AttentionOptions {
             causal: true,
             layout: AttentionLayout::Bshd,
@@ -465,9 +480,9 @@ impl Model {
         };
         for (i, l) in self.layers.iter().enumerate() {
             let h = x.rms_norm(Some(&l.attn_norm), None, c.eps)?;
-            let q = l.q.apply(&h)?.reshape(&[n * c.heads, hd])?;
+            let q = l.q.apply(&h)?.reshape(&q_rows)?;
             let q = q.rope(&qc, &qs, RopeLayout::Interleaved)?;
-            let k = l.k.apply(&h)?.reshape(&[n * c.kv_heads, hd])?;
+            let k = l.k.apply(&h)?.reshape(&k_rows)?;
             let k = k.rope(&kc, &ks, RopeLayout::Interleaved)?;
             let k = k.reshape(&[1, n, c.kv_heads, hd])?;
             let v = l.v.apply(&h)?.reshape(&[1, n, c.kv_heads, hd])?;
@@ -502,14 +517,15 @@ impl KvCache {
         }
     }
 
-    /// Appends a step's keys and values to layer `i` and returns the layer's whole cache.
+    /// Appends a step's keys and values to layer `i` and returns the layer's whole cache
+    /// (grown in place on the CPU backend, copied into a new buffer elsewhere).
     fn append(&mut self, i: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        let join = |old: &Option<Tensor>, new: Tensor| match old {
-            Some(old) => Tensor::concat(&[old, &new], 1),
+        let join = |old: Option<Tensor>, new: Tensor| match old {
+            Some(old) => old.append_rows(&new, 1),
             None => Ok(new),
         };
-        let k = join(&self.k[i], k)?;
-        let v = join(&self.v[i], v)?;
+        let k = join(self.k[i].take(), k)?;
+        let v = join(self.v[i].take(), v)?;
         self.k[i] = Some(k.clone());
         self.v[i] = Some(v.clone());
         Ok((k, v))

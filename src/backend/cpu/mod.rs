@@ -55,6 +55,11 @@ impl CpuStorage {
     pub(crate) fn data(&self) -> &[f32] {
         &self.0
     }
+
+    /// Appends values (a buffer nothing else shares: see `Tensor::append_rows`).
+    pub(crate) fn extend(&mut self, data: &[f32]) {
+        self.0.extend_from_slice(data);
+    }
 }
 
 /// The CPU backend.
