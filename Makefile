@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -104,3 +104,8 @@ bench-chat: deps
 		npm install --no-audit --no-fund node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
 	$(CARGO) run --release --bin gpukit -- bench-chat --backend $(BACKEND)
 	node scripts/peers/llama_cpp.mjs target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $(BACKEND) $(THREADS)
+
+## The LLM in headless Chromium beside wllama (llama.cpp in wasm, installed into target/peers on
+## first use): decode and prefill on one thread, the CPU backend against wllama's CPU build.
+bench-wllama: www
+	node scripts/peers/wllama.mjs

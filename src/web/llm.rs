@@ -37,6 +37,8 @@ export interface GenerateOptions {
   seed?: number;
   /** Send the prompt as it is, without the chat template. */
   raw?: boolean;
+  /** Go on past end tokens, to maxTokens or a full context (for benchmarks). */
+  ignoreEos?: boolean;
 }
 export interface Generation {
   [Symbol.asyncIterator](): AsyncIterator<string, undefined>;
@@ -105,18 +107,22 @@ fn options(o: &JsValue) -> JsResult<GenerateOptions> {
             "topK" => out.top_k = whole(number(0.0, 1e9)?)? as usize,
             "topP" => out.top_p = number(1e-9, 1.0)? as f32,
             "seed" => out.seed = whole(number(0.0, 9_007_199_254_740_991.0)?)? as u64,
-            "raw" => {
-                out.raw = v.as_bool().ok_or_else(|| {
+            "raw" | "ignoreEos" => {
+                let b = v.as_bool().ok_or_else(|| {
                     js_error(format!(
-                        "generate: raw must be a boolean, got {}",
+                        "generate: {key} must be a boolean, got {}",
                         describe(&v)
                     ))
-                })?
+                })?;
+                match key.as_str() {
+                    "raw" => out.raw = b,
+                    _ => out.ignore_eos = b,
+                }
             }
             _ => {
                 return Err(js_error(format!(
                     "generate options: unknown key {key:?} (expected maxTokens, temperature, \
-                     topK, topP, seed, raw)"
+                     topK, topP, seed, raw, ignoreEos)"
                 )))
             }
         }
