@@ -38,6 +38,24 @@ const check = (ok, what) => {
   if (!ok) failures.push(what);
 };
 
+// Reloads `page` and checks that it gets ready again without requesting any file whose URL
+// holds `model`: the model comes from Cache Storage, not the server.
+async function reloadsFromCache(page, name, model) {
+  const fetched = [];
+  page.on("request", (r) => {
+    if (r.url().includes(model)) fetched.push(r.url());
+  });
+  await page.reload();
+  await page.waitForFunction(() => ["done", "error"].includes(document.body.dataset.status), null, {
+    timeout: 600_000,
+  });
+  const again = await page.evaluate(() => document.body.dataset.status);
+  check(
+    again === "done" && fetched.length === 0,
+    `${name}: a reload loads the model from the cache (${again}; fetched ${JSON.stringify(fetched)})`,
+  );
+}
+
 async function open(path, timeout = 300_000) {
   const page = await browser.newPage({ viewport: { width: 1100, height: 900 } });
   const errors = [];
@@ -247,22 +265,7 @@ try {
         check(want.test(top), `search: "${query}" ranks first: ${top}`);
       }
       await page.screenshot({ path: `${shots}/search.png`, fullPage: true });
-      // A reload reads the weights from Cache Storage: no request for them reaches the server.
-      const fetched = [];
-      page.on("request", (r) => {
-        if (r.url().includes("/models/all-minilm")) fetched.push(r.url());
-      });
-      await page.reload();
-      await page.waitForFunction(
-        () => ["done", "error"].includes(document.body.dataset.status),
-        null,
-        { timeout: 600_000 },
-      );
-      const again = await page.evaluate(() => document.body.dataset.status);
-      check(
-        again === "done" && fetched.length === 0,
-        `search: a reload loads the model from the cache (${again}; fetched ${JSON.stringify(fetched)})`,
-      );
+      await reloadsFromCache(page, "search", "/models/all-minilm");
     }
     check(errors.length === 0, `search: no page errors ${JSON.stringify(errors)}`);
     await page.close();
@@ -348,22 +351,7 @@ try {
       await answered();
       const finish = await page.evaluate(() => document.body.dataset.finish);
       check(finish === "stopped", `chat: the stop button ends the answer (${finish})`);
-      // A reload reads the model from Cache Storage.
-      const fetched = [];
-      page.on("request", (r) => {
-        if (r.url().includes("/models/smollm2")) fetched.push(r.url());
-      });
-      await page.reload();
-      await page.waitForFunction(
-        () => ["done", "error"].includes(document.body.dataset.status),
-        null,
-        { timeout: 600_000 },
-      );
-      const again = await page.evaluate(() => document.body.dataset.status);
-      check(
-        again === "done" && fetched.length === 0,
-        `chat: a reload loads the model from the cache (${again}; fetched ${JSON.stringify(fetched)})`,
-      );
+      await reloadsFromCache(page, "chat", "/models/smollm2");
     }
     check(errors.length === 0, `chat: no page errors ${JSON.stringify(errors)}`);
     await page.close();

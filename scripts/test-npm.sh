@@ -17,7 +17,7 @@ echo "test-npm: packed target/npm/$tarball ($(du -k "target/npm/$tarball" | cut 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cp tests/npm/api.mjs tests/npm/hostile.mjs tests/npm/smoke.mjs tests/npm/smoke.cjs tests/npm/usage.ts tests/npm/usage-web.ts \
-  tests/npm/models.mjs tests/npm/llm.mjs tests/npm/usage-models.ts \
+  tests/npm/models.mjs tests/npm/llm.mjs tests/npm/expect.mjs tests/npm/usage-models.ts \
   tests/npm/tsconfig.json "$dir/"
 cd "$dir"
 npm init -y >/dev/null

@@ -12,6 +12,8 @@ use std::sync::OnceLock;
 use gpukit::models::{Bpe, GenerateOptions, Gguf, Llm};
 use gpukit::Device;
 
+#[path = "common/backends.rs"]
+mod backends;
 #[path = "common/llama_reference.rs"]
 mod llama_reference;
 
@@ -323,24 +325,12 @@ fn llm_matches_an_f64_reference_on_the_cpu() {
 
 #[test]
 fn llm_matches_an_f64_reference_on_the_gpu() {
-    let device = Device::with_backend_blocking(gpukit::Backend::Vulkan)
-        .expect("make test installs lavapipe, so a Vulkan adapter exists");
-    check(&device);
+    check(&backends::vulkan());
 }
 
 #[test]
 fn llm_matches_an_f64_reference_on_cuda() {
-    match Device::with_backend_blocking(gpukit::Backend::Cuda) {
-        Ok(device) => check(&device),
-        Err(e) if std::env::var_os("GPUKIT_REQUIRE_CUDA").is_some() => {
-            panic!("GPUKIT_REQUIRE_CUDA is set but CUDA cannot run: {e}")
-        }
-        // Written past the test harness's capture, so every run shows the skip and why.
-        Err(e) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED (cuda): {e}");
-        }
-    }
+    backends::on_cuda(check);
 }
 
 #[test]

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use gpukit::models::{Embedder, WordPiece};
 use gpukit::Device;
 
+#[path = "common/backends.rs"]
+mod backends;
 #[path = "common/bert_reference.rs"]
 mod bert_reference;
 #[allow(dead_code)]
@@ -154,31 +156,18 @@ fn embeddings_match_an_f64_reference_on_the_cpu() {
 
 #[test]
 fn embeddings_match_an_f64_reference_on_the_gpu() {
-    let device = Device::with_backend_blocking(gpukit::Backend::Vulkan)
-        .expect("make test installs lavapipe, so a Vulkan adapter exists");
-    check(&device);
+    check(&backends::vulkan());
 }
 
 #[test]
 fn embeddings_match_an_f64_reference_on_cuda() {
-    match Device::with_backend_blocking(gpukit::Backend::Cuda) {
-        Ok(device) => check(&device),
-        Err(e) if std::env::var_os("GPUKIT_REQUIRE_CUDA").is_some() => {
-            panic!("GPUKIT_REQUIRE_CUDA is set but CUDA cannot run: {e}")
-        }
-        // Written past the test harness's capture, so every run shows the skip and why.
-        Err(e) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED (cuda): {e}");
-        }
-    }
+    backends::on_cuda(check);
 }
 
 #[test]
 fn hostile_inputs_embed_or_fail_clearly() {
     // On the GPU adapter (lavapipe in CI): the CPU backend is slow in an unoptimised test build.
-    let device = Device::with_backend_blocking(gpukit::Backend::Vulkan)
-        .expect("make test installs lavapipe, so a Vulkan adapter exists");
+    let device = backends::vulkan();
     let embedder = Embedder::load(&device, model_dir()).unwrap();
     // A batch of 1,000 short texts (run in parts sorted by length): empty strings, unknown
     // words, control characters, emoji.

@@ -8,20 +8,10 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { Gpu, Llm } from "gpukit/models";
+import { rejects, throws } from "./expect.mjs";
 
 const [modelFile, root] = process.argv.slice(2);
 const [reference] = JSON.parse(readFileSync(process.env.GPUKIT_LLM_REFERENCE, "utf8"));
-const rejects = async (f, pattern, what) => {
-  try {
-    await f();
-  } catch (e) {
-    assert.ok(e instanceof Error, `${what}: threw a non-Error ${e}`);
-    assert.match(e.message, pattern, `${what}: ${e.message}`);
-    return;
-  }
-  assert.fail(`${what}: no error`);
-};
-const throws = (f, pattern, what) => rejects(async () => f(), pattern, what);
 
 const gpu = await Gpu.create({ backend: "cpu" });
 const bytes = readFileSync(modelFile);

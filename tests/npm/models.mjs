@@ -7,21 +7,12 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Gpu, Embedder } from "gpukit/models";
+import { rejects } from "./expect.mjs";
 
 const [modelDir, root] = process.argv.slice(2);
 const TEXTS = JSON.parse(readFileSync(join(root, "tests/data/embedding_texts.json"), "utf8"));
 const reference = JSON.parse(readFileSync(process.env.GPUKIT_REFERENCE, "utf8"));
 const cosine = (a, b) => a.reduce((s, v, i) => s + v * b[i], 0);
-const rejects = async (f, pattern, what) => {
-  try {
-    await f();
-  } catch (e) {
-    assert.ok(e instanceof Error, `${what}: threw a non-Error ${e}`);
-    assert.match(e.message, pattern, `${what}: ${e.message}`);
-    return;
-  }
-  assert.fail(`${what}: no error`);
-};
 
 const gpu = await Gpu.create({ backend: "cpu" });
 const files = {
