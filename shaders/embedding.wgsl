@@ -31,3 +31,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         out[i] = 0x7fff7fffu;
     }
 }
+
+// The other way: src rows written into a tensor of `vocab` rows from the row that `ids[0]`
+// names, in place (a KV cache's store, replayed with a new position each run). `table` holds
+// the rows, `out` the destination; rows that would land past the end are dropped.
+@compute @workgroup_size(256)
+fn write_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= params.n) {
+        return;
+    }
+    let at = ids[0];
+    let r = i / params.dim;
+    if (at >= params.vocab || r >= params.vocab - at) {
+        return;
+    }
+    out[(at + r) * params.dim + i % params.dim] = table[i];
+}

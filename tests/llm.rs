@@ -334,10 +334,25 @@ fn llm_matches_an_f64_reference_on_cuda() {
 }
 
 #[test]
-fn generation_edges_are_handled() {
+fn generation_edges_are_handled_on_the_cpu() {
+    generation_edges(&Device::cpu());
+}
+
+/// On a device that replays graphs: the preallocated cache, the recorded decode step and its
+/// sampling output.
+#[test]
+fn generation_edges_are_handled_on_the_gpu() {
+    generation_edges(&backends::vulkan());
+}
+
+#[test]
+fn generation_edges_are_handled_on_cuda() {
+    backends::on_cuda(generation_edges);
+}
+
+fn generation_edges(device: &Device) {
     use gpukit::models::Finish;
-    let device = Device::cpu();
-    let llm = Llm::from_bytes(&device, model_bytes(), Some(12)).unwrap();
+    let llm = Llm::from_bytes(device, model_bytes(), Some(12)).unwrap();
     assert_eq!(llm.context(), 12);
     let bad = |r: gpukit::Result<gpukit::models::Generation>, needle: &str| {
         let e = r.err().expect(needle).to_string();
@@ -393,5 +408,31 @@ fn generation_edges_are_handled() {
         ia.len(),
         3,
         "the prefill's token and two steps fill 12 positions"
+    );
+    // Sampling: the same seed gives the same answer; top_k 1 is greedy whatever the
+    // temperature; another seed at a high temperature gives another answer.
+    let greedy: Vec<u32> = llm
+        .generate("Hi", GenerateOptions::default())
+        .unwrap()
+        .map(|t| t.unwrap().id)
+        .collect();
+    let sampled = |temperature: f32, top_k: usize, seed: u64| -> Vec<u32> {
+        let o = GenerateOptions {
+            temperature,
+            top_k,
+            seed,
+            ..Default::default()
+        };
+        llm.generate("Hi", o)
+            .unwrap()
+            .map(|t| t.unwrap().id)
+            .collect()
+    };
+    assert_eq!(sampled(0.8, 1, 7), greedy, "top_k 1 is greedy");
+    let hot: Vec<Vec<u32>> = (0..6).map(|seed| sampled(5.0, 0, seed)).collect();
+    assert_eq!(sampled(5.0, 0, 3), hot[3], "one seed, one answer");
+    assert!(
+        hot.iter().any(|h| h != &hot[0]),
+        "six seeds at temperature 5 gave one answer: {hot:?}"
     );
 }

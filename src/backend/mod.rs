@@ -22,7 +22,7 @@ use crate::ops::cast::CastSpec;
 use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
 use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
-use crate::ops::embedding::EmbeddingSpec;
+use crate::ops::embedding::{EmbeddingSpec, WriteRowsSpec};
 use crate::ops::fused::FusedSpec;
 use crate::ops::layout::LayoutSpec;
 use crate::ops::matmul::MatmulSpec;
@@ -422,6 +422,31 @@ impl BackendImpl {
         spec: EmbeddingSpec,
     ) -> Result<Storage> {
         dispatch!(self.embedding(one table, one ids; spec), spec)
+    }
+
+    /// Writes rows into `dst` in place (see [`WriteRowsSpec`]); only the backends that replay
+    /// graphs have it.
+    pub(crate) fn write_rows(
+        &self,
+        dst: &Storage,
+        src: &Storage,
+        at: &Storage,
+        spec: WriteRowsSpec,
+    ) -> Result<()> {
+        match (self, dst, src, at) {
+            (BackendImpl::Wgpu(be), Storage::Wgpu(d), Storage::Wgpu(s), Storage::Wgpu(a)) => {
+                be.encode_write_rows(d, s, a, spec)
+            }
+            #[cfg(cuda)]
+            (BackendImpl::Cuda(be), Storage::Cuda(d), Storage::Cuda(s), Storage::Cuda(a)) => {
+                be.write_rows(d, s, a, spec)
+            }
+            (BackendImpl::Meta, ..) => Ok(()),
+            _ => Err(crate::error::Error::InvalidArgument {
+                op: "write_rows",
+                reason: "in-place writes need a backend that replays graphs (wgpu or CUDA)".into(),
+            }),
+        }
     }
 
     pub(crate) fn rope(

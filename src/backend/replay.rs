@@ -52,6 +52,16 @@ impl BackendImpl {
         }
     }
 
+    /// Whether [`BackendImpl::capture`] records (wgpu and CUDA) rather than declining.
+    pub(crate) fn replays(&self) -> bool {
+        match self {
+            BackendImpl::Wgpu(_) => true,
+            #[cfg(cuda)]
+            BackendImpl::Cuda(_) => true,
+            _ => false,
+        }
+    }
+
     /// Runs `execute` once while capturing it for replay; `None` where this backend cannot
     /// replay (the CPU, hybrid and shape-only devices run a graph's ops again instead).
     pub(crate) fn capture<T>(&self, execute: impl Fn() -> Result<T>) -> Result<Option<Capture<T>>> {

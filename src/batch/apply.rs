@@ -208,6 +208,15 @@ impl Batch {
     /// `x x w^T` with a quantized weight on the batch's device (see
     /// [`Tensor::matmul_quant`]).
     pub fn matmul_quant(&mut self, x: Value, w: Rc<QuantTensor>) -> Result<Value> {
+        self.matmul_quant_by(x, w)
+    }
+
+    /// [`Batch::matmul_quant`] with the weight behind any owning pointer (an `Arc` shared
+    /// with a model).
+    pub(crate) fn matmul_quant_by<W>(&mut self, x: Value, w: W) -> Result<Value>
+    where
+        W: std::ops::Deref<Target = QuantTensor> + 'static,
+    {
         // The weight is real data, so the shape rule is checked here rather than on a
         // shape-only tensor.
         if !w.device.same(&self.device) {

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::models::llama::{KvCache, Llm, Model};
+use crate::models::decode::{Decoder, KvCache, Picked};
+use crate::models::llama::{Llm, Model};
 use crate::Tensor;
 
 /// How [`Llm::generate`] picks tokens and when it stops.
@@ -67,15 +68,17 @@ pub struct Token {
 }
 
 /// A generation in progress: call [`Generation::next_token`] (or iterate, natively) for each
-/// token as it comes. Each holds its own KV cache, so several may run on one model.
+/// token as it comes. Each holds its own KV cache, so several may run on one model. Not
+/// `Send` (its recorded decode step holds the batch it was recorded from): make and use a
+/// generation on one thread (the [`Llm`] itself is `Send` and `Sync`).
 pub struct Generation {
     llm: std::sync::Arc<Model>,
     options: GenerateOptions,
     cache: KvCache,
     prompt: Vec<u32>,
     ids: Vec<u32>,
-    /// The logits of the next position, once the prefill or the last step ran.
-    logits: Option<Tensor>,
+    /// The recorded decode step, made at the first step where the cache is preallocated.
+    decoder: Option<Decoder>,
     rng: u64,
     pending: Vec<u8>,
     finish: Option<Finish>,
@@ -134,13 +137,15 @@ impl Llm {
                 m.context
             )));
         }
+        // Room for the prompt and every new token but the last (which is never run).
+        let capacity = ids.len().saturating_add(o.max_tokens).min(m.context);
         Ok(Generation {
             llm: m.clone(),
             options,
-            cache: KvCache::new(m.config.layers),
+            cache: KvCache::new(m, capacity)?,
             prompt: ids,
             ids: Vec::new(),
-            logits: None,
+            decoder: None,
             rng: o.seed ^ 0x9e37_79b9_7f4a_7c15,
             pending: Vec::new(),
             finish: None,
@@ -187,20 +192,20 @@ impl Generation {
 
     async fn step(&mut self) -> Result<Option<Token>> {
         let start = web_time::Instant::now();
-        let prefill = self.logits.is_none();
-        let logits = match self.logits.take() {
-            Some(l) => l,
+        let id = match self.ids.last().copied() {
             None => {
                 let prompt = self.prompt.clone();
-                self.llm.forward(&prompt, &mut self.cache)?
+                let logits = self.llm.forward(&prompt, &mut self.cache)?;
+                let id = self.pick(&logits).await?;
+                self.prefill_time += start.elapsed();
+                id
+            }
+            Some(last) => {
+                let id = self.decode(last).await?;
+                self.decode_time += start.elapsed();
+                id
             }
         };
-        let id = self.pick(&logits).await?;
-        if prefill {
-            self.prefill_time += start.elapsed();
-        } else {
-            self.decode_time += start.elapsed();
-        }
         if !self.options.ignore_eos && self.llm.stop_ids.contains(&id) {
             self.finish = Some(Finish::Stop);
             return Ok(None);
@@ -210,16 +215,57 @@ impl Generation {
             self.finish = Some(Finish::Length);
         } else if self.cache.len >= self.llm.context {
             self.finish = Some(Finish::ContextFull);
-        } else {
-            // Enqueue the next step now: it runs while the caller handles this token.
-            let t = web_time::Instant::now();
-            self.logits = Some(self.llm.forward(&[id], &mut self.cache)?);
-            self.decode_time += t.elapsed();
         }
         Ok(Some(Token {
             id,
             text: self.text_of(id),
         }))
+    }
+
+    /// Runs token `last` at the next position and picks the one after it: through the
+    /// recorded step where the cache is preallocated, op by op elsewhere.
+    async fn decode(&mut self, last: u32) -> Result<u32> {
+        if self.cache.capacity().is_none() {
+            let logits = self.llm.forward(&[last], &mut self.cache)?;
+            return self.pick(&logits).await;
+        }
+        let decoder = match &mut self.decoder {
+            Some(d) => d,
+            None => self
+                .decoder
+                .insert(Decoder::new(&self.llm, &self.cache, self.candidates())?),
+        };
+        let mut row = Vec::with_capacity(self.llm.config.hidden);
+        self.llm.embed(last, &mut row)?;
+        match decoder.step(&row, &mut self.cache).await? {
+            Picked::Id(id) => Ok(id),
+            Picked::Candidates(values, ids) => Ok(self.sample(&values, &ids)),
+        }
+    }
+
+    /// How many of the largest logits sampling draws from; `None` when greedy.
+    fn candidates(&self) -> Option<usize> {
+        let o = self.options;
+        if o.temperature == 0.0 {
+            return None;
+        }
+        let k = match o.top_k {
+            0 => SAMPLE_CANDIDATES,
+            k => k.min(SAMPLE_CANDIDATES),
+        };
+        Some(k.min(self.llm.config.vocab))
+    }
+
+    /// Draws one of `ids` (the largest logits `values`, largest first).
+    fn sample(&mut self, values: &[f32], ids: &[u32]) -> u32 {
+        let draw = next_uniform(&mut self.rng);
+        sample(
+            values,
+            ids,
+            self.options.temperature,
+            self.options.top_p,
+            draw,
+        )
     }
 
     /// The bytes of `id` added to any incomplete character before them; the complete
@@ -242,22 +288,14 @@ impl Generation {
     }
 
     async fn pick(&mut self, logits: &Tensor) -> Result<u32> {
-        let o = self.options;
-        if o.temperature == 0.0 {
+        let Some(k) = self.candidates() else {
             let id = logits.argmax_last()?.read_as::<u32>().await?;
             return id.first().copied().ok_or_else(|| invalid("no logits"));
-        }
-        let vocab = self.llm.config.vocab;
-        let k = match o.top_k {
-            0 => SAMPLE_CANDIDATES,
-            k => k.min(SAMPLE_CANDIDATES),
-        }
-        .min(vocab);
+        };
         let (values, indices) = logits.topk_last(k)?;
         let values = values.read().await?;
         let indices = indices.read_as::<u32>().await?;
-        let draw = next_uniform(&mut self.rng);
-        Ok(sample(&values, &indices, o.temperature, o.top_p, draw))
+        Ok(self.sample(&values, &indices))
     }
 }
 

@@ -12,6 +12,7 @@
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::bpe::Bpe;
+use crate::models::decode::KvCache;
 use crate::models::gguf::{Gguf, TensorType};
 use crate::ops::{AttentionLayout, AttentionOptions, MatmulOptions, RopeLayout};
 use crate::QuantFormat;
@@ -94,9 +95,9 @@ fn array_len(v: &crate::models::gguf::Value) -> Result<usize> {
         .ok_or_else(|| invalid("no vocabulary size"))
 }
 
-/// A linear layer's weight, `[out, in]`.
-enum Linear {
-    Quant(QuantTensor),
+/// A linear layer's weight, `[out, in]` (shared with recorded decode steps).
+pub(crate) enum Linear {
+    Quant(std::sync::Arc<QuantTensor>),
     Dense(Tensor),
 }
 
@@ -127,16 +128,16 @@ impl Linear {
     }
 }
 
-struct Layer {
-    attn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    ffn_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+pub(crate) struct Layer {
+    pub(crate) attn_norm: Tensor,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
+    pub(crate) ffn_norm: Tensor,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
 }
 
 /// The host copy of the embedding table, in its file format.
@@ -201,12 +202,14 @@ pub(crate) struct Model {
     pub(crate) device: Device,
     pub(crate) config: LlmConfig,
     pub(crate) tokenizer: Bpe,
-    layers: Vec<Layer>,
-    out_norm: Tensor,
-    lm_head: Linear,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) out_norm: Tensor,
+    pub(crate) lm_head: Linear,
     table: HostTable,
     /// `cos` and `sin` of every position up to the context, `[context, head_dim / 2]`.
     rope: (Vec<f32>, Vec<f32>),
+    /// The same tables on the device, for a recorded step to gather its position's row.
+    pub(crate) rope_table: (Tensor, Tensor),
     pub(crate) context: usize,
     /// Ids that end an answer (`<|im_end|>`, the end-of-sequence token).
     pub(crate) stop_ids: Vec<u32>,
@@ -292,7 +295,9 @@ impl Llm {
                 )));
             }
             Ok(match t.kind {
-                TensorType::Quant(q) => Linear::Quant(device.quantized(data, q, rows, cols)?),
+                TensorType::Quant(q) => {
+                    Linear::Quant(std::sync::Arc::new(device.quantized(data, q, rows, cols)?))
+                }
                 TensorType::F32 => {
                     Linear::Dense(device.tensor_from_bytes(data, DType::F32, &[rows, cols])?)
                 }
@@ -364,6 +369,10 @@ impl Llm {
                 bytes: embd_bytes.to_vec(),
                 dim: c.hidden,
             },
+            rope_table: (
+                device.tensor(&cos, &[context, half])?,
+                device.tensor(&sin, &[context, half])?,
+            ),
             rope: (cos, sin),
             context,
             stop_ids,
@@ -404,7 +413,7 @@ impl Llm {
     /// The logits of the token after `ids` (run from an empty context): `vocab` values, for
     /// scoring or checking the model.
     pub async fn logits(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        let mut cache = KvCache::new(self.model.config.layers);
+        let mut cache = KvCache::new(&self.model, ids.len())?;
         self.model.forward(ids, &mut cache)?.read().await
     }
 
@@ -416,6 +425,11 @@ impl Llm {
 }
 
 impl Model {
+    /// Appends token `id`'s embedding row, dequantised.
+    pub(crate) fn embed(&self, id: u32, out: &mut Vec<f32>) -> Result<()> {
+        self.table.row(id, out)
+    }
+
     /// RoPE tables for `n` tokens from position `start`, each row repeated for `heads` heads:
     /// `[n * heads, head_dim / 2]`, matching a `[n, heads, head_dim]` tensor's rows.
     fn rope_rows(&self, start: usize, n: usize, heads: usize) -> Result<(Tensor, Tensor)> {
@@ -478,6 +492,7 @@ impl Model {
             layout: AttentionLayout::Bshd,
             ..Default::default()
         };
+        let at = cache.position(self)?;
         for (i, l) in self.layers.iter().enumerate() {
             let h = x.rms_norm(Some(&l.attn_norm), None, c.eps)?;
             let q = l.q.apply(&h)?.reshape(&q_rows)?;
@@ -486,7 +501,7 @@ impl Model {
             let k = k.rope(&kc, &ks, RopeLayout::Interleaved)?;
             let k = k.reshape(&[1, n, c.kv_heads, hd])?;
             let v = l.v.apply(&h)?.reshape(&[1, n, c.kv_heads, hd])?;
-            let (k, v) = cache.append(i, k, v)?;
+            let (k, v) = cache.append(i, k, v, at.as_ref())?;
             let q = q.reshape(&[1, n, c.heads, hd])?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
             x = x.add(&l.o.apply(&att)?)?;
@@ -498,37 +513,6 @@ impl Model {
         let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };
         let h = last.rms_norm(Some(&self.out_norm), None, c.eps)?;
         self.lm_head.apply(&h)
-    }
-}
-
-/// Per layer, the keys and values of every position so far, `[1, len, kv_heads, head_dim]`.
-pub(crate) struct KvCache {
-    k: Vec<Option<Tensor>>,
-    v: Vec<Option<Tensor>>,
-    pub len: usize,
-}
-
-impl KvCache {
-    pub(crate) fn new(layers: usize) -> KvCache {
-        KvCache {
-            k: vec![None; layers],
-            v: vec![None; layers],
-            len: 0,
-        }
-    }
-
-    /// Appends a step's keys and values to layer `i` and returns the layer's whole cache
-    /// (grown in place on the CPU backend, copied into a new buffer elsewhere).
-    fn append(&mut self, i: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        let join = |old: Option<Tensor>, new: Tensor| match old {
-            Some(old) => old.append_rows(&new, 1),
-            None => Ok(new),
-        };
-        let k = join(self.k[i].take(), k)?;
-        let v = join(self.v[i].take(), v)?;
-        self.k[i] = Some(k.clone());
-        self.v[i] = Some(v.clone());
-        Ok((k, v))
     }
 }
 

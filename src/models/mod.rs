@@ -6,6 +6,7 @@
 
 pub mod bert;
 pub mod bpe;
+mod decode;
 pub mod generate;
 pub mod gguf;
 pub mod llama;

@@ -101,3 +101,86 @@ impl OpSpec for EmbeddingSpec {
         Work::elements(self.count * self.dim, 2)
     }
 }
+
+/// `rows` rows of `width` 32-bit words written into a tensor of `capacity` rows, from the row
+/// that a u32 device value names: the in-place store of a KV cache that a recorded decode step
+/// replays (see [`Tensor::write_rows`]). Rows that would land past `capacity` are dropped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteRowsSpec {
+    pub rows: usize,
+    pub width: usize,
+    pub capacity: usize,
+}
+
+impl OpSpec for WriteRowsSpec {
+    fn name(&self) -> &'static str {
+        "write_rows"
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.rows * self.width, 2)
+    }
+}
+
+impl Tensor {
+    /// Writes `rows` into this tensor **in place** along `axis`, starting at the index held by
+    /// `at` (a one-element u32 device tensor, so a [`Graph`](crate::Graph) replays the write
+    /// at a new place each run), and returns a tensor sharing this one's storage, so that ops
+    /// recorded after it read what it wrote. Axes before `axis` must be 1 and the others equal
+    /// `rows`'. Rows that would land past the end are dropped: `at` is not read back.
+    ///
+    /// Tensors are otherwise values; this is for buffers the caller owns alone, such as a
+    /// preallocated KV cache, on backends that replay graphs (wgpu and CUDA). The CPU backend,
+    /// whose graphs run their ops again, refuses it.
+    pub(crate) fn write_rows(&self, axis: usize, at: &Tensor, rows: &Tensor) -> Result<Tensor> {
+        let op = "write_rows";
+        self.same_device(rows, op)?;
+        self.same_device(at, op)?;
+        at.expect_integer(op, "at")?;
+        let (s, r) = (self.shape(), rows.shape());
+        if s.len() != r.len()
+            || axis >= s.len()
+            || s[..axis].iter().any(|&d| d != 1)
+            || r[..axis].iter().any(|&d| d != 1)
+            || s[axis + 1..] != r[axis + 1..]
+            || self.dtype() != rows.dtype()
+            || at.len() != 1
+        {
+            return Err(Error::shape(
+                op,
+                s,
+                r,
+                "(rows of the same width and dtype, leading axes of 1, one u32 index)",
+            ));
+        }
+        if !self.is_contiguous() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "the destination must be a whole tensor, not a view".into(),
+            });
+        }
+        if !rows.is_contiguous() || !at.is_contiguous() {
+            return self.write_rows(axis, &at.contiguous()?, &rows.contiguous()?);
+        }
+        let elems: usize = s[axis + 1..].iter().product();
+        let width = match self.dtype().size() {
+            4 => elems,
+            _ if elems.is_multiple_of(2) => elems / 2,
+            _ => {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("half rows of {elems} elements (an odd count) are not words"),
+                })
+            }
+        };
+        let spec = WriteRowsSpec {
+            rows: r[axis],
+            width,
+            capacity: s[axis],
+        };
+        self.device()
+            .op(&spec)
+            .write_rows(self.storage(), rows.storage(), at.storage(), spec)?;
+        Ok(self.clone())
+    }
+}

@@ -12,7 +12,7 @@ use crate::ops::cast::CastSpec;
 use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
 use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
-use crate::ops::embedding::EmbeddingSpec;
+use crate::ops::embedding::{EmbeddingSpec, WriteRowsSpec};
 use crate::ops::fused::{Expr, FusedSpec, MAX_INPUTS};
 use crate::ops::layout::{CopySpec, LayoutSpec, MAX_RANK};
 use crate::ops::matmul::MatmulSpec;
@@ -521,5 +521,31 @@ impl Kernels {
         let id = fused::fused_id(&source);
         self.register_fused(key, id, source);
         Ok(Entry::Fused(id))
+    }
+}
+
+impl CudaBackend {
+    /// See [`WriteRowsSpec`]: `spec.rows` rows of `dst` rewritten in place from the row that
+    /// `at` names.
+    pub(crate) fn write_rows(
+        &self,
+        dst: &CudaStorage,
+        src: &CudaStorage,
+        at: &CudaStorage,
+        spec: WriteRowsSpec,
+    ) -> Result<()> {
+        let n = spec.rows * spec.width;
+        if n == 0 {
+            return Ok(());
+        }
+        let args = [
+            p(src),
+            p(at),
+            u(spec.rows),
+            u(spec.width),
+            u(spec.capacity),
+            p(dst),
+        ];
+        self.launch_1d(Entry::WriteRows, n as u64, &args)
     }
 }

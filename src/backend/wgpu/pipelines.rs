@@ -114,6 +114,8 @@ pub(crate) enum Kernel {
     },
     Copy,
     Embedding,
+    /// embedding.wgsl's in-place row store (`Tensor::write_rows`).
+    WriteRows,
     Rope {
         interleaved: bool,
     },
@@ -165,7 +167,7 @@ impl Kernel {
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
             Kernel::Copy => Shader::Layout,
-            Kernel::Embedding => Shader::Embedding,
+            Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention { .. } => Shader::Attention,
             Kernel::TopK => Shader::TopK,
@@ -242,6 +244,7 @@ impl Kernel {
             | Kernel::Gemv { .. }
             | Kernel::Fused { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
+            Kernel::WriteRows => "write_rows",
             Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -276,7 +279,8 @@ impl Kernel {
             | Kernel::SoftmaxCombine
             | Kernel::SoftmaxApply { .. }
             | Kernel::Compare
-            | Kernel::Embedding => Layout::TwoInputs,
+            | Kernel::Embedding
+            | Kernel::WriteRows => Layout::TwoInputs,
             Kernel::Cast => Layout::OneInput,
         }
     }
@@ -296,6 +300,7 @@ impl Kernel {
             | Kernel::SoftmaxCombine
             | Kernel::Copy
             | Kernel::Embedding
+            | Kernel::WriteRows
             | Kernel::TopK
             | Kernel::Where
             | Kernel::Fused { .. } => vec![],

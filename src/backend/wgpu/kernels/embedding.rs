@@ -3,7 +3,7 @@
 use super::super::{WgpuBackend, WgpuStorage};
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::Result;
-use crate::ops::embedding::EmbeddingSpec;
+use crate::ops::embedding::{EmbeddingSpec, WriteRowsSpec};
 use bytemuck::{Pod, Zeroable};
 
 #[repr(C)]
@@ -48,5 +48,40 @@ impl WgpuBackend {
             n.div_ceil(WG),
         )?;
         Ok(s.storage(out))
+    }
+
+    /// See [`WriteRowsSpec`]: rows of `dst` rewritten in place from the row `at` names.
+    pub(crate) fn encode_write_rows(
+        &self,
+        dst: &WgpuStorage,
+        src: &WgpuStorage,
+        at: &WgpuStorage,
+        spec: WriteRowsSpec,
+    ) -> Result<()> {
+        let n = spec.rows as u64 * spec.width as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let s = self.begin()?;
+        let dst_len = spec.capacity as u64 * spec.width as u64;
+        s.check_binding("the rows written", n)?;
+        s.check_binding("the tensor written into", dst_len)?;
+        let p = EmbeddingParams {
+            n: u32_of(n, "rows written")?,
+            dim: spec.width as u32,
+            vocab: u32_of(spec.capacity as u64, "rows of the tensor written into")?,
+            _pad: 0,
+        };
+        let (sb, ab, db) = (src.buffer()?, at.buffer()?, dst.buffer()?);
+        let mut st = s.state();
+        let binds = [whole(sb, n), whole(ab, 1), whole(db, dst_len)];
+        s.dispatch(
+            &mut st,
+            Kernel::WriteRows,
+            bytemuck::bytes_of(&p),
+            &binds,
+            n.div_ceil(WG),
+        )?;
+        Ok(())
     }
 }

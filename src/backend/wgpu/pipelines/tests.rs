@@ -27,6 +27,7 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::SoftmaxApply { log: true },
         Kernel::Copy,
         Kernel::Embedding,
+        Kernel::WriteRows,
         Kernel::Rope { interleaved: false },
         Kernel::Rope { interleaved: true },
         Kernel::Attention {
@@ -158,9 +159,10 @@ fn variant(k: Kernel) -> usize {
         Kernel::Where => 20,
         Kernel::Cast => 21,
         Kernel::Compare => 22,
+        Kernel::WriteRows => 23,
     }
 }
-const VARIANTS: usize = 23;
+const VARIANTS: usize = 24;
 
 #[test]
 fn every_kernel_variant_is_checked() {

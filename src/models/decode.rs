@@ -1,0 +1,328 @@
+//! The KV cache of a generation and the decode step recorded once and replayed.
+//!
+//! On the backends that replay graphs (wgpu and CUDA) the cache is preallocated for the whole
+//! generation, `[1, capacity, kv_heads, head_dim]` a layer, and written in place at a position
+//! held on the device; so one decode step has the same shapes and buffers at every position,
+//! and [`Decoder`] records it once as a [`Graph`] (a CUDA graph natively on NVIDIA, the kept
+//! dispatches on wgpu) that takes the token's embedding row, its position and the key count as
+//! inputs and gives back only the chosen id (or the sampling candidates). On the CPU backend,
+//! where a graph would run its ops again anyway, the cache grows in place instead and each step
+//! runs its ops directly.
+
+use crate::batch::{Graph, Value};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::llama::{Linear, Model};
+use crate::ops::{AttentionLayout, AttentionOptions, RopeLayout};
+use crate::{Batch, Tensor};
+
+/// Per layer, the keys and values of every position so far.
+pub(crate) struct KvCache {
+    store: Store,
+    /// Positions filled.
+    pub len: usize,
+}
+
+enum Store {
+    /// `[1, len, kv_heads, head_dim]` a layer, grown by each step (in place on the CPU).
+    Grown(Vec<Option<(Tensor, Tensor)>>),
+    /// `[1, capacity, kv_heads, head_dim]` a layer, written in place.
+    Fixed(Vec<(Tensor, Tensor)>),
+}
+
+impl KvCache {
+    /// A cache for `capacity` positions: preallocated where the device replays graphs.
+    pub(crate) fn new(model: &Model, capacity: usize) -> Result<KvCache> {
+        let c = &model.config;
+        let store = if model.device.backend().replays() {
+            let shape = [1, capacity, c.kv_heads, c.head_dim()];
+            let zero = model.device.tensor(&[0.0], &[1, 1, 1, 1])?;
+            let mut layers = Vec::with_capacity(c.layers);
+            for _ in 0..c.layers {
+                let k = zero.broadcast_to(&shape)?.contiguous()?;
+                let v = zero.broadcast_to(&shape)?.contiguous()?;
+                layers.push((k, v));
+            }
+            Store::Fixed(layers)
+        } else {
+            Store::Grown(vec![None; c.layers])
+        };
+        Ok(KvCache { store, len: 0 })
+    }
+
+    /// Positions the cache can hold, where it is preallocated.
+    pub(crate) fn capacity(&self) -> Option<usize> {
+        match &self.store {
+            Store::Fixed(l) => l.first().map(|(k, _)| k.shape()[1]),
+            Store::Grown(_) => None,
+        }
+    }
+
+    /// Where a preallocated cache takes the next rows: `len` on the device (one u32).
+    pub(crate) fn position(&self, model: &Model) -> Result<Option<Tensor>> {
+        match self.store {
+            Store::Fixed(_) => {
+                let at = position(self.len)?;
+                Ok(Some(model.device.tensor_of(&[at], &[1])?))
+            }
+            Store::Grown(_) => Ok(None),
+        }
+    }
+
+    /// Appends `n` positions' keys and values (`[1, n, kv_heads, head_dim]`) to layer `i` and
+    /// returns every position's so far (`at` from [`KvCache::position`]).
+    pub(crate) fn append(
+        &mut self,
+        i: usize,
+        k: Tensor,
+        v: Tensor,
+        at: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let n = k.shape()[1];
+        match (&mut self.store, at) {
+            (Store::Fixed(layers), Some(at)) => {
+                let (kc, vc) = &layers[i];
+                let end = self.len + n;
+                let k = kc.write_rows(1, at, &k)?.slice(1, 0..end)?;
+                let v = vc.write_rows(1, at, &v)?.slice(1, 0..end)?;
+                Ok((k, v))
+            }
+            (Store::Grown(layers), _) => {
+                let (k, v) = match layers[i].take() {
+                    Some((ok, ov)) => (ok.append_rows(&k, 1)?, ov.append_rows(&v, 1)?),
+                    None => (k, v),
+                };
+                layers[i] = Some((k.clone(), v.clone()));
+                Ok((k, v))
+            }
+            (Store::Fixed(_), None) => Err(Error::InvalidArgument {
+                op: "llm",
+                reason: "a preallocated KV cache needs the position".into(),
+            }),
+        }
+    }
+}
+
+/// What a decode step gives back.
+#[derive(Clone, Copy)]
+enum Pick {
+    /// The argmax id.
+    Greedy(Value),
+    /// `[2, k]`: the `k` largest logits, then their ids as f32.
+    Candidates(Value, usize),
+}
+
+/// What one decode step returned.
+pub(crate) enum Picked {
+    /// The argmax id.
+    Id(u32),
+    /// The largest logits and their ids, largest first.
+    Candidates(Vec<f32>, Vec<u32>),
+}
+
+/// One decode step of a model over a preallocated cache, recorded once and replayed (see the
+/// module docs). Not `Send`: a generation belongs to the thread that made it.
+pub(crate) struct Decoder {
+    graph: Graph,
+    row: Value,
+    position: Value,
+    keys: Value,
+    pick: Pick,
+}
+
+impl Decoder {
+    /// Records the step for `cache` (which must be preallocated); `candidates` is `None` for
+    /// an argmax, else how many of the largest logits come back.
+    pub(crate) fn new(model: &Model, cache: &KvCache, candidates: Option<usize>) -> Result<Self> {
+        let Store::Fixed(layers) = &cache.store else {
+            return Err(Error::InvalidArgument {
+                op: "llm",
+                reason: "a recorded decode step needs a preallocated KV cache".into(),
+            });
+        };
+        let c = &model.config;
+        let hd = c.head_dim();
+        let mut b = model.device.batch();
+        let row = b.upload(&vec![0.0; c.hidden], &[1, c.hidden])?;
+        // Compiling runs the step once with these inputs: a position past the end, where
+        // the writes are dropped, leaves the cache as it is.
+        let end = layers.first().map_or(0, |(k, _)| k.shape()[1]);
+        let position = b.upload_of(&[self::position(end)?], &[1])?;
+        let keys = b.upload_of(&[1u32], &[1])?;
+        let (cos, sin) = (
+            b.tensor(&model.rope_table.0)?,
+            b.tensor(&model.rope_table.1)?,
+        );
+        let cos = b.embedding_ids(cos, position)?;
+        let sin = b.embedding_ids(sin, position)?;
+        let mut x = row;
+        for (l, (kc, vc)) in model.layers.iter().zip(layers) {
+            let norm = b.tensor(&l.attn_norm)?;
+            let h = b.rms_norm(x, Some(norm), None, c.eps)?;
+            let q = linear(&mut b, &l.q, h)?;
+            let q = b.reshape(q, &[c.heads, 1, hd])?;
+            let q = b.rope(q, cos, sin, RopeLayout::Interleaved)?;
+            let q = b.reshape(q, &[1, 1, c.heads, hd])?;
+            let k = linear(&mut b, &l.k, h)?;
+            let k = b.reshape(k, &[c.kv_heads, 1, hd])?;
+            let k = b.rope(k, cos, sin, RopeLayout::Interleaved)?;
+            let k = b.reshape(k, &[1, 1, c.kv_heads, hd])?;
+            let v = linear(&mut b, &l.v, h)?;
+            let v = b.reshape(v, &[1, 1, c.kv_heads, hd])?;
+            let (kc, vc) = (b.tensor(kc)?, b.tensor(vc)?);
+            let write = |t: &[&Tensor]| t[0].write_rows(1, t[2], t[1]);
+            let kc = b.apply("write_rows", &[kc, k, position], write)?;
+            let vc = b.apply("write_rows", &[vc, v, position], write)?;
+            let att = b.apply("attention", &[q, kc, vc, keys], |t| {
+                let options = AttentionOptions {
+                    lengths: Some(t[3]),
+                    layout: AttentionLayout::Bshd,
+                    ..Default::default()
+                };
+                t[0].attention(t[1], t[2], options)
+            })?;
+            let att = b.reshape(att, &[1, c.hidden])?;
+            let o = linear(&mut b, &l.o, att)?;
+            x = b.add(x, o)?;
+            let norm = b.tensor(&l.ffn_norm)?;
+            let h = b.rms_norm(x, Some(norm), None, c.eps)?;
+            let gate = linear(&mut b, &l.gate, h)?;
+            let gate = b.silu(gate)?;
+            let up = linear(&mut b, &l.up, h)?;
+            let gated = b.mul(gate, up)?;
+            let down = linear(&mut b, &l.down, gated)?;
+            x = b.add(x, down)?;
+        }
+        let norm = b.tensor(&model.out_norm)?;
+        let h = b.rms_norm(x, Some(norm), None, c.eps)?;
+        let logits = linear(&mut b, &model.lm_head, h)?;
+        let pick = match candidates {
+            None => Pick::Greedy(b.argmax_last(logits)?),
+            Some(k) => {
+                let v = b.apply("topk", &[logits], move |t| {
+                    let (values, ids) = t[0].topk_last(k)?;
+                    Tensor::concat(&[&values, &ids.cast(DType::F32)?], 0)
+                })?;
+                Pick::Candidates(v, k)
+            }
+        };
+        let (Pick::Greedy(out) | Pick::Candidates(out, _)) = pick;
+        b.output(out)?;
+        Ok(Decoder {
+            graph: b.compile()?,
+            row,
+            position,
+            keys,
+            pick,
+        })
+    }
+
+    /// Runs the step for the token whose embedding row is `row`, at the cache's next position,
+    /// and moves the cache past it.
+    pub(crate) async fn step(&mut self, row: &[f32], cache: &mut KvCache) -> Result<Picked> {
+        let at = position(cache.len)?;
+        if cache.capacity().is_none_or(|cap| cache.len >= cap) {
+            return Err(Error::InvalidArgument {
+                op: "llm",
+                reason: "the KV cache is full".into(),
+            });
+        }
+        self.graph.set_input(self.row, row)?;
+        self.graph.set_input(self.position, &[at])?;
+        self.graph.set_input(self.keys, &[at + 1])?;
+        let result = self.graph.run(&[]).await?;
+        cache.len += 1;
+        match self.pick {
+            Pick::Greedy(v) => {
+                let id = result.get(v)?.first().map(|&x| x as u32);
+                id.map(Picked::Id).ok_or_else(|| Error::InvalidArgument {
+                    op: "llm",
+                    reason: "no logits".into(),
+                })
+            }
+            Pick::Candidates(v, k) => {
+                let words = result.get(v)?;
+                let (values, ids) = words.split_at(k.min(words.len()));
+                Ok(Picked::Candidates(
+                    values.to_vec(),
+                    ids.iter().map(|&x| x as u32).collect(),
+                ))
+            }
+        }
+    }
+}
+
+/// Records `x x w^T` for a linear layer's weight.
+fn linear(b: &mut Batch, w: &Linear, x: Value) -> Result<Value> {
+    match w {
+        Linear::Quant(q) => b.matmul_quant_by(x, q.clone()),
+        Linear::Dense(t) => {
+            let w = b.tensor(t)?;
+            b.linear(x, w, None, None)
+        }
+    }
+}
+
+/// A cache position as the u32 the kernels take.
+fn position(len: usize) -> Result<u32> {
+    u32::try_from(len).map_err(|_| Error::LimitExceeded {
+        what: "a KV cache position".into(),
+        limit: "u32 index range of the kernels",
+        needed: len as u64,
+        max: u32::MAX as u64,
+    })
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use crate::{Backend, DType, Device};
+
+    /// `write_rows` on the devices that have it: rows land at the device-held index, rows past
+    /// the end are dropped, the rest is kept, and the CPU backend refuses it.
+    #[test]
+    fn write_rows_writes_in_place_and_drops_rows_past_the_end() {
+        let mut devices = vec![Device::with_backend_blocking(Backend::Vulkan)
+            .expect("make test installs lavapipe, so a Vulkan adapter exists")];
+        devices.extend(Device::with_backend_blocking(Backend::Cuda).ok());
+        for d in devices {
+            let dst = d.tensor(&[0.5; 12], &[1, 4, 3]).unwrap();
+            let rows = d
+                .tensor(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[1, 2, 3])
+                .unwrap();
+            for (at, want) in [
+                (
+                    1u32,
+                    vec![0.5, 0.5, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.5, 0.5, 0.5],
+                ),
+                (
+                    3,
+                    vec![0.5, 0.5, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 1.0, 2.0, 3.0],
+                ),
+                (
+                    4,
+                    vec![0.5, 0.5, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 1.0, 2.0, 3.0],
+                ),
+                (
+                    u32::MAX,
+                    vec![0.5, 0.5, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 1.0, 2.0, 3.0],
+                ),
+            ] {
+                let at = d.tensor_of(&[at], &[1]).unwrap();
+                let out = dst.write_rows(1, &at, &rows).unwrap();
+                assert_eq!(out.read_blocking().unwrap(), want, "{:?}", d.info().backend);
+                assert_eq!(dst.read_blocking().unwrap(), want, "{:?}", d.info().backend);
+            }
+            let at = d.tensor_of(&[0u32], &[1]).unwrap();
+            let wide = d.tensor(&[1.0; 4], &[1, 1, 4]).unwrap();
+            assert!(dst.write_rows(1, &at, &wide).is_err(), "a wider row");
+            let halves = rows.cast(DType::F16).unwrap();
+            assert!(dst.write_rows(1, &at, &halves).is_err(), "another dtype");
+            assert!(dst.write_rows(1, &rows, &rows).is_err(), "an f32 index");
+        }
+        let cpu = Device::cpu();
+        let dst = cpu.tensor(&[0.5; 3], &[1, 1, 3]).unwrap();
+        let at = cpu.tensor_of(&[0u32], &[1]).unwrap();
+        let e = dst.write_rows(1, &at, &dst).unwrap_err().to_string();
+        assert!(e.contains("replays graphs"), "{e}");
+    }
+}
