@@ -8,7 +8,8 @@ struct Params {
     n: u32,
     dim: u32,
     vocab: u32,
-    _pad0: u32,
+    // write_rows: where the rows start in `table`.
+    offset: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -46,5 +47,5 @@ fn write_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     if (at >= params.vocab || r >= params.vocab - at) {
         return;
     }
-    out[(at + r) * params.dim + i % params.dim] = table[i];
+    out[(at + r) * params.dim + i % params.dim] = table[params.offset + i];
 }

@@ -59,6 +59,23 @@ impl Tensor {
         self.view.is_none()
     }
 
+    /// Where the elements start in the storage, when they lie there in row-major order (a
+    /// whole tensor, or a view such as a slice along the first axis of size above 1);
+    /// `None` for a strided view.
+    pub(crate) fn dense_offset(&self) -> Option<usize> {
+        let Some(v) = &self.view else {
+            return Some(0);
+        };
+        let mut want = 1;
+        for (&d, &s) in self.shape.iter().zip(&v.strides).rev() {
+            if d != 1 && s != want {
+                return None;
+            }
+            want *= d;
+        }
+        Some(v.offset)
+    }
+
     /// The view's layout, for the ops that read strided data in place.
     pub(crate) fn view(&self) -> Option<&View> {
         self.view.as_deref()

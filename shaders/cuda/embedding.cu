@@ -15,11 +15,12 @@ extern "C" __global__ void embedding(const u32* __restrict__ table, const u32* _
 // in place (a KV cache's store, replayed with a new position each run); rows that would land
 // past the end are dropped.
 extern "C" __global__ void write_rows(const u32* __restrict__ src, const u32* __restrict__ at,
-                                      u64 rows, u64 width, u64 capacity, u32* __restrict__ dst) {
+                                      u64 rows, u64 width, u64 capacity, u64 offset,
+                                      u32* __restrict__ dst) {
     const u64 first = at[0];
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < rows * width;
          i += (u64)gridDim.x * blockDim.x) {
         const u64 r = i / width;
-        if (first < capacity && r < capacity - first) dst[(first + r) * width + i % width] = src[i];
+        if (first < capacity && r < capacity - first) dst[(first + r) * width + i % width] = src[offset + i];
     }
 }

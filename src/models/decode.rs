@@ -23,11 +23,13 @@ pub(crate) struct KvCache {
     pub len: usize,
 }
 
+/// A layer's keys and values lie side by side, `[1, positions, 2 * kv_heads, head_dim]` (the
+/// keys' heads first), as the fused projection makes them, so one write stores both.
 enum Store {
-    /// `[1, len, kv_heads, head_dim]` a layer, grown by each step (in place on the CPU).
-    Grown(Vec<Option<(Tensor, Tensor)>>),
-    /// `[1, capacity, kv_heads, head_dim]` a layer, written in place.
-    Fixed(Vec<(Tensor, Tensor)>),
+    /// `len` positions a layer, grown by each step (in place on the CPU).
+    Grown(Vec<Option<Tensor>>),
+    /// `capacity` positions a layer, written in place.
+    Fixed(Vec<Tensor>),
 }
 
 impl KvCache {
@@ -35,13 +37,11 @@ impl KvCache {
     pub(crate) fn new(model: &Model, capacity: usize) -> Result<KvCache> {
         let c = &model.config;
         let store = if model.device.backend().replays() {
-            let shape = [1, capacity, c.kv_heads, c.head_dim()];
+            let shape = [1, capacity, 2 * c.kv_heads, c.head_dim()];
             let zero = model.device.tensor(&[0.0], &[1, 1, 1, 1])?;
             let mut layers = Vec::with_capacity(c.layers);
             for _ in 0..c.layers {
-                let k = zero.broadcast_to(&shape)?.contiguous()?;
-                let v = zero.broadcast_to(&shape)?.contiguous()?;
-                layers.push((k, v));
+                layers.push(zero.broadcast_to(&shape)?.contiguous()?);
             }
             Store::Fixed(layers)
         } else {
@@ -53,7 +53,7 @@ impl KvCache {
     /// Positions the cache can hold, where it is preallocated.
     pub(crate) fn capacity(&self) -> Option<usize> {
         match &self.store {
-            Store::Fixed(l) => l.first().map(|(k, _)| k.shape()[1]),
+            Store::Fixed(l) => l.first().map(|t| t.shape()[1]),
             Store::Grown(_) => None,
         }
     }
@@ -69,31 +69,21 @@ impl KvCache {
         }
     }
 
-    /// Appends `n` positions' keys and values (`[1, n, kv_heads, head_dim]`) to layer `i` and
-    /// returns every position's so far (`at` from [`KvCache::position`]).
-    pub(crate) fn append(
-        &mut self,
-        i: usize,
-        k: Tensor,
-        v: Tensor,
-        at: Option<&Tensor>,
-    ) -> Result<(Tensor, Tensor)> {
-        let n = k.shape()[1];
+    /// Appends `n` positions' keys and values (`[1, n, 2 * kv_heads, head_dim]`, possibly a
+    /// view) to layer `i` and returns every position's so far (`at` from
+    /// [`KvCache::position`]).
+    pub(crate) fn append(&mut self, i: usize, kv: Tensor, at: Option<&Tensor>) -> Result<Tensor> {
+        let end = self.len + kv.shape()[1];
         match (&mut self.store, at) {
-            (Store::Fixed(layers), Some(at)) => {
-                let (kc, vc) = &layers[i];
-                let end = self.len + n;
-                let k = kc.write_rows(1, at, &k)?.slice(1, 0..end)?;
-                let v = vc.write_rows(1, at, &v)?.slice(1, 0..end)?;
-                Ok((k, v))
-            }
+            (Store::Fixed(layers), Some(at)) => layers[i].write_rows(1, at, &kv)?.slice(1, 0..end),
             (Store::Grown(layers), _) => {
-                let (k, v) = match layers[i].take() {
-                    Some((ok, ov)) => (ok.append_rows(&k, 1)?, ov.append_rows(&v, 1)?),
-                    None => (k, v),
+                let kv = kv.contiguous()?;
+                let all = match layers[i].take() {
+                    Some(old) => old.append_rows(&kv, 1)?,
+                    None => kv,
                 };
-                layers[i] = Some((k.clone(), v.clone()));
-                Ok((k, v))
+                layers[i] = Some(all.clone());
+                Ok(all)
             }
             (Store::Fixed(_), None) => Err(Error::InvalidArgument {
                 op: "llm",
@@ -124,8 +114,13 @@ pub(crate) enum Picked {
 /// module docs). Not `Send`: a generation belongs to the thread that made it.
 pub(crate) struct Decoder {
     graph: Graph,
+    /// The token's embedding row, `[1, hidden]`.
     row: Value,
+    /// Per head row, the RoPE table row it rotates by (see [`Model::rope_positions`]).
+    rope_rows: Value,
+    /// Where the step's keys and values go: the position.
     position: Value,
+    /// The keys attention sees: the position + 1.
     keys: Value,
     pick: Pick,
 }
@@ -141,39 +136,39 @@ impl Decoder {
             });
         };
         let c = &model.config;
-        let hd = c.head_dim();
+        let (hd, heads, kv, rows) = (c.head_dim(), c.heads, c.kv_heads, model.head_rows());
         let mut b = model.device.batch();
         let row = b.upload(&vec![0.0; c.hidden], &[1, c.hidden])?;
         // Compiling runs the step once with these inputs: a position past the end, where
-        // the writes are dropped, leaves the cache as it is.
-        let end = layers.first().map_or(0, |(k, _)| k.shape()[1]);
+        // the write is dropped, leaves the cache as it is.
+        let end = layers.first().map_or(0, |t| t.shape()[1]);
         let position = b.upload_of(&[self::position(end)?], &[1])?;
         let keys = b.upload_of(&[1u32], &[1])?;
+        let first: Vec<u32> = model.rope_positions(0).map(|r| r as u32).collect();
+        let rope_rows = b.upload_of(&first, &[rows])?;
         let (cos, sin) = (
             b.tensor(&model.rope_table.0)?,
             b.tensor(&model.rope_table.1)?,
         );
-        let cos = b.embedding_ids(cos, position)?;
-        let sin = b.embedding_ids(sin, position)?;
+        let cos = b.embedding_ids(cos, rope_rows)?;
+        let sin = b.embedding_ids(sin, rope_rows)?;
         let mut x = row;
-        for (l, (kc, vc)) in model.layers.iter().zip(layers) {
+        for (l, cached) in model.layers.iter().zip(layers) {
             let norm = b.tensor(&l.attn_norm)?;
             let h = b.rms_norm(x, Some(norm), None, c.eps)?;
-            let q = linear(&mut b, &l.q, h)?;
-            let q = b.reshape(q, &[c.heads, 1, hd])?;
-            let q = b.rope(q, cos, sin, RopeLayout::Interleaved)?;
-            let q = b.reshape(q, &[1, 1, c.heads, hd])?;
-            let k = linear(&mut b, &l.k, h)?;
-            let k = b.reshape(k, &[c.kv_heads, 1, hd])?;
-            let k = b.rope(k, cos, sin, RopeLayout::Interleaved)?;
-            let k = b.reshape(k, &[1, 1, c.kv_heads, hd])?;
-            let v = linear(&mut b, &l.v, h)?;
-            let v = b.reshape(v, &[1, 1, c.kv_heads, hd])?;
-            let (kc, vc) = (b.tensor(kc)?, b.tensor(vc)?);
-            let write = |t: &[&Tensor]| t[0].write_rows(1, t[2], t[1]);
-            let kc = b.apply("write_rows", &[kc, k, position], write)?;
-            let vc = b.apply("write_rows", &[vc, v, position], write)?;
-            let att = b.apply("attention", &[q, kc, vc, keys], |t| {
+            let qkv = linear(&mut b, &l.qkv, h)?;
+            let qkv = b.reshape(qkv, &[rows, hd])?;
+            let qkv = b.rope(qkv, cos, sin, RopeLayout::Interleaved)?;
+            let qkv = b.reshape(qkv, &[1, 1, rows, hd])?;
+            let q = b.slice(qkv, 2, 0..heads)?;
+            let new = b.slice(qkv, 2, heads..rows)?;
+            let cached = b.tensor(cached)?;
+            let cached = b.apply("write_rows", &[cached, new, position], |t| {
+                t[0].write_rows(1, t[2], t[1])
+            })?;
+            let k = b.slice(cached, 2, 0..kv)?;
+            let v = b.slice(cached, 2, kv..2 * kv)?;
+            let att = b.apply("attention", &[q, k, v, keys], |t| {
                 let options = AttentionOptions {
                     lengths: Some(t[3]),
                     layout: AttentionLayout::Bshd,
@@ -211,6 +206,7 @@ impl Decoder {
         Ok(Decoder {
             graph: b.compile()?,
             row,
+            rope_rows,
             position,
             keys,
             pick,
@@ -219,7 +215,12 @@ impl Decoder {
 
     /// Runs the step for the token whose embedding row is `row`, at the cache's next position,
     /// and moves the cache past it.
-    pub(crate) async fn step(&mut self, row: &[f32], cache: &mut KvCache) -> Result<Picked> {
+    pub(crate) async fn step(
+        &mut self,
+        model: &Model,
+        row: &[f32],
+        cache: &mut KvCache,
+    ) -> Result<Picked> {
         let at = position(cache.len)?;
         if cache.capacity().is_none_or(|cap| cache.len >= cap) {
             return Err(Error::InvalidArgument {
@@ -227,7 +228,9 @@ impl Decoder {
                 reason: "the KV cache is full".into(),
             });
         }
+        let rope_rows: Vec<u32> = model.rope_positions(cache.len).map(|r| r as u32).collect();
         self.graph.set_input(self.row, row)?;
+        self.graph.set_input(self.rope_rows, &rope_rows)?;
         self.graph.set_input(self.position, &[at])?;
         self.graph.set_input(self.keys, &[at + 1])?;
         let result = self.graph.run(&[]).await?;
@@ -312,7 +315,24 @@ mod tests {
                 assert_eq!(out.read_blocking().unwrap(), want, "{:?}", d.info().backend);
                 assert_eq!(dst.read_blocking().unwrap(), want, "{:?}", d.info().backend);
             }
+            // Views: a dense one (rows 1..3, read in place at an offset) and a strided one.
+            let src: Vec<f32> = (0..12).map(|x| x as f32).collect();
+            let src = d.tensor(&src, &[1, 4, 3]).unwrap();
             let at = d.tensor_of(&[0u32], &[1]).unwrap();
+            let dense = src.slice(1, 1..3).unwrap();
+            let out = dst
+                .write_rows(1, &at, &dense)
+                .unwrap()
+                .read_blocking()
+                .unwrap();
+            assert_eq!(out[..6], [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+            let strided = src.reshape(&[1, 2, 6]).unwrap().slice(2, 3..6).unwrap();
+            let out = dst
+                .write_rows(1, &at, &strided)
+                .unwrap()
+                .read_blocking()
+                .unwrap();
+            assert_eq!(out[..6], [3.0, 4.0, 5.0, 9.0, 10.0, 11.0]);
             let wide = d.tensor(&[1.0; 4], &[1, 1, 4]).unwrap();
             assert!(dst.write_rows(1, &at, &wide).is_err(), "a wider row");
             let halves = rows.cast(DType::F16).unwrap();

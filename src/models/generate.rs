@@ -237,7 +237,7 @@ impl Generation {
         };
         let mut row = Vec::with_capacity(self.llm.config.hidden);
         self.llm.embed(last, &mut row)?;
-        match decoder.step(&row, &mut self.cache).await? {
+        match decoder.step(&self.llm, &row, &mut self.cache).await? {
             Picked::Id(id) => Ok(id),
             Picked::Candidates(values, ids) => Ok(self.sample(&values, &ids)),
         }

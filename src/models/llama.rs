@@ -130,14 +130,69 @@ impl Linear {
 
 pub(crate) struct Layer {
     pub(crate) attn_norm: Tensor,
-    pub(crate) q: Linear,
-    pub(crate) k: Linear,
-    pub(crate) v: Linear,
+    /// The query, key and value projections as one weight, their rows in that order:
+    /// `[hidden + 2 * kv_heads * head_dim, hidden]`, so one product makes all three.
+    pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     pub(crate) ffn_norm: Tensor,
     pub(crate) gate: Linear,
     pub(crate) up: Linear,
     pub(crate) down: Linear,
+}
+
+/// The weights `parts` (name, rows), each `[rows, cols]`, as one linear layer whose rows are
+/// theirs in order: their bytes joined when they share a type (a block format's rows are whole
+/// blocks), else each dequantised to f32 on the host first.
+fn fused(device: &Device, g: &Gguf<'_>, parts: &[(&str, usize)], cols: usize) -> Result<Linear> {
+    let mut tensors = Vec::with_capacity(parts.len());
+    for &(name, rows) in parts {
+        let (t, data) = g.tensor(name)?;
+        if t.dims != [cols, rows] {
+            return Err(invalid(format!(
+                "{name} is {:?}, expected [{cols}, {rows}] (GGUF order)",
+                t.dims
+            )));
+        }
+        tensors.push((t.kind, rows, data));
+    }
+    let rows: usize = parts.iter().map(|p| p.1).sum();
+    let kind = tensors[0].0;
+    let joined = |f: &dyn Fn(&[u8], &mut Vec<u8>) -> Result<()>| -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for (_, _, data) in &tensors {
+            f(data, &mut out)?;
+        }
+        Ok(out)
+    };
+    if tensors.iter().all(|t| t.0 == kind) {
+        let bytes = joined(&|d, out| {
+            out.extend_from_slice(d);
+            Ok(())
+        })?;
+        return Ok(match kind {
+            TensorType::Quant(q) => Linear::Quant(std::sync::Arc::new(
+                device.quantized(&bytes, q, rows, cols)?,
+            )),
+            TensorType::F32 => {
+                Linear::Dense(device.tensor_from_bytes(&bytes, DType::F32, &[rows, cols])?)
+            }
+            TensorType::F16 => {
+                Linear::Dense(device.tensor_from_bytes(&bytes, DType::F16, &[rows, cols])?)
+            }
+        });
+    }
+    let mut values = Vec::with_capacity(rows * cols);
+    for &(kind, n, data) in &tensors {
+        let table = HostTable {
+            kind,
+            bytes: data.to_vec(),
+            dim: cols,
+        };
+        for r in 0..n {
+            table.row(r as u32, &mut values)?;
+        }
+    }
+    Ok(Linear::Dense(device.tensor(&values, &[rows, cols])?))
 }
 
 /// The host copy of the embedding table, in its file format.
@@ -206,9 +261,11 @@ pub(crate) struct Model {
     pub(crate) out_norm: Tensor,
     pub(crate) lm_head: Linear,
     table: HostTable,
-    /// `cos` and `sin` of every position up to the context, `[context, head_dim / 2]`.
+    /// `cos` and `sin` of every position up to the context, then a row of ones and zeros
+    /// (position [`Model::identity_row`], which leaves values unrotated): `[context + 1,
+    /// head_dim / 2]`.
     rope: (Vec<f32>, Vec<f32>),
-    /// The same tables on the device, for a recorded step to gather its position's row.
+    /// The same tables on the device, for a recorded step to gather its rows.
     pub(crate) rope_table: (Tensor, Tensor),
     pub(crate) context: usize,
     /// Ids that end an answer (`<|im_end|>`, the end-of-sequence token).
@@ -287,33 +344,23 @@ impl Llm {
             device.tensor_from_bytes(data, DType::F32, &[n])
         };
         let linear = |name: &str, rows: usize, cols: usize| -> Result<Linear> {
-            let (t, data) = g.tensor(name)?;
-            if t.dims != [cols, rows] {
-                return Err(invalid(format!(
-                    "{name} is {:?}, expected [{cols}, {rows}] (GGUF order)",
-                    t.dims
-                )));
-            }
-            Ok(match t.kind {
-                TensorType::Quant(q) => {
-                    Linear::Quant(std::sync::Arc::new(device.quantized(data, q, rows, cols)?))
-                }
-                TensorType::F32 => {
-                    Linear::Dense(device.tensor_from_bytes(data, DType::F32, &[rows, cols])?)
-                }
-                TensorType::F16 => {
-                    Linear::Dense(device.tensor_from_bytes(data, DType::F16, &[rows, cols])?)
-                }
-            })
+            fused(device, &g, &[(name, rows)], cols)
         };
         let mut layers = Vec::with_capacity(c.layers);
         for i in 0..c.layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(Layer {
                 attn_norm: vector(&n("attn_norm"))?,
-                q: linear(&n("attn_q"), c.hidden, c.hidden)?,
-                k: linear(&n("attn_k"), kv, c.hidden)?,
-                v: linear(&n("attn_v"), kv, c.hidden)?,
+                qkv: fused(
+                    device,
+                    &g,
+                    &[
+                        (&n("attn_q"), c.hidden),
+                        (&n("attn_k"), kv),
+                        (&n("attn_v"), kv),
+                    ],
+                    c.hidden,
+                )?,
                 o: linear(&n("attn_output"), c.hidden, c.hidden)?,
                 ffn_norm: vector(&n("ffn_norm"))?,
                 gate: linear(&n("ffn_gate"), c.ffn, c.hidden)?,
@@ -339,8 +386,8 @@ impl Llm {
             c.hidden,
         )?;
         let half = hd / 2;
-        let mut cos = Vec::with_capacity(context * half);
-        let mut sin = Vec::with_capacity(context * half);
+        let mut cos = Vec::with_capacity((context + 1) * half);
+        let mut sin = Vec::with_capacity((context + 1) * half);
         for p in 0..context {
             for j in 0..half {
                 let angle = p as f64 * c.rope_base.powf(-2.0 * j as f64 / hd as f64);
@@ -348,6 +395,8 @@ impl Llm {
                 sin.push(angle.sin() as f32);
             }
         }
+        cos.extend(std::iter::repeat_n(1.0, half));
+        sin.extend(std::iter::repeat_n(0.0, half));
         let mut stop_ids: Vec<u32> = ["<|im_end|>", "<|endoftext|>"]
             .iter()
             .filter_map(|t| tokenizer.token_id(t))
@@ -370,8 +419,8 @@ impl Llm {
                 dim: c.hidden,
             },
             rope_table: (
-                device.tensor(&cos, &[context, half])?,
-                device.tensor(&sin, &[context, half])?,
+                device.tensor(&cos, &[context + 1, half])?,
+                device.tensor(&sin, &[context + 1, half])?,
             ),
             rope: (cos, sin),
             context,
@@ -430,21 +479,41 @@ impl Model {
         self.table.row(id, out)
     }
 
-    /// RoPE tables for `n` tokens from position `start`, each row repeated for `heads` heads:
-    /// `[n * heads, head_dim / 2]`, matching a `[n, heads, head_dim]` tensor's rows.
-    fn rope_rows(&self, start: usize, n: usize, heads: usize) -> Result<(Tensor, Tensor)> {
+    /// The row of the RoPE tables that leaves values as they are.
+    pub(crate) fn identity_row(&self) -> usize {
+        self.context
+    }
+
+    /// Head rows a token's fused projection makes: queries, keys, values.
+    pub(crate) fn head_rows(&self) -> usize {
+        self.config.heads + 2 * self.config.kv_heads
+    }
+
+    /// Which table row each of a token's [`Model::head_rows`] rotates by at position `p`:
+    /// the queries' and keys' at `p`, the values' by nothing.
+    pub(crate) fn rope_positions(&self, p: usize) -> impl Iterator<Item = usize> {
+        let rotated = self.config.heads + self.config.kv_heads;
+        let identity = self.identity_row();
+        (0..self.head_rows()).map(move |r| if r < rotated { p } else { identity })
+    }
+
+    /// RoPE tables for `n` tokens from position `start`, one row per head row of each token:
+    /// `[n * head_rows, head_dim / 2]`, matching the fused projection's `[n * head_rows,
+    /// head_dim]`.
+    fn rope_rows(&self, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
         let half = self.config.head_dim() / 2;
-        let mut c = Vec::with_capacity(n * heads * half);
-        let mut s = Vec::with_capacity(n * heads * half);
+        let rows = n * self.head_rows();
+        let mut c = Vec::with_capacity(rows * half);
+        let mut s = Vec::with_capacity(rows * half);
         for p in start..start + n {
-            for _ in 0..heads {
-                c.extend_from_slice(&self.rope.0[p * half..(p + 1) * half]);
-                s.extend_from_slice(&self.rope.1[p * half..(p + 1) * half]);
+            for r in self.rope_positions(p) {
+                c.extend_from_slice(&self.rope.0[r * half..(r + 1) * half]);
+                s.extend_from_slice(&self.rope.1[r * half..(r + 1) * half]);
             }
         }
         Ok((
-            self.device.tensor(&c, &[n * heads, half])?,
-            self.device.tensor(&s, &[n * heads, half])?,
+            self.device.tensor(&c, &[rows, half])?,
+            self.device.tensor(&s, &[rows, half])?,
         ))
     }
 
@@ -470,23 +539,13 @@ impl Model {
             self.table.row(id, &mut rows)?;
         }
         let mut x = self.device.tensor(&rows, &[n, c.hidden])?;
-        // RoPE reads the position from the second-to-last axis: a step's single token is
-        // `[heads, 1, head_dim]`, and q and k share one row of tables; a prompt's `[n * heads,
-        // head_dim]` rows take tables repeated per head.
-        let ((qc, qs), (kc, ks)) = if n == 1 {
-            let t = self.rope_rows(start, 1, 1)?;
-            (t.clone(), t)
-        } else {
-            (
-                self.rope_rows(start, n, c.heads)?,
-                self.rope_rows(start, n, c.kv_heads)?,
-            )
-        };
-        let (q_rows, k_rows) = if n == 1 {
-            (vec![c.heads, 1, hd], vec![c.kv_heads, 1, hd])
-        } else {
-            (vec![n * c.heads, hd], vec![n * c.kv_heads, hd])
-        };
+        // The fused projection's output, `[n, head_rows * head_dim]`, is rotated as `[n *
+        // head_rows, head_dim]` rows in one RoPE (the values' rows by the identity), then seen
+        // as `[1, n, head_rows, head_dim]`: queries, then keys and values side by side, as the
+        // cache keeps them.
+        let (cos, sin) = self.rope_rows(start, n)?;
+        let rows = self.head_rows();
+        let (h, kv) = (c.heads, c.kv_heads);
         let options = AttentionOptions {
             causal: true,
             layout: AttentionLayout::Bshd,
@@ -494,19 +553,17 @@ impl Model {
         };
         let at = cache.position(self)?;
         for (i, l) in self.layers.iter().enumerate() {
-            let h = x.rms_norm(Some(&l.attn_norm), None, c.eps)?;
-            let q = l.q.apply(&h)?.reshape(&q_rows)?;
-            let q = q.rope(&qc, &qs, RopeLayout::Interleaved)?;
-            let k = l.k.apply(&h)?.reshape(&k_rows)?;
-            let k = k.rope(&kc, &ks, RopeLayout::Interleaved)?;
-            let k = k.reshape(&[1, n, c.kv_heads, hd])?;
-            let v = l.v.apply(&h)?.reshape(&[1, n, c.kv_heads, hd])?;
-            let (k, v) = cache.append(i, k, v, at.as_ref())?;
-            let q = q.reshape(&[1, n, c.heads, hd])?;
+            let normed = x.rms_norm(Some(&l.attn_norm), None, c.eps)?;
+            let qkv = l.qkv.apply(&normed)?.reshape(&[n * rows, hd])?;
+            let qkv = qkv.rope(&cos, &sin, RopeLayout::Interleaved)?;
+            let qkv = qkv.reshape(&[1, n, rows, hd])?;
+            let cached = cache.append(i, qkv.slice(2, h..rows)?, at.as_ref())?;
+            let (k, v) = (cached.slice(2, 0..kv)?, cached.slice(2, kv..2 * kv)?);
+            let q = qkv.slice(2, 0..h)?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
             x = x.add(&l.o.apply(&att)?)?;
-            let h = x.rms_norm(Some(&l.ffn_norm), None, c.eps)?;
-            let gated = l.gate.apply(&h)?.silu()?.mul(&l.up.apply(&h)?)?;
+            let normed = x.rms_norm(Some(&l.ffn_norm), None, c.eps)?;
+            let gated = l.gate.apply(&normed)?.silu()?.mul(&l.up.apply(&normed)?)?;
             x = x.add(&l.down.apply(&gated)?)?;
         }
         cache.len += n;

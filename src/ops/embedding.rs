@@ -110,6 +110,8 @@ pub(crate) struct WriteRowsSpec {
     pub rows: usize,
     pub width: usize,
     pub capacity: usize,
+    /// Where the rows start in their storage, in words (a dense view's offset).
+    pub offset: usize,
 }
 
 impl OpSpec for WriteRowsSpec {
@@ -159,13 +161,19 @@ impl Tensor {
                 reason: "the destination must be a whole tensor, not a view".into(),
             });
         }
-        if !rows.is_contiguous() || !at.is_contiguous() {
-            return self.write_rows(axis, &at.contiguous()?, &rows.contiguous()?);
+        if !at.is_contiguous() {
+            return self.write_rows(axis, &at.contiguous()?, rows);
         }
+        let Some(offset) = rows.dense_offset() else {
+            return self.write_rows(axis, at, &rows.contiguous()?);
+        };
         let elems: usize = s[axis + 1..].iter().product();
-        let width = match self.dtype().size() {
-            4 => elems,
-            _ if elems.is_multiple_of(2) => elems / 2,
+        if self.dtype().size() != 4 && !offset.is_multiple_of(2) {
+            return self.write_rows(axis, at, &rows.contiguous()?);
+        }
+        let (width, offset) = match self.dtype().size() {
+            4 => (elems, offset),
+            _ if elems.is_multiple_of(2) => (elems / 2, offset / 2),
             _ => {
                 return Err(Error::InvalidArgument {
                     op,
@@ -177,6 +185,7 @@ impl Tensor {
             rows: r[axis],
             width,
             capacity: s[axis],
+            offset,
         };
         self.device()
             .op(&spec)

@@ -544,6 +544,7 @@ impl CudaBackend {
             u(spec.rows),
             u(spec.width),
             u(spec.capacity),
+            u(spec.offset),
             p(dst),
         ];
         self.launch_1d(Entry::WriteRows, n as u64, &args)

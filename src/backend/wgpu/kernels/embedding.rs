@@ -12,7 +12,7 @@ struct EmbeddingParams {
     n: u32,
     dim: u32,
     vocab: u32,
-    _pad: u32,
+    offset: u32,
 }
 
 impl WgpuBackend {
@@ -34,7 +34,7 @@ impl WgpuBackend {
             n: u32_of(n, "embedding elements")?,
             dim: dim as u32,
             vocab: u32_of(spec.vocab as u64, "embedding rows")?,
-            _pad: 0,
+            offset: 0,
         };
         let (tb, ib) = (table.buffer()?, ids.buffer()?);
         let mut st = s.state();
@@ -63,18 +63,19 @@ impl WgpuBackend {
             return Ok(());
         }
         let s = self.begin()?;
+        let src_len = n + spec.offset as u64;
         let dst_len = spec.capacity as u64 * spec.width as u64;
-        s.check_binding("the rows written", n)?;
+        s.check_binding("the rows written", src_len)?;
         s.check_binding("the tensor written into", dst_len)?;
         let p = EmbeddingParams {
             n: u32_of(n, "rows written")?,
             dim: spec.width as u32,
             vocab: u32_of(spec.capacity as u64, "rows of the tensor written into")?,
-            _pad: 0,
+            offset: u32_of(spec.offset as u64, "the offset of the rows written")?,
         };
         let (sb, ab, db) = (src.buffer()?, at.buffer()?, dst.buffer()?);
         let mut st = s.state();
-        let binds = [whole(sb, n), whole(ab, 1), whole(db, dst_len)];
+        let binds = [whole(sb, src_len), whole(ab, 1), whole(db, dst_len)];
         s.dispatch(
             &mut st,
             Kernel::WriteRows,
