@@ -157,18 +157,8 @@ fn fused(device: &Device, g: &Gguf<'_>, parts: &[(&str, usize)], cols: usize) ->
     }
     let rows: usize = parts.iter().map(|p| p.1).sum();
     let kind = tensors[0].0;
-    let joined = |f: &dyn Fn(&[u8], &mut Vec<u8>) -> Result<()>| -> Result<Vec<u8>> {
-        let mut out = Vec::new();
-        for (_, _, data) in &tensors {
-            f(data, &mut out)?;
-        }
-        Ok(out)
-    };
     if tensors.iter().all(|t| t.0 == kind) {
-        let bytes = joined(&|d, out| {
-            out.extend_from_slice(d);
-            Ok(())
-        })?;
+        let bytes: Vec<u8> = tensors.iter().flat_map(|t| t.2.iter().copied()).collect();
         return Ok(match kind {
             TensorType::Quant(q) => Linear::Quant(std::sync::Arc::new(
                 device.quantized(&bytes, q, rows, cols)?,
