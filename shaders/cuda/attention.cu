@@ -280,3 +280,141 @@ extern "C" __global__ void __launch_bounds__(256, FLASH_MIN_BLOCKS_128) flash_at
     float* __restrict__ out) {
     flash_body<2>(lay, q, k, v, lens, hq, hkv, sq, sk, d, dv, causal, scale, out);
 }
+
+// Decode attention (flash-decoding): few query rows against many keys. Block (s, r) takes
+// query row r (of batch x heads x sq) and keys [s * chunk, (s + 1) * chunk) of those it sees;
+// its DW warps take every DW-th key, a lane holding d / 32 query elements and dv / 32 output
+// elements, each score a warp sum. The warps' running (max, sum, output) merge in shared
+// memory; a single split writes the row, several write partials that attention_merge joins.
+// The same semantics as the kernels above (NaN or +inf scores give NaN, only -inf gives NaN,
+// no visible key gives zeros).
+
+#define DW 4
+#define DECODE_PER_LANE 8
+
+// The keys query row i of batch entry b sees.
+__device__ __forceinline__ u64 visible_keys(const u32* lens, u64 b, u64 i, u64 sq, u64 sk,
+                                            u32 causal) {
+    u64 visible = lens ? (lens[b] < sk ? lens[b] : sk) : sk;
+    if (causal) {
+        const u64 last = i + 1 + (sk > sq ? sk - sq : 0);
+        visible = last < visible ? last : visible;
+    }
+    return visible;
+}
+
+extern "C" __global__ void attention_split(AttnLayout lay, const float* __restrict__ q,
+                                           const float* __restrict__ k, const float* __restrict__ v,
+                                           const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,
+                                           u64 sk, u64 d, u64 dv, u32 causal, float scale,
+                                           u64 chunk, float* __restrict__ partial,
+                                           float* __restrict__ out) {
+    __shared__ float ms[DW], ls[DW], accs[DW][DECODE_PER_LANE * 32];
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u64 row = blockIdx.y, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
+    const u64 kvh = h / (hq / hkv);
+    const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
+    const u64 begin = (u64)blockIdx.x * chunk;
+    const u64 end = begin + chunk < visible ? begin + chunk : visible;
+    const float* qi = q + lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq;
+    const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
+    const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
+    float qv[DECODE_PER_LANE], acc[DECODE_PER_LANE];
+#pragma unroll
+    for (int t = 0; t < DECODE_PER_LANE; ++t) {
+        const u64 c = lane + 32 * t;
+        qv[t] = c < d ? qi[c] * scale : 0.0f;
+        acc[t] = 0.0f;
+    }
+    float m = NEG_INF, l = 0.0f;
+    for (u64 j = begin + warp; j < end; j += DW) {
+        const float* kr = kb + j * lay.k.seq;
+        const float* vr = vb + j * lay.v.seq;
+        float dotp = 0.0f;
+#pragma unroll
+        for (int t = 0; t < DECODE_PER_LANE; ++t) {
+            const u64 c = lane + 32 * t;
+            if (c < d) dotp += qv[t] * kr[c];
+        }
+        const float s = warp_sum(dotp);
+        const float m_new = nan_max(m, s);
+        if (m_new == NEG_INF) continue;
+        const float corr = m == NEG_INF ? 0.0f : expf(m - m_new);
+        const float p = expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int t = 0; t < DECODE_PER_LANE; ++t) {
+            const u64 c = lane + 32 * t;
+            acc[t] = acc[t] * corr + (c < dv ? p * vr[c] : 0.0f);
+        }
+        m = m_new;
+    }
+    if (lane == 0) {
+        ms[warp] = m;
+        ls[warp] = l;
+    }
+#pragma unroll
+    for (int t = 0; t < DECODE_PER_LANE; ++t) accs[warp][lane + 32 * t] = acc[t];
+    __syncthreads();
+    if (warp != 0) return;
+    float mm = NEG_INF;
+    for (int w = 0; w < DW; ++w) mm = nan_max(mm, ms[w]);
+    float ll = 0.0f;
+    for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] = 0.0f;
+    if (mm != NEG_INF) {
+        for (int w = 0; w < DW; ++w) {
+            const float f = ms[w] == NEG_INF ? 0.0f : expf(ms[w] - mm);
+            ll += ls[w] * f;
+            for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] += accs[w][lane + 32 * t] * f;
+        }
+    }
+    if (gridDim.x == 1) {
+        float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
+        const float inv = 1.0f / ll;
+        for (int t = 0; t < DECODE_PER_LANE; ++t) {
+            const u64 c = lane + 32 * t;
+            if (c < dv) o[c] = visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : acc[t] * inv);
+        }
+        return;
+    }
+    float* part = partial + (row * gridDim.x + blockIdx.x) * (dv + 2);
+    if (lane == 0) {
+        part[0] = mm;
+        part[1] = ll;
+    }
+    for (int t = 0; t < DECODE_PER_LANE; ++t) {
+        const u64 c = lane + 32 * t;
+        if (c < dv) part[2 + c] = acc[t];
+    }
+}
+
+// Joins attention_split's partials: one warp a query row.
+extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restrict__ partial,
+                                           const u32* __restrict__ lens, u64 hq, u64 sq, u64 sk,
+                                           u64 dv, u32 causal, u64 splits,
+                                           float* __restrict__ out) {
+    const u32 lane = threadIdx.x & 31;
+    const u64 row = blockIdx.x, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
+    const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
+    const float* part = partial + row * splits * (dv + 2);
+    float mm = NEG_INF;
+    for (u64 s = 0; s < splits; ++s) mm = nan_max(mm, part[s * (dv + 2)]);
+    float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
+    float ll = 0.0f;
+    if (mm != NEG_INF) {
+        for (u64 s = 0; s < splits; ++s) {
+            const float ms = part[s * (dv + 2)];
+            ll += ms == NEG_INF ? 0.0f : part[s * (dv + 2) + 1] * expf(ms - mm);
+        }
+    }
+    for (u64 c = lane; c < dv; c += 32) {
+        float a = 0.0f;
+        if (mm != NEG_INF) {
+            for (u64 s = 0; s < splits; ++s) {
+                const float ms = part[s * (dv + 2)];
+                if (ms != NEG_INF) a += part[s * (dv + 2) + 2 + c] * expf(ms - mm);
+            }
+        }
+        o[c] = visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : a / ll);
+    }
+}

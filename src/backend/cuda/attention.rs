@@ -1,5 +1,5 @@
-//! Attention launches on CUDA: the flash kernel where its tiles fit, the row-per-warp
-//! kernel otherwise (see shaders/cuda/attention.cu).
+//! Attention launches on CUDA: split keys for a few query rows (decoding), the flash kernel
+//! where its tiles fit, the row-per-warp kernel otherwise (see shaders/cuda/attention.cu).
 
 use bytemuck::{Pod, Zeroable};
 
@@ -75,6 +75,44 @@ pub(super) fn attention(
         Arg::I(a.causal as u32),
         Arg::F(a.scale),
     ];
+    // A few query rows (decoding): keys split across blocks, partials merged.
+    let rows = heads * a.sq;
+    if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 {
+        let mut chunk = 64;
+        if a.sk.div_ceil(chunk) > 64 {
+            chunk = a.sk.div_ceil(64);
+        }
+        let splits = a.sk.div_ceil(chunk).max(1);
+        let partial = backend.alloc(if splits > 1 {
+            rows * splits * (a.dv + 2)
+        } else {
+            1
+        })?;
+        let args = [&common[..], &[u(chunk), p(&partial), p(&out)]].concat();
+        backend.launch(
+            Entry::AttentionSplit,
+            (splits as u32, rows as u32, 1),
+            128,
+            0,
+            &args,
+        )?;
+        if splits > 1 {
+            let merge = [
+                Arg::Raw(bytemuck::bytes_of(&layout)),
+                p(&partial),
+                opt(dev_lens),
+                u(a.hq),
+                u(a.sq),
+                u(a.sk),
+                u(a.dv),
+                Arg::I(a.causal as u32),
+                u(splits),
+                p(&out),
+            ];
+            backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 32, 0, &merge)?;
+        }
+        return Ok(out);
+    }
     // Flash attention (64 query rows a block) where its tiles fit; the row-per-warp kernel
     // otherwise (odd value widths, widths past 128, shared memory too small).
     const FQ: usize = 64;

@@ -110,6 +110,8 @@ pub(crate) enum Entry {
     Attention,
     FlashAttention64,
     FlashAttention128,
+    AttentionSplit,
+    AttentionMerge,
     Fused(u64),
 }
 
@@ -143,6 +145,8 @@ impl Entry {
             Attention => (Source::Attention, "attention"),
             FlashAttention64 => (Source::Attention, "flash_attention_64"),
             FlashAttention128 => (Source::Attention, "flash_attention_128"),
+            AttentionSplit => (Source::Attention, "attention_split"),
+            AttentionMerge => (Source::Attention, "attention_merge"),
             Fused(id) => (Source::Fused(id), "fused"),
         }
     }
@@ -371,6 +375,8 @@ mod tests {
             Attention,
             FlashAttention64,
             FlashAttention128,
+            AttentionSplit,
+            AttentionMerge,
         ] {
             let (source, name) = e.location();
             // `void name(`, or `void __launch_bounds__(..) name(` for kernels that pin

@@ -22,7 +22,7 @@ pub async fn attention(dev: &Device) {
     // wider ones a row at a time: the cases cover all three, partial blocks and key tiles, d not
     // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
     // takes 64 query rows and 64 keys at a time: several of each, partial, causal and not.
-    let cases: [Case; 15] = [
+    let cases: [Case; 19] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -38,6 +38,12 @@ pub async fn attention(dev: &Device) {
         (1, 2, 2, 7, 19, 160, 130, false, None),
         (1, 2, 1, 130, 150, 64, 64, true, None),
         (2, 3, 3, 70, 70, 32, 32, false, Some(vec![65, 3])),
+        // Decoding (CUDA splits the keys of up to 4 query rows across blocks): grouped heads
+        // with a length, a long causal row in many splits, wide heads, two rows and a batch.
+        (1, 9, 3, 1, 257, 64, 64, false, Some(vec![200])),
+        (1, 4, 1, 1, 5000, 128, 128, true, None),
+        (1, 2, 1, 2, 70, 256, 200, true, Some(vec![3])),
+        (3, 2, 2, 1, 65, 33, 17, false, Some(vec![0, 64, 65])),
     ];
     for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
         let seed = 9400 + ci as u64;
@@ -149,6 +155,18 @@ pub async fn attention_special_values(dev: &Device) {
             "d={d} row 3: {:?}",
             row(3)
         );
+        // Each row alone (one query row, as when decoding) gives the same.
+        for i in 0..4 {
+            let qi = dev.tensor(&q[i * d..(i + 1) * d], &[1, 1, 1, d]).unwrap();
+            let one = qi.attention(&tk, &tv, opts).unwrap().read().await.unwrap();
+            for (a, b) in one.iter().zip(row(i)) {
+                assert!(
+                    a.is_nan() == b.is_nan() && (a.is_nan() || (a - b).abs() <= 1e-5),
+                    "d={d} row {i} alone: {one:?} vs {:?}",
+                    row(i)
+                );
+            }
+        }
         // Causal over one key that scores -inf: every visible score is -inf, so NaN; a row
         // with no visible key (length 0) is zero.
         let lens2 = [1u32, 0];
