@@ -68,12 +68,26 @@ fn main(
     for (var r = params.r0; r < params.r1; r = r + 1u) {
         var bk = 0u;
         var bi = 0xffffffffu;
-        for (var i = lid; i < params.cols; i = i + WG) {
-            let key = order_key(x[base + i]);
-            let after_prev = first || before(prev_key, prev_idx, key, i);
-            if (after_prev && (bi == 0xffffffffu || before(key, i, bk, bi))) {
-                bk = key;
-                bi = i;
+        // Four loads in flight before any is compared (one at a time, a row of logits waits
+        // on each).
+        for (var i0 = lid; i0 < params.cols; i0 = i0 + 4u * WG) {
+            var xs: array<f32, 4>;
+            for (var u = 0u; u < 4u; u = u + 1u) {
+                let i = i0 + u * WG;
+                if (i < params.cols) {
+                    xs[u] = x[base + i];
+                }
+            }
+            for (var u = 0u; u < 4u; u = u + 1u) {
+                let i = i0 + u * WG;
+                if (i < params.cols) {
+                    let key = order_key(xs[u]);
+                    let after_prev = first || before(prev_key, prev_idx, key, i);
+                    if (after_prev && (bi == 0xffffffffu || before(key, i, bk, bi))) {
+                        bk = key;
+                        bi = i;
+                    }
+                }
             }
         }
         best_key[lid] = bk;

@@ -19,6 +19,10 @@ pub(super) struct Plan {
     epilogue: HashMap<usize, (usize, Option<Value>, Option<Activation>)>,
     /// The nodes whose last reader is each node (`last_use` inverted, so freeing is linear).
     dies_at: Vec<Vec<usize>>,
+    /// Values that must lie row-major in their storage (outputs, and what fused kernels read):
+    /// a view made by an `apply` (a slice, say) is copied out for them, and read in place by
+    /// the tensor ops that take views.
+    dense: Vec<bool>,
     kernels: usize,
 }
 
@@ -136,7 +140,17 @@ impl Plan {
                 dies_at[at].push(k);
             }
         }
+        let mut dense = vec![false; n];
+        for v in &batch.outputs {
+            dense[v.index] = true;
+        }
+        for (_, leaves) in fused.values() {
+            for &l in leaves {
+                dense[l] = true;
+            }
+        }
         Ok(Plan {
+            dense,
             fused,
             folded,
             epilogue,
@@ -182,6 +196,11 @@ impl Plan {
                 get(*a)?.matmul_with(get(*b)?, options).map_err(at)?
             } else {
                 run_node(node, &get).map_err(at)?
+            };
+            let t = if self.dense[i] && !t.is_contiguous() {
+                t.contiguous()?
+            } else {
+                t
             };
             live.insert(i, t);
             // Free what this node read last (the planner's reuse).
@@ -443,8 +462,8 @@ fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Resu
                 .iter()
                 .map(|v| get(*v))
                 .collect::<Result<Vec<_>>>()?;
-            // Fused kernels read their inputs' storage as row-major data.
-            (a.f)(&inputs)?.contiguous()
+            // Views stay views (see `Plan::dense`).
+            (a.f)(&inputs)
         }
     }
 }

@@ -431,7 +431,13 @@ impl BackendOps for CudaBackend {
         if rows * k > 0 {
             let args = [p(x), u(rows), u(cols), u(k), p(&values), p(&indices)];
             let blocks = rows.clamp(1, 65535) as u32;
-            self.launch(Entry::TopkRows, (blocks, 1, 1), BLOCK, 0, &args)?;
+            // Long rows (a vocabulary of logits) take a block of 1024 threads.
+            let threads = if cols >= 16 * BLOCK as usize {
+                1024
+            } else {
+                BLOCK
+            };
+            self.launch(Entry::TopkRows, (blocks, 1, 1), threads, 0, &args)?;
         }
         Ok((values, indices))
     }

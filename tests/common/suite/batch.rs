@@ -227,7 +227,14 @@ pub async fn batch_every_op(dev: &Device) {
     let perm = b.permute(att, &[0, 2, 1, 3]).unwrap();
     let sl = b.slice(perm, 1, 1..4).unwrap();
     let cat = b.concat(&[rot, rot], 0).unwrap();
-    for out in [pooled, am, sl, cat] {
+    // Views made by `apply` feed a fused kernel (copied out for it) and attention (read in
+    // place).
+    let rows = b.slice(bq, 2, 1..4).unwrap();
+    let doubled = b.add(rows, rows).unwrap();
+    let keys = b.slice(bk, 2, 2..9).unwrap();
+    let att2 = b.attention(rows, keys, keys, false, None, None).unwrap();
+    let outs = [pooled, am, sl, cat, doubled, att2];
+    for out in outs {
         b.output(out).unwrap();
     }
     // Mistakes are the ops' own errors, at the call.
@@ -291,14 +298,27 @@ pub async fn batch_every_op(dev: &Device) {
         .rope(&cos, &sin, RopeLayout::HalfSplit)
         .unwrap();
     let tcat = gpukit::Tensor::concat(&[&tr, &tr], 0).unwrap();
+    let trows = dev
+        .tensor(&q, &[1, 2, 6, 8])
+        .unwrap()
+        .slice(2, 1..4)
+        .unwrap();
+    let tkeys = dev
+        .tensor(&k, &[1, 2, 10, 8])
+        .unwrap()
+        .slice(2, 2..9)
+        .unwrap();
+    let tatt2 = trows.attention(&tkeys, &tkeys, Default::default()).unwrap();
     let wants = [
         tp.read().await.unwrap(),
         tam.read().await.unwrap(),
         tsl.read().await.unwrap(),
         tcat.read().await.unwrap(),
+        trows.add(&trows).unwrap().read().await.unwrap(),
+        tatt2.read().await.unwrap(),
     ];
     let res = b.run().await.unwrap();
-    for (i, (out, want)) in [pooled, am, sl, cat].iter().zip(&wants).enumerate() {
+    for (i, (out, want)) in outs.iter().zip(&wants).enumerate() {
         assert_close(
             &format!("batch apply output {i}"),
             res.get(*out).unwrap(),
@@ -308,7 +328,7 @@ pub async fn batch_every_op(dev: &Device) {
     }
     let mut g = b.compile().unwrap();
     let res = g.run(&[]).await.unwrap();
-    for (i, (out, want)) in [pooled, am, sl, cat].iter().zip(&wants).enumerate() {
+    for (i, (out, want)) in outs.iter().zip(&wants).enumerate() {
         assert_close(
             &format!("graph apply output {i}"),
             res.get(*out).unwrap(),

@@ -100,8 +100,14 @@ impl Shared {
             lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
             whole(out, n),
         ];
-        // Heads up to 128 wide take blocks of query rows (one load of a key serves the block).
-        let blocks = AttentionBlocks::for_width(d.max(dv));
+        // Heads up to 128 wide take blocks of query rows (one load of a key serves the block);
+        // a few rows (decoding) take the row kernel, which scores 256 keys at a time instead
+        // of walking tiles of 8 or 16 for a block of rows it mostly does not have.
+        let blocks = if sq <= 4 {
+            AttentionBlocks::Row
+        } else {
+            AttentionBlocks::for_width(d.max(dv))
+        };
         let kernel = Kernel::Attention {
             causal: a.causal,
             lens: lens.is_some(),
