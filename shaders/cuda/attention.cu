@@ -282,12 +282,12 @@ extern "C" __global__ void __launch_bounds__(256, FLASH_MIN_BLOCKS_128) flash_at
 }
 
 // Decode attention (flash-decoding): few query rows against many keys. Block (s, r) takes
-// query row r (of batch x heads x sq) and keys [s * chunk, (s + 1) * chunk) of those it sees;
-// its DW warps take every DW-th key, a lane holding d / 32 query elements and dv / 32 output
-// elements, each score a warp sum. The warps' running (max, sum, output) merge in shared
-// memory; a single split writes the row, several write partials that attention_merge joins.
-// The same semantics as the kernels above (NaN or +inf scores give NaN, only -inf gives NaN,
-// no visible key gives zeros).
+// query row r (of batch x heads x sq) and keys [s * chunk, (s + 1) * chunk) of those it sees,
+// in groups of 32: warp w takes groups w, w + DW, ..., lane j scoring key j of its group (the
+// 32 key rows load at once), then each lane adds the group's values for its output elements.
+// The warps' running (max, sum, output) merge in shared memory; a single split writes the
+// row, several write partials that attention_merge joins. The same semantics as the kernels
+// above (NaN or +inf scores give NaN, only -inf gives NaN, no visible key gives zeros).
 
 #define DW 4
 #define DECODE_PER_LANE 8
@@ -309,6 +309,7 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
                                            u64 sk, u64 d, u64 dv, u32 causal, float scale,
                                            u64 chunk, float* __restrict__ partial,
                                            float* __restrict__ out) {
+    __shared__ float qs[DECODE_PER_LANE * 32];
     __shared__ float ms[DW], ls[DW], accs[DW][DECODE_PER_LANE * 32];
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u64 row = blockIdx.y, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
@@ -319,33 +320,38 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
     const float* qi = q + lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq;
     const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
     const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
-    float qv[DECODE_PER_LANE], acc[DECODE_PER_LANE];
+    for (u64 c = threadIdx.x; c < d; c += blockDim.x) qs[c] = qi[c] * scale;
+    __syncthreads();
+    float acc[DECODE_PER_LANE];
 #pragma unroll
-    for (int t = 0; t < DECODE_PER_LANE; ++t) {
-        const u64 c = lane + 32 * t;
-        qv[t] = c < d ? qi[c] * scale : 0.0f;
-        acc[t] = 0.0f;
-    }
+    for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] = 0.0f;
     float m = NEG_INF, l = 0.0f;
-    for (u64 j = begin + warp; j < end; j += DW) {
-        const float* kr = kb + j * lay.k.seq;
-        const float* vr = vb + j * lay.v.seq;
-        float dotp = 0.0f;
-#pragma unroll
-        for (int t = 0; t < DECODE_PER_LANE; ++t) {
-            const u64 c = lane + 32 * t;
-            if (c < d) dotp += qv[t] * kr[c];
+    for (u64 j0 = begin + 32 * warp; j0 < end; j0 += 32 * DW) {
+        const u64 count = end - j0 < 32 ? end - j0 : 32;
+        float s = NEG_INF;
+        if (lane < count) {
+            const float* kr = kb + (j0 + lane) * lay.k.seq;
+            float dotp = 0.0f;
+#pragma unroll 8
+            for (u64 c = 0; c < d; ++c) dotp += qs[c] * kr[c];
+            s = dotp;
         }
-        const float s = warp_sum(dotp);
-        const float m_new = nan_max(m, s);
+        const float m_new = nan_max(m, warp_max(s));
         if (m_new == NEG_INF) continue;
         const float corr = m == NEG_INF ? 0.0f : expf(m - m_new);
-        const float p = expf(s - m_new);
-        l = l * corr + p;
+        const float p = lane < count ? expf(s - m_new) : 0.0f;
+        l = l * corr + warp_sum(p);
 #pragma unroll
-        for (int t = 0; t < DECODE_PER_LANE; ++t) {
-            const u64 c = lane + 32 * t;
-            acc[t] = acc[t] * corr + (c < dv ? p * vr[c] : 0.0f);
+        for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] *= corr;
+        const float* vr = vb + j0 * lay.v.seq;
+#pragma unroll 4
+        for (u64 j = 0; j < count; ++j) {
+            const float pj = __shfl_sync(0xffffffffu, p, (int)j);
+#pragma unroll
+            for (int t = 0; t < DECODE_PER_LANE; ++t) {
+                const u64 c = lane + 32 * t;
+                if (c < dv) acc[t] += pj * vr[j * lay.v.seq + c];
+            }
         }
         m = m_new;
     }

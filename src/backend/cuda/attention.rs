@@ -78,9 +78,10 @@ pub(super) fn attention(
     // A few query rows (decoding): keys split across blocks, partials merged.
     let rows = heads * a.sq;
     if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 {
-        let mut chunk = 64;
+        // 128 keys a block (a group of 32 a warp), more where that would be past 64 blocks.
+        let mut chunk = 128;
         if a.sk.div_ceil(chunk) > 64 {
-            chunk = a.sk.div_ceil(64);
+            chunk = a.sk.div_ceil(64).next_multiple_of(32);
         }
         let splits = a.sk.div_ceil(chunk).max(1);
         let partial = backend.alloc(if splits > 1 {
