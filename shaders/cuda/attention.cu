@@ -282,15 +282,14 @@ extern "C" __global__ void __launch_bounds__(256, FLASH_MIN_BLOCKS_128) flash_at
 }
 
 // Decode attention (flash-decoding): few query rows against many keys. Block (s, r) takes
-// query row r (of batch x heads x sq) and keys [s * chunk, (s + 1) * chunk) of those it sees,
-// in groups of 32: warp w takes groups w, w + DW, ..., lane j scoring key j of its group (the
-// 32 key rows load at once), then each lane adds the group's values for its output elements.
-// The warps' running (max, sum, output) merge in shared memory; a single split writes the
-// row, several write partials that attention_merge joins. The same semantics as the kernels
-// above (NaN or +inf scores give NaN, only -inf gives NaN, no visible key gives zeros).
-
-#define DW 4
-#define DECODE_PER_LANE 8
+// query row r (of batch x heads x sq) and the `chunk` keys from s * chunk (32, or 16 for heads
+// past 128 wide): the block copies their key and value rows to shared memory with coalesced
+// loads, warp 0 scores them (lane j key j) and takes their softmax statistics, and every
+// thread adds the weighted values for its output elements. One block writes the row; several
+// write (max, sum, output) partials that attention_merge joins. Memory latency, not
+// arithmetic, bounds a decoding step, so each block waits on one round of loads. The same
+// semantics as the kernels above (NaN or +inf scores give NaN, only -inf gives NaN, no
+// visible key gives zeros).
 
 // The keys query row i of batch entry b sees.
 __device__ __forceinline__ u64 visible_keys(const u32* lens, u64 b, u64 i, u64 sq, u64 sk,
@@ -309,88 +308,63 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
                                            u64 sk, u64 d, u64 dv, u32 causal, float scale,
                                            u64 chunk, float* __restrict__ partial,
                                            float* __restrict__ out) {
-    __shared__ float qs[DECODE_PER_LANE * 32];
-    __shared__ float ms[DW], ls[DW], accs[DW][DECODE_PER_LANE * 32];
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    extern __shared__ float smem[];
+    const u32 dd = (u32)d, dvv = (u32)dv, ch = (u32)chunk;
+    float* qs = smem;                   // [d]
+    float* ks = qs + dd;                // [chunk][d + 1]
+    float* vs = ks + ch * (dd + 1);     // [chunk][dv]
+    float* ps = vs + ch * dvv;          // [chunk]
+    __shared__ float stats[2];
+    const u32 tid = threadIdx.x, lane = tid & 31;
     const u64 row = blockIdx.y, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
     const u64 kvh = h / (hq / hkv);
     const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
     const u64 begin = (u64)blockIdx.x * chunk;
-    const u64 end = begin + chunk < visible ? begin + chunk : visible;
+    const u32 count = begin >= visible ? 0 : (u32)(visible - begin < chunk ? visible - begin : chunk);
     const float* qi = q + lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq;
-    const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
-    const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
-    for (u64 c = threadIdx.x; c < d; c += blockDim.x) qs[c] = qi[c] * scale;
+    const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head + begin * lay.k.seq;
+    const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head + begin * lay.v.seq;
+    for (u32 c = tid; c < dd; c += blockDim.x) qs[c] = qi[c] * scale;
+    for (u32 e = tid; e < count * dd; e += blockDim.x) {
+        const u32 r = e / dd, c = e - r * dd;
+        ks[r * (dd + 1) + c] = kb[r * lay.k.seq + c];
+    }
+    for (u32 e = tid; e < count * dvv; e += blockDim.x) {
+        const u32 r = e / dvv, c = e - r * dvv;
+        vs[e] = vb[r * lay.v.seq + c];
+    }
     __syncthreads();
-    float acc[DECODE_PER_LANE];
-#pragma unroll
-    for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] = 0.0f;
-    float m = NEG_INF, l = 0.0f;
-    for (u64 j0 = begin + 32 * warp; j0 < end; j0 += 32 * DW) {
-        const u64 count = end - j0 < 32 ? end - j0 : 32;
+    if (tid < 32) {
         float s = NEG_INF;
         if (lane < count) {
-            const float* kr = kb + (j0 + lane) * lay.k.seq;
+            const float* kr = ks + lane * (dd + 1);
             float dotp = 0.0f;
-#pragma unroll 8
-            for (u64 c = 0; c < d; ++c) dotp += qs[c] * kr[c];
+            for (u32 c = 0; c < dd; ++c) dotp += qs[c] * kr[c];
             s = dotp;
         }
-        const float m_new = nan_max(m, warp_max(s));
-        if (m_new == NEG_INF) continue;
-        const float corr = m == NEG_INF ? 0.0f : expf(m - m_new);
-        const float p = lane < count ? expf(s - m_new) : 0.0f;
-        l = l * corr + warp_sum(p);
-#pragma unroll
-        for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] *= corr;
-        const float* vr = vb + j0 * lay.v.seq;
-#pragma unroll 4
-        for (u64 j = 0; j < count; ++j) {
-            const float pj = __shfl_sync(0xffffffffu, p, (int)j);
-#pragma unroll
-            for (int t = 0; t < DECODE_PER_LANE; ++t) {
-                const u64 c = lane + 32 * t;
-                if (c < dv) acc[t] += pj * vr[j * lay.v.seq + c];
-            }
+        const float m = warp_max(s);
+        const float p = (lane < count && m != NEG_INF) ? expf(s - m) : 0.0f;
+        const float l = warp_sum(p);
+        if (lane < ch) ps[lane] = p;
+        if (lane == 0) {
+            stats[0] = m;
+            stats[1] = l;
         }
-        m = m_new;
     }
-    if (lane == 0) {
-        ms[warp] = m;
-        ls[warp] = l;
-    }
-#pragma unroll
-    for (int t = 0; t < DECODE_PER_LANE; ++t) accs[warp][lane + 32 * t] = acc[t];
     __syncthreads();
-    if (warp != 0) return;
-    float mm = NEG_INF;
-    for (int w = 0; w < DW; ++w) mm = nan_max(mm, ms[w]);
-    float ll = 0.0f;
-    for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] = 0.0f;
-    if (mm != NEG_INF) {
-        for (int w = 0; w < DW; ++w) {
-            const float f = ms[w] == NEG_INF ? 0.0f : expf(ms[w] - mm);
-            ll += ls[w] * f;
-            for (int t = 0; t < DECODE_PER_LANE; ++t) acc[t] += accs[w][lane + 32 * t] * f;
-        }
-    }
-    if (gridDim.x == 1) {
-        float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
-        const float inv = 1.0f / ll;
-        for (int t = 0; t < DECODE_PER_LANE; ++t) {
-            const u64 c = lane + 32 * t;
-            if (c < dv) o[c] = visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : acc[t] * inv);
-        }
-        return;
-    }
+    const float m = stats[0], l = stats[1];
+    const bool whole = gridDim.x == 1;
+    float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
     float* part = partial + (row * gridDim.x + blockIdx.x) * (dv + 2);
-    if (lane == 0) {
-        part[0] = mm;
-        part[1] = ll;
+    for (u32 c = tid; c < dvv; c += blockDim.x) {
+        float a = 0.0f;
+        for (u32 j = 0; j < count; ++j) a += ps[j] * vs[j * dvv + c];
+        if (whole) o[c] = visible == 0 ? 0.0f : (m == NEG_INF ? QNAN : a / l);
+        else part[2 + c] = a;
     }
-    for (int t = 0; t < DECODE_PER_LANE; ++t) {
-        const u64 c = lane + 32 * t;
-        if (c < dv) part[2 + c] = acc[t];
+    if (!whole && tid == 0) {
+        part[0] = m;
+        part[1] = l;
     }
 }
 
@@ -404,15 +378,17 @@ extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restri
     const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
     const float* part = partial + row * splits * (dv + 2);
     float mm = NEG_INF;
-    for (u64 s = 0; s < splits; ++s) mm = nan_max(mm, part[s * (dv + 2)]);
-    float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
+    for (u64 s = lane; s < splits; s += 32) mm = nan_max(mm, part[s * (dv + 2)]);
+    mm = warp_max(mm);
     float ll = 0.0f;
     if (mm != NEG_INF) {
-        for (u64 s = 0; s < splits; ++s) {
+        for (u64 s = lane; s < splits; s += 32) {
             const float ms = part[s * (dv + 2)];
             ll += ms == NEG_INF ? 0.0f : part[s * (dv + 2) + 1] * expf(ms - mm);
         }
     }
+    ll = warp_sum(ll);
+    float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
     for (u64 c = lane; c < dv; c += 32) {
         float a = 0.0f;
         if (mm != NEG_INF) {

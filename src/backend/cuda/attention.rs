@@ -75,26 +75,20 @@ pub(super) fn attention(
         Arg::I(a.causal as u32),
         Arg::F(a.scale),
     ];
-    // A few query rows (decoding): keys split across blocks, partials merged.
+    // A few query rows (decoding): keys split across blocks of 32 (16 for wide heads),
+    // partials merged.
     let rows = heads * a.sq;
-    if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 {
-        // 128 keys a block (a group of 32 a warp), more where that would be past 64 blocks.
-        let mut chunk = 128;
-        if a.sk.div_ceil(chunk) > 64 {
-            chunk = a.sk.div_ceil(64).next_multiple_of(32);
-        }
-        let splits = a.sk.div_ceil(chunk).max(1);
-        let partial = backend.alloc(if splits > 1 {
-            rows * splits * (a.dv + 2)
-        } else {
-            1
-        })?;
+    let chunk = if a.d.max(a.dv) <= 128 { 32 } else { 16 };
+    let splits = a.sk.div_ceil(chunk).max(1);
+    if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 && splits <= i32::MAX as usize {
+        let shared = (a.d + chunk * (a.d + 1) + chunk * a.dv + chunk) * 4;
+        let partial = backend.alloc(if splits > 1 { rows * splits * (a.dv + 2) } else { 1 })?;
         let args = [&common[..], &[u(chunk), p(&partial), p(&out)]].concat();
         backend.launch(
             Entry::AttentionSplit,
             (splits as u32, rows as u32, 1),
             128,
-            0,
+            shared as u32,
             &args,
         )?;
         if splits > 1 {
