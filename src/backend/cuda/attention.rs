@@ -82,7 +82,8 @@ pub(super) fn attention(
     let splits = a.sk.div_ceil(chunk).max(1);
     if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 && splits <= i32::MAX as usize {
         let shared = (a.d + chunk * (a.d + 1) + chunk * a.dv + chunk) * 4;
-        let partial = backend.alloc(if splits > 1 { rows * splits * (a.dv + 2) } else { 1 })?;
+        let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
+        let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
         let args = [&common[..], &[u(chunk), p(&partial), p(&out)]].concat();
         backend.launch(
             Entry::AttentionSplit,
