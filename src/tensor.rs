@@ -62,6 +62,7 @@ impl Tensor {
     /// Where the elements start in the storage, when they lie there in row-major order (a
     /// whole tensor, or a view such as a slice along the first axis of size above 1);
     /// `None` for a strided view.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn dense_offset(&self) -> Option<usize> {
         let Some(v) = &self.view else {
             return Some(0);
@@ -157,6 +158,7 @@ impl Tensor {
     /// nothing else shares its buffer, the buffer grows in place (amortised: `Vec` doubles
     /// its capacity), so appending a step to a KV cache costs the step, not the cache.
     /// Elsewhere it is `concat`.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn append_rows(mut self, rows: &Tensor, axis: usize) -> Result<Tensor> {
         let fits = self.shape.len() == rows.shape.len()
             && axis < self.shape.len()
@@ -273,7 +275,7 @@ impl Tensor {
     }
 
     /// The stored words, waiting for the device (see [`Tensor::read`]).
-    async fn read_words(&self) -> Result<Vec<f32>> {
+    pub(crate) async fn read_words(&self) -> Result<Vec<f32>> {
         if !self.is_contiguous() {
             return Box::pin(self.contiguous()?.read_words()).await;
         }

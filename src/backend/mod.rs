@@ -426,6 +426,7 @@ impl BackendImpl {
 
     /// Writes rows into `dst` in place (see [`WriteRowsSpec`]); only the backends that replay
     /// graphs have it.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn write_rows(
         &self,
         dst: &Storage,

@@ -53,6 +53,7 @@ impl BackendImpl {
     }
 
     /// Whether [`BackendImpl::capture`] records (wgpu and CUDA) rather than declining.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn replays(&self) -> bool {
         match self {
             BackendImpl::Wgpu(_) => true,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::{missing, Batch, Op, Value};
 use crate::backend::replay::Replayer;
-use crate::dtype::Element;
+use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -201,10 +201,18 @@ impl Graph {
     }
 }
 
+/// One output of a run: its values as f32, and its stored words when its dtype is not f32.
+#[derive(Debug, Clone)]
+pub(super) struct Output {
+    pub values: Vec<f32>,
+    pub dtype: DType,
+    pub words: Option<Vec<f32>>,
+}
+
 /// What a batch run returns: the outputs and what the run did.
 #[derive(Debug, Clone)]
 pub struct BatchResult {
-    pub(super) outputs: HashMap<Value, Vec<f32>>,
+    pub(super) outputs: HashMap<Value, Output>,
     pub(super) order: Vec<Value>,
     /// Bytes of the values the run computed (intermediates after reuse, and outputs): on
     /// wgpu what it took from the device's buffer pool, on the CPU backend the planner's count
@@ -221,10 +229,9 @@ pub struct BatchResult {
 
 impl BatchResult {
     /// The output recorded `index`-th in its batch (see [`Batch::value`]).
-    #[cfg_attr(native, allow(dead_code))]
-    pub(crate) fn output_at(&self, index: usize) -> Result<&[f32]> {
+    fn output_of(&self, index: usize) -> Result<&Output> {
         match self.order.iter().find(|v| v.index == index) {
-            Some(&v) => self.get(v),
+            Some(&v) => self.output(v),
             None => Err(Error::InvalidArgument {
                 op: "batch result",
                 reason: format!("value {index} was not marked as an output"),
@@ -232,22 +239,65 @@ impl BatchResult {
         }
     }
 
-    /// The data of an output.
+    /// The f32 values of the output recorded `index`-th.
+    #[cfg_attr(native, allow(dead_code))]
+    pub(crate) fn output_at(&self, index: usize) -> Result<&[f32]> {
+        self.output_of(index).map(|o| o.values.as_slice())
+    }
+
+    /// The output recorded `index`-th: its dtype, stored words and element count.
+    #[cfg_attr(native, allow(dead_code))]
+    pub(crate) fn typed_at(&self, index: usize) -> Result<(DType, &[f32], usize)> {
+        let o = self.output_of(index)?;
+        Ok((
+            o.dtype,
+            o.words.as_deref().unwrap_or(&o.values),
+            o.values.len(),
+        ))
+    }
+
+    fn output(&self, v: Value) -> Result<&Output> {
+        self.outputs.get(&v).ok_or(Error::InvalidArgument {
+            op: "batch result",
+            reason: "that value was not marked as an output".into(),
+        })
+    }
+
+    /// The data of an output as f32 values, whatever its dtype (u32 indices and integers
+    /// past 2^24 round as f32 does: read those with [`BatchResult::get_as`]).
     pub fn get(&self, v: Value) -> Result<&[f32]> {
-        self.outputs
-            .get(&v)
-            .map(Vec::as_slice)
-            .ok_or(Error::InvalidArgument {
+        self.output(v).map(|o| o.values.as_slice())
+    }
+
+    /// The dtype of an output.
+    pub fn dtype(&self, v: Value) -> Result<DType> {
+        self.output(v).map(|o| o.dtype)
+    }
+
+    /// The data of an output in its own dtype, exactly as stored (`T` must be its dtype's
+    /// type: `u32` for `argmax`/`topk` indices, `gpukit::f16` for an f16 value).
+    pub fn get_as<T: Element>(&self, v: Value) -> Result<Vec<T>> {
+        let o = self.output(v)?;
+        if T::DTYPE != o.dtype {
+            return Err(Error::InvalidArgument {
                 op: "batch result",
-                reason: "that value was not marked as an output".into(),
-            })
+                reason: format!(
+                    "the output is {}, not {} (record a `cast` to read it as {})",
+                    o.dtype,
+                    T::DTYPE,
+                    T::DTYPE
+                ),
+            });
+        }
+        let words = o.words.as_deref().unwrap_or(&o.values);
+        Ok(crate::dtype::to_elements(words, o.values.len()))
     }
 
     /// Every output, in the order `output` marked them.
     pub fn outputs(&self) -> Vec<&[f32]> {
         self.order
             .iter()
-            .filter_map(|v| self.outputs.get(v).map(Vec::as_slice))
+            .filter_map(|v| self.outputs.get(v).map(|o| o.values.as_slice()))
             .collect()
     }
 }

@@ -46,6 +46,7 @@ mod apply;
 mod graph;
 mod plan;
 
+use graph::Output;
 pub use graph::{BatchResult, Graph};
 
 use crate::device::Device;

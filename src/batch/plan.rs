@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{missing, Batch, BatchResult, Node, Op, Value};
+use super::{missing, Batch, BatchResult, Node, Op, Output, Value};
 use crate::error::{Error, Result};
 use crate::ops::fused::{Expr, MAX_FUSED_OPS, MAX_INPUTS};
 use crate::ops::{Activation, BinaryOp, MatmulOptions, UnaryOp};
@@ -230,10 +230,10 @@ impl Plan {
             // Read each output where it is.
             None => {
                 let mut all = Vec::with_capacity(outs.len());
-                for t in outs {
-                    all.push(t.read().await?);
+                for t in &outs {
+                    all.push(t.read_words().await?);
                 }
-                all
+                values_of(&outs, all)
             }
         };
         let peak = taken.unwrap_or_else(|| self.simulated_peak(batch));
@@ -243,7 +243,7 @@ impl Plan {
     pub(super) fn result(
         &self,
         batch: &Batch,
-        data: Vec<Vec<f32>>,
+        data: Vec<Output>,
         peak: u64,
         kernels: usize,
     ) -> BatchResult {
@@ -469,12 +469,20 @@ fn run_node<'a>(node: &Node, get: &impl Fn(Value) -> Result<&'a Tensor>) -> Resu
 }
 
 /// Stored words read back for `outs` as f32 values (see [`Tensor::read`]).
-pub(super) fn values_of(outs: &[&Tensor], words: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+pub(super) fn values_of(outs: &[&Tensor], words: Vec<Vec<f32>>) -> Vec<Output> {
     outs.iter()
         .zip(words)
         .map(|(t, w)| match t.dtype() {
-            crate::DType::F32 => w,
-            d => crate::dtype::to_f32(d, &w, t.len()),
+            crate::DType::F32 => Output {
+                values: w,
+                dtype: crate::DType::F32,
+                words: None,
+            },
+            d => Output {
+                values: crate::dtype::to_f32(d, &w, t.len()),
+                dtype: d,
+                words: Some(w),
+            },
         })
         .collect()
 }

@@ -237,7 +237,7 @@ impl Decoder {
         cache.len += 1;
         match self.pick {
             Pick::Greedy(v) => {
-                let id = result.get(v)?.first().map(|&x| x as u32);
+                let id = result.get_as::<u32>(v)?.first().copied();
                 id.map(Picked::Id).ok_or_else(|| Error::InvalidArgument {
                     op: "llm",
                     reason: "no logits".into(),

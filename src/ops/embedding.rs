@@ -106,6 +106,7 @@ impl OpSpec for EmbeddingSpec {
 /// that a u32 device value names: the in-place store of a KV cache that a recorded decode step
 /// replays (see [`Tensor::write_rows`]). Rows that would land past `capacity` are dropped.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "models"), allow(dead_code))]
 pub(crate) struct WriteRowsSpec {
     pub rows: usize,
     pub width: usize,
@@ -134,6 +135,7 @@ impl Tensor {
     /// Tensors are otherwise values; this is for buffers the caller owns alone, such as a
     /// preallocated KV cache, on backends that replay graphs (wgpu and CUDA). The CPU backend,
     /// whose graphs run their ops again, refuses it.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn write_rows(&self, axis: usize, at: &Tensor, rows: &Tensor) -> Result<Tensor> {
         let op = "write_rows";
         self.same_device(rows, op)?;

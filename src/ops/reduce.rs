@@ -105,20 +105,54 @@ impl Tensor {
         self.reduce_axis(ReduceOp::Min, axis, keepdim)
     }
 
+    /// `[batch, seq, ..]` split as the pooling ops take it.
+    fn pooled_axes(&self) -> Result<(usize, usize, &[usize])> {
+        match self.shape() {
+            [batch, seq, rest @ ..] => Ok((*batch, *seq, rest)),
+            shape => Err(Error::InvalidArgument {
+                op: "masked_mean",
+                reason: format!("expected [batch, seq, ..], got {shape:?}"),
+            }),
+        }
+    }
+
+    /// [`Tensor::masked_mean`] with the lengths in a device tensor (u32 or i32, `[batch]`),
+    /// so a compiled graph takes new lengths at each run (record it with `Batch::apply`). The
+    /// lengths are not read back, so they cannot be checked: a length beyond `seq` counts as
+    /// `seq` (as attention's device lengths do), and 0 or a negative length gives NaN (0 / 0).
+    /// Padding is selected away, never multiplied, so NaN there does no harm.
+    pub fn masked_mean_by(&self, lengths: &Tensor) -> Result<Tensor> {
+        self.same_device(lengths, "masked_mean")?;
+        lengths.expect_integer("masked_mean", "lengths")?;
+        let (batch, seq, rest) = self.pooled_axes()?;
+        if lengths.shape() != [batch] {
+            return Err(Error::shape(
+                "masked_mean",
+                lengths.shape(),
+                &[batch],
+                "(one length per entry of the batch)",
+            ));
+        }
+        let positions = self.device().arange(seq, lengths.dtype())?;
+        let keep = positions
+            .reshape(&[1, seq])?
+            .less(&lengths.reshape(&[batch, 1])?)?;
+        let mut mask_shape = vec![batch, seq];
+        mask_shape.extend(std::iter::repeat_n(1, rest.len()));
+        let keep = keep.reshape(&mask_shape)?;
+        let zero = self.device().tensor(&[0.0], &[1])?.cast(self.dtype())?;
+        let sums = keep.where_cond(self, &zero)?.sum_axis(1, false)?;
+        let counts = keep.cast(crate::DType::F32)?.sum_axis(1, false)?;
+        sums.div(&counts.cast(sums.dtype())?)
+    }
+
     /// Mean pooling with lengths: `self` is `[batch, seq, ..]`, and entry `i` averages its
     /// first `lengths[i]` positions along axis 1 (the rest, padding, is never read, so NaN
-    /// there does no harm): shape `[batch, ..]`. A length of 0 gives NaN (0 / 0).
+    /// there does no harm): shape `[batch, ..]`. A length of 0 gives NaN (0 / 0). For lengths
+    /// held on the device, see [`Tensor::masked_mean_by`].
     pub fn masked_mean(&self, lengths: &[u32]) -> Result<Tensor> {
         let shape = self.shape();
-        let (batch, seq, rest) = match shape {
-            [batch, seq, rest @ ..] => (*batch, *seq, rest),
-            _ => {
-                return Err(Error::InvalidArgument {
-                    op: "masked_mean",
-                    reason: format!("expected [batch, seq, ..], got {shape:?}"),
-                })
-            }
-        };
+        let (batch, seq, rest) = self.pooled_axes()?;
         if lengths.len() != batch {
             return Err(Error::InvalidArgument {
                 op: "masked_mean",

@@ -438,6 +438,23 @@ impl JsBatchResult {
         ))
     }
 
+    /// The data of an output value in its own dtype (as `Tensor.readTyped` gives it): u32
+    /// indices of `argmax` and `topk` exactly, f16 values as a Float16Array where the runtime
+    /// has one.
+    #[wasm_bindgen(
+        js_name = getTyped,
+        unchecked_return_type = "Float32Array | Float16Array | Uint16Array | Int32Array | Uint32Array"
+    )]
+    pub fn get_typed(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "number")] x: &JsValue,
+    ) -> JsResult<JsValue> {
+        let x = super::index(x, "getTyped: x")?;
+        let (dtype, words, n) = self.inner.typed_at(x).map_err(js_error)?;
+        super::tensor_dtype::typed_array(dtype, words, n)
+            .map_err(|e| js_error(format!("getTyped: {e:?}")))
+    }
+
     /// Kernels the run encoded (after fusion).
     #[wasm_bindgen(getter)]
     pub fn kernels(&self) -> usize {

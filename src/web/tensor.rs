@@ -78,7 +78,7 @@ pub(crate) fn optional_tensor(value: &JsValue, what: &str) -> JsResult<Option<Te
 }
 
 /// `Tensor.prototype`, from a tensor made once for the purpose.
-fn tensor_prototype() -> JsValue {
+pub(crate) fn tensor_prototype() -> JsValue {
     thread_local! {
         static PROTO: JsValue = {
             let probe = JsValue::from(JsTensor { inner: None });

@@ -56,12 +56,23 @@ impl JsTensor {
         let keepdim = super::flag(keepdim, "argmaxAxis: keepdim")?;
         self.op(|t| t.argmax_axis(axis, keepdim))
     }
-    /// Mean pooling of [batch, seq, ..] over the first `lengths[i]` positions of entry i.
+    /// Mean pooling of [batch, seq, ..] over the first `lengths[i]` positions of entry i. The
+    /// lengths are numbers, or a u32/i32 Tensor on the device (not read back: a length past
+    /// seq counts as seq, 0 gives NaN).
     #[wasm_bindgen(js_name = maskedMean)]
     pub fn masked_mean(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "number[] | Uint32Array")] lengths: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "number[] | Uint32Array | Tensor")] lengths: JsValue,
     ) -> JsResult<JsTensor> {
+        // Only an object has a prototype to ask for (`getPrototypeOf(null)` throws).
+        if lengths.is_object()
+            && JsValue::from(js_sys::Object::get_prototype_of(&lengths))
+                == super::tensor::tensor_prototype()
+        {
+            let lens = super::tensor::optional_tensor(&lengths, "maskedMean: lengths")?
+                .ok_or_else(|| js_error("maskedMean: lengths must be given"))?;
+            return self.op(|t| t.masked_mean_by(&lens));
+        }
         let lengths = usizes(&lengths, "maskedMean: lengths")?;
         let lengths = lengths
             .into_iter()

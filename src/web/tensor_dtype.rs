@@ -38,37 +38,18 @@ impl JsTensor {
         self.op(|t| t.cast(to))
     }
 
-    /// Copies the data out in its own dtype: a Float32Array (f32), Uint16Array of the bits
-    /// (f16, bf16), Int32Array (i32) or Uint32Array (u32).
+    /// Copies the data out in its own dtype: a Float32Array (f32), Float16Array (f16, where the
+    /// runtime has one; a Uint16Array of the bits elsewhere), Uint16Array of the bits (bf16),
+    /// Int32Array (i32) or Uint32Array (u32).
     #[wasm_bindgen(
         js_name = readTyped,
-        unchecked_return_type = "Promise<Float32Array | Uint16Array | Int32Array | Uint32Array>"
+        unchecked_return_type = "Promise<Float32Array | Float16Array | Uint16Array | Int32Array | Uint32Array>"
     )]
     pub fn read_typed(&self) -> JsResult<Promise> {
         let t = self.get()?.clone();
         Ok(future_to_promise(async move {
-            Ok(match t.dtype() {
-                DType::F32 => js_sys::Float32Array::from(
-                    t.read_as::<f32>().await.map_err(js_error)?.as_slice(),
-                )
-                .into(),
-                DType::I32 => {
-                    js_sys::Int32Array::from(t.read_as::<i32>().await.map_err(js_error)?.as_slice())
-                        .into()
-                }
-                DType::U32 => js_sys::Uint32Array::from(
-                    t.read_as::<u32>().await.map_err(js_error)?.as_slice(),
-                )
-                .into(),
-                _ => {
-                    let bytes = t.read_bytes().await.map_err(js_error)?;
-                    let bits: Vec<u16> = bytes
-                        .chunks_exact(2)
-                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                        .collect();
-                    js_sys::Uint16Array::from(bits.as_slice()).into()
-                }
-            })
+            let words = t.read_words().await.map_err(js_error)?;
+            typed_array(t.dtype(), &words, t.len())
         }))
     }
 
@@ -117,4 +98,30 @@ impl JsTensor {
     pub fn embedding_ids(&self, ids: &JsTensor) -> JsResult<JsTensor> {
         JsTensor::wrap(self.get()?.embedding_ids(ids.get()?))
     }
+}
+
+/// `n` elements of `dtype` stored in `words` as the matching JS typed array (see
+/// `Tensor.readTyped`).
+pub(crate) fn typed_array(dtype: DType, words: &[f32], n: usize) -> Result<JsValue, JsValue> {
+    use crate::dtype::to_elements;
+    Ok(match dtype {
+        DType::F32 => js_sys::Float32Array::from(&words[..n]).into(),
+        DType::I32 => js_sys::Int32Array::from(to_elements::<i32>(words, n).as_slice()).into(),
+        DType::U32 => js_sys::Uint32Array::from(to_elements::<u32>(words, n).as_slice()).into(),
+        DType::F16 | DType::BF16 => {
+            let bits: Vec<u16> = crate::dtype::unpack(words, n * 2)
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            let array = js_sys::Uint16Array::from(bits.as_slice());
+            let ctor = js_sys::Reflect::get(&js_sys::global(), &"Float16Array".into())?;
+            match (dtype, ctor.dyn_into::<js_sys::Function>()) {
+                (DType::F16, Ok(ctor)) => {
+                    let args = js_sys::Array::of1(&array.buffer());
+                    js_sys::Reflect::construct(&ctor, &args)?
+                }
+                _ => array.into(),
+            }
+        }
+    })
 }

@@ -161,6 +161,10 @@ export async function run(gpukit, label) {
   assert.throws(() => m.reduceAxis("sum", 0, "yes"), /keepdim must be a boolean/);
   const seq = gpu.tensor(new Float32Array([1, 2, 3, 4, 5, 6, NaN, NaN]), [2, 2, 2]);
   close(await seq.maskedMean([2, 1]).read(), [2, 3, 5, 6], 1e-6, "maskedMean");
+  const deviceLengths = gpu.tensorFromBytes(new Uint8Array(new Uint32Array([2, 1]).buffer), "u32", [2]);
+  close(await seq.maskedMean(deviceLengths).read(), [2, 3, 5, 6], 1e-6, "maskedMean on device");
+  assert.throws(() => seq.maskedMean(seq), /u32/);
+  assert.throws(() => seq.maskedMean(null), /maskedMean/);
 
   // where: a column condition over m ([2, 3]), NaN counting as true.
   const cond = gpu.tensor(new Float32Array([0, NaN]), [2, 1]);
@@ -193,7 +197,15 @@ export async function run(gpukit, label) {
   // Dtypes: each stays as stored; typed reads; casts; comparisons; device ids and lengths.
   const f16t = gpu.tensorFromBytes(raw.subarray(1), "f16", [4]);
   assert.equal(f16t.dtype, "f16");
-  assert.deepEqual(Array.from(await f16t.readTyped()), [0x3c00, 0xc000, 0x7c00, 0x0001]);
+  // f16 reads as a Float16Array where the runtime has one, else as a Uint16Array of bits.
+  const f16Read = await f16t.readTyped();
+  if (globalThis.Float16Array) {
+    assert.ok(f16Read instanceof globalThis.Float16Array);
+    assert.deepEqual(Array.from(f16Read), [1, -2, Infinity, 2 ** -24]);
+  } else {
+    assert.ok(f16Read instanceof Uint16Array);
+    assert.deepEqual(Array.from(f16Read), [0x3c00, 0xc000, 0x7c00, 0x0001]);
+  }
   const big = gpu.tensorFromBytes(
     new Uint8Array(new Int32Array([16777217, -1]).buffer),
     "i32",
@@ -452,6 +464,23 @@ export async function run(gpukit, label) {
   idGraph.setInput(tokens, new Uint8Array(new Uint32Array([1, 2]).buffer));
   close((await idGraph.run()).get(idRows), [10, 11, 20, 21], 0, "graph new ids");
   assert.throws(() => idGraph.setInput(tokens, new Uint8Array(4)), /bytes/);
+  // Outputs in their own dtype: u32 ids past 2^24 exactly, argmax indices as a Uint32Array.
+  const typedBatch = gpu.batch();
+  const wide = typedBatch.uploadBytes(
+    new Uint8Array(new Uint32Array([16777217, 4294967295]).buffer),
+    "u32",
+    [2],
+  );
+  const best = typedBatch.argmax(typedBatch.upload(new Float32Array([1, 5, 2, 9, 0, 3]), [2, 3]));
+  typedBatch.output(wide);
+  typedBatch.output(best);
+  const typed = await typedBatch.compile().run();
+  const wideOut = typed.getTyped(wide);
+  assert.ok(wideOut instanceof Uint32Array);
+  assert.deepEqual(Array.from(wideOut), [16777217, 4294967295]);
+  assert.deepEqual(Array.from(typed.get(wide)), [16777216, 4294967296]);
+  assert.deepEqual(Array.from(typed.getTyped(best)), [1, 0]);
+  assert.throws(() => typed.getTyped(99), /not marked as an output/);
   assert.throws(() => idBatch.relu(tokens), /u32/);
   const asF32 = idBatch.cast(tokens, "f32");
   assert.deepEqual(idBatch.shape(asF32), [2]);

@@ -57,6 +57,7 @@ impl CpuStorage {
     }
 
     /// Appends values (a buffer nothing else shares: see `Tensor::append_rows`).
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn extend(&mut self, data: &[f32]) {
         self.0.extend_from_slice(data);
     }

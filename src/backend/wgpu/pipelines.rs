@@ -115,6 +115,7 @@ pub(crate) enum Kernel {
     Copy,
     Embedding,
     /// embedding.wgsl's in-place row store (`Tensor::write_rows`).
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     WriteRows,
     Rope {
         interleaved: bool,

@@ -130,4 +130,36 @@ pub async fn device_ids_and_lengths(dev: &Device) {
     }
     assert!(graph.set_input(iv, &[1.0f32, 2.0, 3.0]).is_err());
     assert!(graph.set_input(iv, &[1u32]).is_err());
+
+    // Outputs come back in their own dtype, run once and replayed: integers past 2^24 and
+    // indices exactly, halves as their bits.
+    let mut batch = dev.batch();
+    let big = batch.upload_of(&[16_777_217i32, -5], &[2]).unwrap();
+    let sum = batch.cast(big, gpukit::DType::U32).unwrap();
+    let scores = batch
+        .upload(&[0.5, 3.0, -1.0, 9.0, 2.0, 1.0], &[2, 3])
+        .unwrap();
+    let best = batch.argmax_last(scores).unwrap();
+    let half = batch.cast(scores, gpukit::DType::F16).unwrap();
+    for v in [sum, best, half] {
+        batch.output(v).unwrap();
+    }
+    let once = batch.run().await.unwrap();
+    let mut graph = batch.compile().unwrap();
+    for (run, r) in [(0, once), (1, graph.run(&[]).await.unwrap())] {
+        let want = [16_777_217u32, u32::MAX - 4];
+        assert_eq!(r.get_as::<u32>(sum).unwrap(), want, "run {run}");
+        assert_eq!(r.get(sum).unwrap(), want.map(|w| w as f32), "run {run}");
+        assert_eq!(r.dtype(best).unwrap(), gpukit::DType::U32);
+        assert_eq!(r.get_as::<u32>(best).unwrap(), [1, 0], "run {run}");
+        let bits: Vec<u16> = r
+            .get_as::<gpukit::f16>(half)
+            .unwrap()
+            .iter()
+            .map(|h| h.to_bits())
+            .collect();
+        assert_eq!(bits, [0x3800, 0x4200, 0xbc00, 0x4880, 0x4000, 0x3c00]);
+        let err = r.get_as::<f32>(best).unwrap_err();
+        assert!(err.to_string().contains("u32"), "{err}");
+    }
 }

@@ -285,4 +285,52 @@ pub async fn reduce_axes(dev: &Device) {
     assert!(t.masked_mean(&[1, 2]).is_err());
     assert!(t.masked_mean(&[1, 6, 0]).is_err());
     assert!(dev.tensor(&[1.0], &[1]).unwrap().masked_mean(&[1]).is_err());
+
+    // The same lengths as a device tensor (u32 and i32), eagerly and replayed with new ones.
+    for lens in [
+        dev.tensor_of(&lengths, &[b]).unwrap(),
+        dev.tensor_of(&lengths.map(|l| l as i32), &[b]).unwrap(),
+    ] {
+        let y = t.masked_mean_by(&lens).unwrap();
+        assert_eq!(y.shape(), &[b, d]);
+        check(
+            "masked_mean_by",
+            &|i| format!("{i} ({})", lens.dtype()),
+            &y.read().await.unwrap(),
+            &want,
+        );
+    }
+    // Beyond seq counts as seq; a negative i32 length averages nothing (NaN).
+    let over = dev.tensor_of(&[9i32, -3, 1], &[b]).unwrap();
+    let got = t.masked_mean_by(&over).unwrap().read().await.unwrap();
+    let whole = t.masked_mean(&[5, 0, 1]).unwrap().read().await.unwrap();
+    for (j, (g, w)) in got.iter().zip(&whole).enumerate() {
+        assert!(g == w || (g.is_nan() && w.is_nan()), "{j}: {g} vs {w}");
+    }
+    assert!(got[d..2 * d].iter().all(|v| v.is_nan()));
+    let mut batch = dev.batch();
+    let xv = batch.tensor(&t).unwrap();
+    let lv = batch.upload_of(&lengths, &[b]).unwrap();
+    let pooled = batch
+        .apply("masked_mean", &[xv, lv], |v| v[0].masked_mean_by(v[1]))
+        .unwrap();
+    batch.output(pooled).unwrap();
+    let mut graph = batch.compile().unwrap();
+    for new in [[1u32, 1, 3], [5, 2, 0]] {
+        graph.set_input(lv, &new).unwrap();
+        let got = graph.run(&[]).await.unwrap().get(pooled).unwrap().to_vec();
+        let want = t.masked_mean(&new).unwrap().read().await.unwrap();
+        for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+            let close = (g - w).abs() <= 1e-6 * w.abs().max(1.0);
+            assert!(
+                close || (g.is_nan() && w.is_nan()),
+                "graph {new:?} {j}: {g} vs {w}"
+            );
+        }
+    }
+    let float_lengths = dev.tensor(&[1.0, 2.0, 3.0], &[b]).unwrap();
+    let e = t.masked_mean_by(&float_lengths).unwrap_err();
+    assert!(e.to_string().contains("u32"), "{e}");
+    let short = dev.tensor_of(&[1u32, 2], &[2]).unwrap();
+    assert!(t.masked_mean_by(&short).is_err());
 }

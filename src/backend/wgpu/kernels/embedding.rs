@@ -51,6 +51,7 @@ impl WgpuBackend {
     }
 
     /// See [`WriteRowsSpec`]: rows of `dst` rewritten in place from the row `at` names.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn encode_write_rows(
         &self,
         dst: &WgpuStorage,
