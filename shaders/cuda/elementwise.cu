@@ -57,3 +57,31 @@ extern "C" __global__ void where_select(const float* __restrict__ c, u64 lc,
         out[i] = v != 0.0f || is_nan(v) ? a[la == n ? i : i % la] : b[lb == n ? i : i % lb];
     }
 }
+
+#define STRIDED_RANK 8
+
+// Where each operand of `strided` lies: element c of the output (row-major over `shape`) is
+// a[a_offset + c . a_strides] and b[b_offset + c . b_strides]; a zero stride broadcasts.
+struct StridedParams {
+    u64 n, rank, a_offset, b_offset;
+    u64 shape[STRIDED_RANK], a_strides[STRIDED_RANK], b_strides[STRIDED_RANK];
+};
+
+// out[i] = unary(a[..]) when `binary` is 0xffffffff, else a[..] op b[..]: operands that are
+// views or broadcast along any axis, read in place.
+extern "C" __global__ void strided(StridedParams p, u32 kind, u32 binary, float p0, float p1,
+                                   const float* __restrict__ a, const float* __restrict__ b,
+                                   float* __restrict__ out) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n;
+         i += (u64)gridDim.x * blockDim.x) {
+        u64 rem = i, ia = p.a_offset, ib = p.b_offset;
+        for (int d = (int)p.rank - 1; d >= 0; --d) {
+            u64 c = rem % p.shape[d];
+            rem /= p.shape[d];
+            ia += c * p.a_strides[d];
+            ib += c * p.b_strides[d];
+        }
+        out[i] = binary == 0xffffffffu ? unary_op(kind, a[ia], p0, p1)
+                                       : binary_op(binary, a[ia], b[ib]);
+    }
+}

@@ -21,7 +21,7 @@ use crate::ops::attention::AttentionSpec;
 use crate::ops::cast::CastSpec;
 use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
+use crate::ops::elementwise::{BinarySpec, StridedSpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::{EmbeddingSpec, WriteRowsSpec};
 use crate::ops::fused::FusedSpec;
 use crate::ops::layout::LayoutSpec;
@@ -64,6 +64,14 @@ pub(crate) trait BackendOps {
         a: &Self::Storage,
         b: &Self::Storage,
         spec: BinarySpec,
+    ) -> Result<Self::Storage>;
+    /// A unary or binary op over operands read through strides (see [`StridedSpec`]); `b`
+    /// is given exactly when the op is binary.
+    fn strided(
+        &self,
+        a: &Self::Storage,
+        b: Option<&Self::Storage>,
+        spec: StridedSpec,
     ) -> Result<Self::Storage>;
     /// `where(cond, a, b)` (see [`WhereSpec`]).
     fn where_select(
@@ -363,6 +371,15 @@ impl BackendImpl {
 
     pub(crate) fn binary(&self, a: &Storage, b: &Storage, spec: BinarySpec) -> Result<Storage> {
         dispatch!(self.binary(one a, one b; spec), spec)
+    }
+
+    pub(crate) fn strided(
+        &self,
+        a: &Storage,
+        b: Option<&Storage>,
+        spec: StridedSpec,
+    ) -> Result<Storage> {
+        dispatch!(self.strided(one a, opt b; spec), spec)
     }
 
     pub(crate) fn where_select(

@@ -6,6 +6,10 @@
 //! a NaN), `log(0) = -inf`, `log(x < 0) = NaN`, `sqrt(x < 0) = NaN`, `sigmoid(-inf) = 0`,
 //! `tanh(±inf) = ±1`, and overflow gives ±inf. Denormal results may be flushed to zero on GPUs.
 
+mod strided;
+
+pub(crate) use strided::{StridedOp, StridedSpec};
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::OpSpec;
@@ -272,6 +276,10 @@ impl Tensor {
     /// Applies a unary op; enqueues the work and returns at once.
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         op.validate()?;
+        if Tensor::reads_strided(&[self], self.shape(), false) {
+            let out = self.strided(StridedOp::Unary(op), None, self.shape().to_vec())?;
+            return out.verified(op.name(), [self], Tol::Elementwise, move |t| t[0].unary(op));
+        }
         if let Some(out) = Tensor::promoted(op.name(), &[self], |t| t[0].unary(op))? {
             return Ok(out);
         }
@@ -352,12 +360,20 @@ impl Tensor {
         if !self.dtype().is_float() || !rhs.dtype().is_float() {
             return self.binary_int(op, rhs);
         }
+        let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
+        // Views, and operands that broadcast other than by repetition, are read in place.
+        if Tensor::reads_strided(&[self, rhs], &bc.shape, bc.expand_a || bc.expand_b) {
+            let out = self.strided(StridedOp::Binary(op), Some(rhs), bc.shape)?;
+            return out.verified(op.name(), [self, rhs], Tol::Elementwise, move |t| {
+                t[0].binary(op, t[1])
+            });
+        }
         if let Some(out) = Tensor::promoted(op.name(), &[self, rhs], |t| t[0].binary(op, t[1]))? {
             return Ok(out);
         }
-        let bc = broadcast(op.name(), self.shape(), rhs.shape())?;
         let n = self.device().check_output(op.name(), &bc.shape)?;
-        // Operands no repeat describes are materialised at the output's shape first.
+        // Past MAX_RANK axes, operands no repeat describes are materialised at the output's
+        // shape first.
         let expanded = |t: &Tensor, expand: bool| -> Result<Option<Tensor>> {
             expand
                 .then(|| t.broadcast_to(&bc.shape)?.contiguous())

@@ -1,8 +1,8 @@
 //! Layout ops: `permute` / `transpose`, `slice`, `split` and `chunk` along an axis,
 //! `broadcast_to` and `concat`. All but `concat` return views: tensors that share their source's
-//! storage and read it through strides, with no copy. Attention reads views in place, and a
-//! matmul reads a transposed matrix as its transpose flag; any other op copies a view out in
-//! row-major order first (one strided copy on the device, `shaders/layout.wgsl`), as
+//! storage and read it through strides, with no copy. Attention and unary and binary
+//! elementwise ops read views in place, and a matmul reads a transposed matrix as its
+//! transpose flag; any other op copies a view out in row-major order first (one strided copy on the device, `shaders/layout.wgsl`), as
 //! [`Tensor::contiguous`] does. `concat` copies. Tensors of up to 8 axes.
 
 use std::ops::Range;

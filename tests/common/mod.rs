@@ -13,7 +13,7 @@ macro_rules! with_suite_tests {
         $callback!($($args)* [
             // suite/elementwise.rs
             unary_random, unary_edges, binary_random, binary_edges, chained_ops, broadcasting,
-            where_cond,
+            where_cond, strided_elementwise,
             // suite/reduce.rs, softmax.rs, norm.rs
             reduce_random, reduce_edges, dot_random, reduce_axes, softmax_random, softmax_edges,
             norms,

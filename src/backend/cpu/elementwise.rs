@@ -129,3 +129,95 @@ pub(super) fn where_select(x: [&[f32]; 3], lens: [usize; 3], n: usize) -> Vec<f3
         })
         .collect()
 }
+
+/// Fills `out` with the elements `start..start + out.len()` (row-major over `shape`) of an
+/// operand read at `offset + c . strides` of `src`: a run along the last axis at a time.
+pub(super) fn gather(
+    src: &[f32],
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+    start: usize,
+    out: &mut [f32],
+) {
+    let Some(last) = shape.len().checked_sub(1) else {
+        out.fill(src[offset]);
+        return;
+    };
+    let mut c = [0usize; crate::ops::layout::MAX_RANK];
+    let mut rem = start;
+    let mut at = offset;
+    for d in (0..shape.len()).rev() {
+        c[d] = rem % shape[d];
+        rem /= shape[d];
+        at += c[d] * strides[d];
+    }
+    let (len, step) = (shape[last], strides[last]);
+    let mut i = 0;
+    while i < out.len() {
+        let run = (len - c[last]).min(out.len() - i);
+        if step == 1 {
+            out[i..i + run].copy_from_slice(&src[at..at + run]);
+        } else {
+            for (j, o) in out[i..i + run].iter_mut().enumerate() {
+                *o = src[at + j * step];
+            }
+        }
+        i += run;
+        c[last] += run;
+        at += run * step;
+        if c[last] < len {
+            continue;
+        }
+        // Carry into the axes before the last one.
+        at -= len * step;
+        c[last] = 0;
+        for d in (0..last).rev() {
+            c[d] += 1;
+            at += strides[d];
+            if c[d] < shape[d] {
+                break;
+            }
+            at -= shape[d] * strides[d];
+            c[d] = 0;
+        }
+    }
+}
+
+/// A unary or binary op over operands read through strides (see `StridedSpec`): each block of
+/// the output gathers its operands into buffers that stay in L1, then runs the dense loop.
+pub(super) fn strided(
+    a: &[f32],
+    b: Option<&[f32]>,
+    s: &crate::ops::elementwise::StridedSpec,
+) -> Vec<f32> {
+    use crate::ops::elementwise::StridedOp;
+    let mut out: Vec<f32> = Vec::with_capacity(s.n);
+    par::chunks_mut(
+        &mut out.spare_capacity_mut()[..s.n],
+        par::GRAIN,
+        |start, chunk| {
+            let (mut ta, mut tb) = ([0.0f32; BLOCK], [0.0f32; BLOCK]);
+            for (k, block) in chunk.chunks_mut(BLOCK).enumerate() {
+                let (i0, len) = (start + k * BLOCK, block.len());
+                let ta = &mut ta[..len];
+                gather(a, &s.shape, &s.a.strides, s.a.offset, i0, ta);
+                match (s.op, b.zip(s.b.as_ref())) {
+                    (StridedOp::Binary(op), Some((b, sb))) => {
+                        let tb = &mut tb[..len];
+                        gather(b, &s.shape, &sb.strides, sb.offset, i0, tb);
+                        binary(op, Side::Run(ta), Side::Run(tb), block);
+                    }
+                    (StridedOp::Unary(op), _) => unary(op, ta, block),
+                    // The ops layer gives a binary op both operands.
+                    (StridedOp::Binary(_), None) => {
+                        block.fill(std::mem::MaybeUninit::new(f32::NAN))
+                    }
+                }
+            }
+        },
+    );
+    // SAFETY: the chunks cover `0..n`, and every block is written by one arm above.
+    unsafe { out.set_len(s.n) };
+    out
+}

@@ -35,7 +35,7 @@ use crate::ops::attention::AttentionSpec;
 use crate::ops::cast::CastSpec;
 use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
+use crate::ops::elementwise::{BinarySpec, StridedSpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
 use crate::ops::fused::{Expr, FusedSpec};
 use crate::ops::layout::LayoutSpec;
@@ -184,6 +184,19 @@ impl BackendOps for CpuBackend {
         let e = Expr::Binary(s.op, Box::new(Expr::Input(0)), Box::new(Expr::Input(1)));
         let inputs = [(a, s.a_len), (b, s.b_len)];
         Ok(CpuStorage(fused::evaluate(&e, &inputs, s.n)))
+    }
+
+    fn strided(
+        &self,
+        a: &CpuStorage,
+        b: Option<&CpuStorage>,
+        s: StridedSpec,
+    ) -> Result<CpuStorage> {
+        Ok(CpuStorage(elementwise::strided(
+            &a.0,
+            b.map(|b| b.0.as_slice()),
+            &s,
+        )))
     }
 
     fn where_select(

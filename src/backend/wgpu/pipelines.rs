@@ -87,6 +87,10 @@ pub(crate) enum Kernel {
     BinaryBroadcast(BinaryOp),
     /// `where(cond, a, b)`, every operand read by repetition.
     Where,
+    /// A unary op on an operand read through strides.
+    StridedUnary(UnaryKind),
+    /// A binary op on operands read through strides.
+    StridedBinary(BinaryOp),
     ReducePartial {
         op: ReduceOp,
         dot: bool,
@@ -168,6 +172,7 @@ impl Kernel {
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
             Kernel::Copy => Shader::Layout,
+            Kernel::StridedUnary(_) | Kernel::StridedBinary(_) => Shader::ElementwiseStrided,
             Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention { .. } => Shader::Attention,
@@ -245,6 +250,8 @@ impl Kernel {
             | Kernel::Gemv { .. }
             | Kernel::Fused { .. } => "main",
             Kernel::QMatmul { dequant: true, .. } => "dequant",
+            Kernel::StridedUnary(_) => "unary",
+            Kernel::StridedBinary(_) => "binary",
             Kernel::WriteRows => "write_rows",
             Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
@@ -274,6 +281,8 @@ impl Kernel {
             | Kernel::Where => Layout::ThreeInputs,
             Kernel::Binary(_)
             | Kernel::BinaryBroadcast(_)
+            | Kernel::StridedUnary(_)
+            | Kernel::StridedBinary(_)
             | Kernel::ReducePartial { .. }
             | Kernel::ReduceFinish(_)
             | Kernel::SoftmaxStats
@@ -291,6 +300,8 @@ impl Kernel {
         match self {
             Kernel::Unary(k) => vec![("OP", k as u32 as f64)],
             Kernel::Binary(op) | Kernel::BinaryBroadcast(op) => vec![("OP", op as u32 as f64)],
+            Kernel::StridedUnary(k) => vec![("UNARY", k as u32 as f64)],
+            Kernel::StridedBinary(op) => vec![("BINARY", op as u32 as f64)],
             Kernel::ReducePartial { op, dot } => {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }

@@ -25,10 +25,11 @@ pub(crate) enum Shader {
     MatmulGemv,
     MatmulGemvSubgroup,
     ElementwiseWhere,
+    ElementwiseStrided,
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 21] = [
+    pub(crate) const ALL: [Shader; 22] = [
         Shader::Cast,
         Shader::Compare,
         Shader::ElementwiseUnary,
@@ -50,6 +51,7 @@ impl Shader {
         Shader::MatmulGemv,
         Shader::MatmulGemvSubgroup,
         Shader::ElementwiseWhere,
+        Shader::ElementwiseStrided,
     ];
 
     pub(crate) fn file(self) -> &'static str {
@@ -75,6 +77,7 @@ impl Shader {
             Shader::MatmulGemv => "matmul_gemv.wgsl",
             Shader::MatmulGemvSubgroup => "matmul_gemv_subgroup.wgsl",
             Shader::ElementwiseWhere => "elementwise_where.wgsl",
+            Shader::ElementwiseStrided => "elementwise_strided.wgsl",
         }
     }
 
@@ -124,6 +127,12 @@ impl Shader {
             }
             Shader::ElementwiseWhere => {
                 include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_where.wgsl"))
+            }
+            Shader::ElementwiseStrided => {
+                include_str!(concat!(
+                    env!("OUT_DIR"),
+                    "/shaders/elementwise_strided.wgsl"
+                ))
             }
         }
     }

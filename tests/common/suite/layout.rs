@@ -195,7 +195,7 @@ pub async fn split_and_chunk(dev: &Device) {
 }
 
 /// Elements of a view on the host: `shape`'s coordinates read at `offset + c . strides`.
-fn gather(data: &[f32], shape: &[usize], strides: &[usize], offset: usize) -> Vec<f32> {
+pub(super) fn gather(data: &[f32], shape: &[usize], strides: &[usize], offset: usize) -> Vec<f32> {
     let n: usize = shape.iter().product();
     (0..n)
         .map(|mut i| {
@@ -209,7 +209,7 @@ fn gather(data: &[f32], shape: &[usize], strides: &[usize], offset: usize) -> Ve
         .collect()
 }
 
-fn row_major(shape: &[usize]) -> Vec<usize> {
+pub(super) fn row_major(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1];

@@ -3,9 +3,11 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::super::{WgpuBackend, WgpuStorage};
-use super::{range, repeat_len, repeated, u32_of, Kernel};
+use super::{range, repeat_len, repeated, u32_of, whole, Kernel, WG};
 use crate::backend::Operand;
 use crate::error::Result;
+use crate::ops::elementwise::{StridedOp, StridedSpec};
+use crate::ops::layout::MAX_RANK;
 use crate::ops::{BinaryOp, UnaryOp};
 
 #[repr(C)]
@@ -187,6 +189,84 @@ impl WgpuBackend {
                     range(&out, start, len),
                 ]
             },
+        )?;
+        Ok(s.storage(out))
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct StridedParams {
+    n: u32,
+    rank: u32,
+    a_offset: u32,
+    b_offset: u32,
+    p0: f32,
+    p1: f32,
+    _pad: [u32; 2],
+    shape: [u32; MAX_RANK],
+    a_strides: [u32; MAX_RANK],
+    b_strides: [u32; MAX_RANK],
+}
+
+impl WgpuBackend {
+    /// A unary or binary op over operands read through strides (elementwise_strided.wgsl):
+    /// one dispatch, each operand bound whole up to the furthest element it reads.
+    pub(super) fn encode_strided(
+        &self,
+        a: &WgpuStorage,
+        b: Option<&WgpuStorage>,
+        spec: &StridedSpec,
+    ) -> Result<WgpuStorage> {
+        let s = self.begin()?;
+        let mut st = s.state();
+        let n = spec.n as u64;
+        let out = s.alloc(&mut st, n * 4)?;
+        if n == 0 {
+            return Ok(s.storage(out));
+        }
+        s.check_binding("a strided op's output", n)?;
+        let mut p = StridedParams {
+            n: u32_of(n, "a strided op's elements")?,
+            rank: spec.shape.len() as u32,
+            a_offset: u32_of(spec.a.offset as u64, "a strided operand's offset")?,
+            ..StridedParams::zeroed()
+        };
+        for (d, &size) in spec.shape.iter().enumerate() {
+            p.shape[d] = size as u32;
+            p.a_strides[d] = u32_of(spec.a.strides[d] as u64, "a strided operand's stride")?;
+        }
+        let a_len = spec.a.extent as u64;
+        s.check_binding("a strided op's left operand", a_len)?;
+        let (b_buf, b_len) = match (b, &spec.b) {
+            (Some(b), Some(sb)) => {
+                p.b_offset = u32_of(sb.offset as u64, "a strided operand's offset")?;
+                for (d, &st) in sb.strides.iter().enumerate() {
+                    p.b_strides[d] = u32_of(st as u64, "a strided operand's stride")?;
+                }
+                s.check_binding("a strided op's right operand", sb.extent as u64)?;
+                (b.buffer()?, sb.extent as u64)
+            }
+            _ => (a.buffer()?, a_len),
+        };
+        let kernel = match spec.op {
+            StridedOp::Unary(op) => {
+                [p.p0, p.p1] = op.params();
+                Kernel::StridedUnary(op.kind())
+            }
+            StridedOp::Binary(op) => Kernel::StridedBinary(op),
+        };
+        let binds = [
+            whole(a.buffer()?, a_len),
+            whole(b_buf, b_len),
+            whole(&out, n),
+        ];
+        s.dispatch(
+            &mut st,
+            kernel,
+            bytemuck::bytes_of(&p),
+            &binds,
+            n.div_ceil(WG),
         )?;
         Ok(s.storage(out))
     }

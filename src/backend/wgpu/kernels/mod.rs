@@ -31,7 +31,7 @@ use crate::ops::attention::AttentionSpec;
 use crate::ops::cast::CastSpec;
 use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, UnarySpec, WhereSpec};
+use crate::ops::elementwise::{BinarySpec, StridedSpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::EmbeddingSpec;
 use crate::ops::fused::FusedSpec;
 use crate::ops::layout::LayoutSpec;
@@ -282,6 +282,15 @@ impl BackendOps for WgpuBackend {
 
     fn binary(&self, a: &WgpuStorage, b: &WgpuStorage, s: BinarySpec) -> Result<WgpuStorage> {
         self.encode_binary(s.op, (a, s.a_len), (b, s.b_len), s.n)
+    }
+
+    fn strided(
+        &self,
+        a: &WgpuStorage,
+        b: Option<&WgpuStorage>,
+        s: StridedSpec,
+    ) -> Result<WgpuStorage> {
+        self.encode_strided(a, b, &s)
     }
 
     fn where_select(

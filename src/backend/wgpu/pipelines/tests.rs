@@ -7,10 +7,14 @@ use crate::ops::UnaryOp;
 fn every_kernel() -> Vec<Kernel> {
     let mut k: Vec<Kernel> = UnaryOp::ALL
         .iter()
-        .map(|op| Kernel::Unary(op.kind()))
+        .flat_map(|op| [Kernel::Unary(op.kind()), Kernel::StridedUnary(op.kind())])
         .collect();
     for op in BinaryOp::ALL {
-        k.extend([Kernel::Binary(op), Kernel::BinaryBroadcast(op)]);
+        k.extend([
+            Kernel::Binary(op),
+            Kernel::BinaryBroadcast(op),
+            Kernel::StridedBinary(op),
+        ]);
     }
     k.push(Kernel::Where);
     for op in ReduceOp::ALL {
@@ -160,9 +164,11 @@ fn variant(k: Kernel) -> usize {
         Kernel::Cast => 21,
         Kernel::Compare => 22,
         Kernel::WriteRows => 23,
+        Kernel::StridedUnary(_) => 24,
+        Kernel::StridedBinary(_) => 25,
     }
 }
-const VARIANTS: usize = 24;
+const VARIANTS: usize = 26;
 
 #[test]
 fn every_kernel_variant_is_checked() {

@@ -1,0 +1,116 @@
+//! Elementwise ops that read their operands through strides: a view (permute, transpose,
+//! slice, broadcast_to) or an operand broadcast along any axis is read in place, with no copy
+//! made first. A broadcast axis is a zero stride.
+
+use super::{BinaryOp, UnaryOp};
+use crate::ops::layout::MAX_RANK;
+use crate::ops::OpSpec;
+use crate::profile::Work;
+use crate::tensor::Tensor;
+use crate::DType;
+
+/// Where one operand's elements lie: element `c` of the output's shape is element
+/// `offset + c . strides` of the operand's storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Strided {
+    pub strides: Vec<usize>,
+    pub offset: usize,
+    /// Elements of the storage the reads reach (one past the furthest; 0 when none).
+    pub extent: usize,
+}
+
+/// The op of a strided elementwise kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum StridedOp {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+}
+
+/// An elementwise op over a row-major output of `shape` (at most [`MAX_RANK`] axes, `n`
+/// elements) whose f32 operands are read through strides: `a` alone for a unary op, `a` and
+/// `b` for a binary one.
+#[derive(Debug, Clone)]
+pub(crate) struct StridedSpec {
+    pub op: StridedOp,
+    pub shape: Vec<usize>,
+    pub n: usize,
+    pub a: Strided,
+    pub b: Option<Strided>,
+}
+
+impl StridedOp {
+    fn name(self) -> &'static str {
+        match self {
+            StridedOp::Unary(op) => op.name(),
+            StridedOp::Binary(op) => op.name(),
+        }
+    }
+}
+
+impl OpSpec for StridedSpec {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn work(&self) -> Work {
+        Work::elements(self.n, if self.b.is_some() { 3 } else { 2 })
+    }
+}
+
+impl Tensor {
+    /// This f32 tensor as an operand of an output of `shape` it broadcasts to (NumPy's rules:
+    /// axes aligned on the right, size-1 and missing axes read with stride 0).
+    fn strided_operand(&self, shape: &[usize]) -> Strided {
+        let (strides, offset) = self.layout();
+        let lead = shape.len() - self.shape().len();
+        let mut out = vec![0; shape.len()];
+        for (i, (&d, &s)) in self.shape().iter().zip(&strides).enumerate() {
+            if d != 1 {
+                out[lead + i] = s;
+            }
+        }
+        let empty = shape.contains(&0);
+        let far: usize = shape
+            .iter()
+            .zip(&out)
+            .map(|(&d, &s)| (d.max(1) - 1) * s)
+            .sum();
+        Strided {
+            extent: if empty { 0 } else { offset + far + 1 },
+            strides: out,
+            offset,
+        }
+    }
+
+    /// Whether `op` over these f32 operands, broadcast to `shape`, reads them through strides
+    /// rather than copying them first: some operand is a view, or broadcasts other than by
+    /// repetition (`expand`), and the output has at most [`MAX_RANK`] axes.
+    pub(crate) fn reads_strided(operands: &[&Tensor], shape: &[usize], expand: bool) -> bool {
+        shape.len() <= MAX_RANK
+            && operands.iter().all(|t| t.dtype() == DType::F32)
+            && (expand || operands.iter().any(|t| !t.is_contiguous()))
+    }
+
+    /// `op` over this tensor (and `rhs` for a binary op) read through strides, as a row-major
+    /// tensor of `shape` (see [`Tensor::reads_strided`]).
+    pub(crate) fn strided(
+        &self,
+        op: StridedOp,
+        rhs: Option<&Tensor>,
+        shape: Vec<usize>,
+    ) -> crate::Result<Tensor> {
+        let n = self.device().check_output(op.name(), &shape)?;
+        let spec = StridedSpec {
+            op,
+            n,
+            a: self.strided_operand(&shape),
+            b: rhs.map(|r| r.strided_operand(&shape)),
+            shape: shape.clone(),
+        };
+        let storage =
+            self.device()
+                .op(&spec)
+                .strided(self.storage(), rhs.map(Tensor::storage), spec)?;
+        Ok(self.with_storage(storage, shape))
+    }
+}
