@@ -2,7 +2,8 @@
 1, f32 (TF32 off), device-resident [1, heads, seq, dim] tensors, one call then a synchronize,
 the median of five timed runs after one warm-up, as gpukit times them; then the same shapes in
 f16 for the record. Prints JSON rows. Run on the GPU machine, in the same call as
-`gpukit bench`."""
+`gpukit bench`. Row A3 is decoding: one query row of 32 heads against 8 KV heads of 4096 x 128
+(GQA through `enable_gqa`), four caches in turn, 100 calls per synchronize as gpukit times it."""
 import json
 import statistics
 import time
@@ -34,4 +35,33 @@ for rid, heads, dim, seq in [("A1", 16, 64, 1024), ("A1", 16, 64, 2048), ("A1", 
                 "us": statistics.median(times) * 1e6,
             }
         )
+# A3: decoding with grouped KV heads, four caches in turn so they are read from memory.
+for dtype in [torch.float32, torch.float16]:
+    g = torch.Generator(device="cuda").manual_seed(31)
+    q = torch.rand((1, 32, 1, 128), device="cuda", dtype=dtype, generator=g) * 2 - 1
+    caches = [
+        tuple(torch.rand((1, 8, 4096, 128), device="cuda", dtype=dtype, generator=g) * 2 - 1 for _ in range(2))
+        for _ in range(4)
+    ]
+    times = []
+    for i in range(6):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for j in range(100):
+            k, v = caches[j % 4]
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        torch.cuda.synchronize()
+        if i > 0:
+            times.append((time.perf_counter() - t0) / 100)
+    kv_bytes = 2 * 8 * 4096 * 128 * (4 if dtype == torch.float32 else 2)
+    us = statistics.median(times) * 1e6
+    rows.append(
+        {
+            "id": "A3",
+            "shape": "1 x 32 heads against 8 x 4096 x 128",
+            "dtype": str(dtype).removeprefix("torch."),
+            "us": us,
+            "gb_per_s": kv_bytes / (us * 1e-6) / 1e9,
+        }
+    )
 print(json.dumps({"peer": f"torch {torch.__version__}", "device": torch.cuda.get_device_name(), "rows": rows}))

@@ -1,6 +1,8 @@
 //! Attention rows: A1 (16 heads of 64 at three lengths) and A2 (LLaMA-7B's 32 heads of 128),
-//! causal, batch 1, with the extra memory each takes.
+//! causal, batch 1, with the extra memory each takes; A3, decoding: one query row of 32 heads
+//! against a KV cache of 8 heads x 4096 positions x 128 (GQA), as bandwidth.
 
+use super::matmul::per_gemv;
 use super::{data, median, time, Ctx, Id, Row};
 
 pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
@@ -48,5 +50,42 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
             ),
         ));
     }
+    rows.push(decode(cx)?);
     Ok(rows)
+}
+
+/// A3: one query row, 32 heads of 128, against 8 KV heads of 4096 positions (512 with
+/// --quick). Four caches in turn (134 MB) so the keys and values come from memory, not the L2.
+fn decode(cx: &Ctx) -> Result<Row, String> {
+    let device = &cx.device;
+    let (heads, kv_heads, hd) = (32usize, 8usize, 128usize);
+    let keys = if cx.quick { 512 } else { 4096 };
+    let q = device
+        .tensor(&data(heads * hd, 31), &[1, heads, 1, hd])
+        .map_err(|e| e.to_string())?;
+    let cache = |seed| {
+        device
+            .tensor(&data(kv_heads * keys * hd, seed), &[1, kv_heads, keys, hd])
+            .map_err(|e| e.to_string())
+    };
+    let caches = (0..4)
+        .map(|i| Ok((cache(40 + 2 * i)?, cache(41 + 2 * i)?)))
+        .collect::<Result<Vec<_>, String>>()?;
+    let per = per_gemv(device, cx.runs, |i| {
+        let (k, v) = &caches[i % caches.len()];
+        q.attention(k, v, Default::default())
+    })?;
+    let bytes = 2.0 * (kv_heads * keys * hd * 4) as f64;
+    Ok(Row::new(
+        Id::A3,
+        format!("decode attention, 1 x {heads} heads against {kv_heads} x {keys} x {hd} (f32)"),
+        per * 1e6,
+        "us",
+        cx.runs,
+        format!(
+            "{:.0} GB/s of keys and values ({:.1} MB)",
+            bytes / per / 1e9,
+            bytes / 1e6
+        ),
+    ))
 }

@@ -1,17 +1,19 @@
-//! Quantized rows: Q1 (one token through a Q4_1 layer, a GEMV) and Q2 (a prompt through the
-//! same layer: dequantise once, then the tiled matmul).
+//! Quantized rows: Q1 (one token through a Q4_1 layer, a GEMV), Q2 (a prompt through the
+//! same layer: dequantise once, then the tiled matmul) and Q3 (one token through LLaMA-7B's
+//! FFN up projection, 4096 -> 14336).
 
 use gpukit::{QuantFormat, QuantTensor};
 
 use super::matmul::per_gemv;
 use super::{data, median, time, Ctx, Id, Row};
 
-/// A Q4_1 weight of `n` x `n` in GGUF blocks: scales of 0.01-0.03, a min of -0.08, and quants
-/// from a hash of the block index.
-fn q4_1_bytes(n: usize) -> Vec<u8> {
+/// A Q4_1 weight of `rows` x `cols` in GGUF blocks: scales of 0.01-0.03, a min of -0.08, and
+/// quants from a hash of the block index.
+fn q4_1_bytes(rows: usize, cols: usize) -> Vec<u8> {
     let fmt = QuantFormat::Q4_1;
-    let mut bytes = Vec::with_capacity(n * n / 32 * fmt.block_bytes());
-    for (b, noise) in (0..n * n / 32).zip(data(n * n / 32, 17)) {
+    let blocks = rows * cols / 32;
+    let mut bytes = Vec::with_capacity(blocks * fmt.block_bytes());
+    for (b, noise) in (0..blocks).zip(data(blocks, 17)) {
         bytes.extend(half::f16::from_f32(0.01 + noise.abs() * 0.01).to_le_bytes());
         bytes.extend(half::f16::from_f32(-0.08).to_le_bytes());
         bytes.extend(
@@ -27,7 +29,7 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
     // Q1: one token through a Q4_1 4096 x 4096 layer (1024 with --quick). Eight weights in turn
     // (84 MB at 4096), so they are read from memory, not the L2.
     let qn = if cx.quick { 1024 } else { 4096 };
-    let bytes = q4_1_bytes(qn);
+    let bytes = q4_1_bytes(qn, qn);
     let wq = (0..8)
         .map(|_| device.quantized(&bytes, QuantFormat::Q4_1, qn, qn))
         .collect::<gpukit::Result<Vec<QuantTensor>>>()
@@ -67,6 +69,31 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
         "TFLOP/s",
         t.len(),
         "dequantise once, then the f32 matmul (cuBLAS on CUDA); one submit and wait included",
+    ));
+
+    // Q3: one token through a Q4_1 [14336, 4096] layer (LLaMA-7B's FFN; a quarter with
+    // --quick), four weights in turn (132 MB) so they come from memory.
+    let (up, k) = if cx.quick { (3584, 1024) } else { (14336, 4096) };
+    let bytes = q4_1_bytes(up, k);
+    let wu = (0..4)
+        .map(|_| device.quantized(&bytes, QuantFormat::Q4_1, up, k))
+        .collect::<gpukit::Result<Vec<QuantTensor>>>()
+        .map_err(|e| e.to_string())?;
+    let xu = device
+        .tensor(&data(k, 23), &[1, k])
+        .map_err(|e| e.to_string())?;
+    let per = per_gemv(device, cx.runs, |i| xu.matmul_quant(&wu[i % wu.len()]))?;
+    rows.push(Row::new(
+        Id::Q3,
+        format!("Q4_1 GEMV, one token through [{up}, {k}]"),
+        per * 1e6,
+        "us",
+        cx.runs,
+        format!(
+            "{:.0} GB/s of weights ({:.1} MB as GGUF)",
+            bytes.len() as f64 / per / 1e9,
+            bytes.len() as f64 / 1e6
+        ),
     ));
     Ok(rows)
 }
