@@ -73,7 +73,11 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
 
     // Q3: one token through a Q4_1 [14336, 4096] layer (LLaMA-7B's FFN; a quarter with
     // --quick), four weights in turn (132 MB) so they come from memory.
-    let (up, k) = if cx.quick { (3584, 1024) } else { (14336, 4096) };
+    let (up, k) = if cx.quick {
+        (3584, 1024)
+    } else {
+        (14336, 4096)
+    };
     let bytes = q4_1_bytes(up, k);
     let wu = (0..4)
         .map(|_| device.quantized(&bytes, QuantFormat::Q4_1, up, k))
