@@ -443,7 +443,7 @@ impl JsBatchResult {
     /// has one.
     #[wasm_bindgen(
         js_name = getTyped,
-        unchecked_return_type = "Float32Array | Float16Array | Uint16Array | Int32Array | Uint32Array"
+        unchecked_return_type = "Float32Array | Uint16Array | Int32Array | Uint32Array | (ArrayBufferView & ArrayLike<number>)"
     )]
     pub fn get_typed(
         &self,

@@ -39,11 +39,12 @@ impl JsTensor {
     }
 
     /// Copies the data out in its own dtype: a Float32Array (f32), Float16Array (f16, where the
-    /// runtime has one; a Uint16Array of the bits elsewhere), Uint16Array of the bits (bf16),
+    /// runtime has one, typed as an array-like view since TypeScript's libraries may lack it; a
+    /// Uint16Array of the bits elsewhere), Uint16Array of the bits (bf16),
     /// Int32Array (i32) or Uint32Array (u32).
     #[wasm_bindgen(
         js_name = readTyped,
-        unchecked_return_type = "Promise<Float32Array | Float16Array | Uint16Array | Int32Array | Uint32Array>"
+        unchecked_return_type = "Promise<Float32Array | Uint16Array | Int32Array | Uint32Array | (ArrayBufferView & ArrayLike<number>)>"
     )]
     pub fn read_typed(&self) -> JsResult<Promise> {
         let t = self.get()?.clone();

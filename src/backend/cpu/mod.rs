@@ -21,6 +21,8 @@ mod norm;
 pub(crate) mod par;
 mod pool;
 mod quant;
+#[cfg(target_arch = "x86_64")]
+mod quant_avx512;
 mod quant_rows;
 mod reduce;
 mod rope;

@@ -1,8 +1,9 @@
 //! Quantized products at a few rows (a language model's decode step): each block of 32
 //! weights is unpacked and scaled once, in registers, and multiplied into every row of `x`,
 //! so the weight streams from memory once in its quantized form and is never written out
-//! as f32. AVX-512 and AVX2 (with FMA) are chosen at run time; elsewhere the same code runs as
-//! plain multiplies and adds, which LLVM vectorises (SIMD128 in wasm).
+//! as f32. AVX-512 (intrinsics, `quant_avx512.rs`) and AVX2 (with FMA) are chosen at run
+//! time; elsewhere the same code runs as plain multiplies and adds, which LLVM vectorises
+//! (SIMD128 in wasm).
 
 use super::{par, CpuStorage};
 use crate::ops::quant::{QuantParts, BLOCK};
@@ -110,18 +111,6 @@ fn rows(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,fma")]
-unsafe fn rows_avx512(
-    w: &QuantParts<'_, CpuStorage>,
-    x: &[f32],
-    m: usize,
-    j0: usize,
-    out: &mut [f32],
-) {
-    rows(w, x, m, j0, out, f32::mul_add)
-}
-
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rows_avx2(
     w: &QuantParts<'_, CpuStorage>,
@@ -138,19 +127,27 @@ pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Ve
     let n = w.rows;
     #[cfg(target_arch = "x86_64")]
     let (avx512, avx2) = (
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("fma"),
+        is_x86_feature_detected!("avx512f"),
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
     );
     let mut out_t = vec![0.0f32; n * m];
+    // The intrinsics kernel reads a Q4 block's even and odd elements apart.
+    #[cfg(target_arch = "x86_64")]
+    let split = match (avx512, w.format) {
+        (true, QuantFormat::Q4_0 | QuantFormat::Q4_1) => {
+            Some(super::quant_avx512::split_even_odd(&x[..m * w.cols]))
+        }
+        _ => None,
+    };
     par::chunks_mut(&mut out_t, TASK * m, |start, dst| {
         let j0 = start / m;
         #[cfg(target_arch = "x86_64")]
         {
             if avx512 {
-                // SAFETY: the CPU has every feature the function was compiled for.
-                return unsafe { rows_avx512(w, x, m, j0, dst) };
+                let xs = split.as_deref().unwrap_or(x);
+                // SAFETY: the CPU has AVX-512F; `xs` holds m rows of k, m <= MAX_ROWS, and
+                // `dst` covers weight rows inside the matrix.
+                return unsafe { super::quant_avx512::rows(w, xs, m, j0, dst) };
             }
             if avx2 {
                 // SAFETY: as above.
