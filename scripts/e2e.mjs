@@ -365,7 +365,7 @@ try {
       );
       await answered();
       const finish = await page.evaluate(() => document.body.dataset.finish);
-      check(finish === "stopped", `chat: the stop button ends the answer (${finish})`);
+      check(finish === "aborted", `chat: the stop button aborts the answer (${finish})`);
       await reloadsFromCache(page, "chat", "/models/smollm2");
     }
     check(errors.length === 0, `chat: no page errors ${JSON.stringify(errors)}`);

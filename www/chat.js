@@ -1,7 +1,7 @@
 // Chat: SmolLM2-135M-Instruct through the package's `gpukit/models` entry (copied to
 // ./pkg/models by `make www`). The GGUF downloads once with a progress bar and is kept in
 // Cache Storage ("gpukit-models"); each answer streams token by token, with the backend and
-// tokens per second shown, and the stop button ends it.
+// tokens per second shown, and the stop button aborts it (an AbortSignal).
 import init, { Gpu, Llm } from "./pkg/models/gpukit.js";
 import { openGpu, nav } from "./common.js";
 
@@ -36,21 +36,27 @@ try {
     $("answer").textContent = "";
     document.body.dataset.answering = "yes";
     document.body.dataset.asked = String(n);
-    const gen = llm.generate(prompt, { maxTokens: 256 });
-    current = gen;
+    // The stop button aborts: a token being computed is dropped rather than waited for.
+    const controller = new AbortController();
+    const gen = llm.generate(prompt, { maxTokens: 256, signal: controller.signal });
+    current = controller;
     let text = "";
-    for await (const piece of gen) {
-      text += piece;
-      $("answer").textContent = text;
-      $("timing").textContent =
-        `${gen.ids.length} tokens on ${backend}: prompt ${gen.prefillTokensPerSecond.toFixed(0)} ` +
-        `tokens/s, answer ${gen.decodeTokensPerSecond.toFixed(1)} tokens/s.`;
+    try {
+      for await (const piece of gen) {
+        text += piece;
+        $("answer").textContent = text;
+        $("timing").textContent =
+          `${gen.ids.length} tokens on ${backend}: prompt ${gen.prefillTokensPerSecond.toFixed(0)} ` +
+          `tokens/s, answer ${gen.decodeTokensPerSecond.toFixed(1)} tokens/s.`;
+      }
+    } catch (e) {
+      if (e?.name !== "AbortError") throw e;
     }
     const ended = {
       stop: "",
       length: " (the token limit was reached)",
       context: " (the context is full)",
-      stopped: " (stopped)",
+      aborted: " (stopped)",
     }[gen.finish];
     $("timing").textContent += ended ?? "";
     current = null;
@@ -68,7 +74,7 @@ try {
     const prompt = $("prompt").value.trim();
     if (prompt && !current) ask(prompt).catch(fail);
   });
-  $("stop").addEventListener("click", () => current?.return());
+  $("stop").addEventListener("click", () => current?.abort());
   $("prompt").disabled = false;
   $("send").disabled = false;
   $("prompt").focus();

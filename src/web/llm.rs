@@ -39,6 +39,10 @@ export interface GenerateOptions {
   raw?: boolean;
   /** Go on past end tokens, to maxTokens or a full context (for benchmarks). */
   ignoreEos?: boolean;
+  /** Aborts the answer: a pending or later `next()` rejects with the signal's reason (an
+   *  "AbortError" DOMException unless given another) at once, and `finish` is "aborted". A
+   *  token being computed completes in the background and is dropped. */
+  signal?: AbortSignal;
 }
 export interface Generation {
   [Symbol.asyncIterator](): AsyncIterator<string, undefined>;
@@ -62,6 +66,30 @@ struct State {
     rates: (f64, f64),
     /// The last `next()` promise: a new one waits for it, so calls made at once run in turn.
     tail: Option<Promise>,
+    /// The options' AbortSignal, and a promise that rejects with its reason when it aborts.
+    abort: Option<(JsValue, Promise)>,
+}
+
+/// Whether `signal` has aborted.
+fn aborted(signal: &JsValue) -> bool {
+    property(signal, "aborted").as_bool() == Some(true)
+}
+
+/// A promise that rejects with `signal`'s reason once it aborts (at once if it has), marked
+/// handled so that an abort with no `next()` pending is not an unhandled rejection.
+fn on_abort(signal: &JsValue) -> JsResult<Promise> {
+    let make = js_sys::Function::new_with_args(
+        "signal",
+        "const p = new Promise((_, reject) => { \
+           if (signal.aborted) reject(signal.reason); \
+           else signal.addEventListener('abort', () => reject(signal.reason), { once: true }); \
+         }); \
+         p.catch(() => {}); \
+         return p;",
+    );
+    make.call1(&JsValue::NULL, signal)
+        .map(Promise::unchecked_from_js)
+        .map_err(|e| js_error(format!("generate: the signal could not be watched: {e:?}")))
 }
 
 /// One answer in progress: an async iterator of text pieces.
@@ -70,10 +98,12 @@ pub struct JsGeneration {
     state: Rc<RefCell<State>>,
 }
 
-fn options(o: &JsValue) -> JsResult<GenerateOptions> {
+/// The generate options, and the AbortSignal among them.
+fn options(o: &JsValue) -> JsResult<(GenerateOptions, Option<JsValue>)> {
     let mut out = GenerateOptions::default();
+    let mut signal = None;
     if o.is_undefined() || o.is_null() {
-        return Ok(out);
+        return Ok((out, signal));
     }
     if !o.is_object() {
         return Err(js_error(format!(
@@ -107,6 +137,23 @@ fn options(o: &JsValue) -> JsResult<GenerateOptions> {
             "topK" => out.top_k = whole(number(0.0, 1e9)?)? as usize,
             "topP" => out.top_p = number(1e-9, 1.0)? as f32,
             "seed" => out.seed = whole(number(0.0, 9_007_199_254_740_991.0)?)? as u64,
+            "signal" => {
+                let check = js_sys::Function::new_with_args(
+                    "v",
+                    "return typeof AbortSignal === 'function' && v instanceof AbortSignal",
+                );
+                let is_signal = check
+                    .call1(&JsValue::NULL, &v)
+                    .ok()
+                    .and_then(|r| r.as_bool());
+                if is_signal != Some(true) {
+                    return Err(js_error(format!(
+                        "generate: signal must be an AbortSignal, got {}",
+                        describe(&v)
+                    )));
+                }
+                signal = Some(v);
+            }
             "raw" | "ignoreEos" => {
                 let b = v.as_bool().ok_or_else(|| {
                     js_error(format!(
@@ -122,12 +169,12 @@ fn options(o: &JsValue) -> JsResult<GenerateOptions> {
             _ => {
                 return Err(js_error(format!(
                     "generate options: unknown key {key:?} (expected maxTokens, temperature, \
-                     topK, topP, seed, raw, ignoreEos)"
+                     topK, topP, seed, raw, ignoreEos, signal)"
                 )))
             }
         }
     }
-    Ok(out)
+    Ok((out, signal))
 }
 
 fn finish_name(f: Finish) -> &'static str {
@@ -191,10 +238,15 @@ impl JsLlm {
         prompt: &str,
         #[wasm_bindgen(unchecked_optional_param_type = "GenerateOptions")] options: JsValue,
     ) -> JsResult<JsValue> {
-        let g = self
-            .inner
-            .generate(prompt, self::options(&options)?)
-            .map_err(js_error)?;
+        let (options, signal) = self::options(&options)?;
+        let abort = match signal {
+            Some(signal) => {
+                let watch = on_abort(&signal)?;
+                Some((signal, watch))
+            }
+            None => None,
+        };
+        let g = self.inner.generate(prompt, options).map_err(js_error)?;
         let prompt = g.prompt_ids().to_vec();
         let state = State {
             generation: Some(g),
@@ -204,6 +256,7 @@ impl JsLlm {
             prompt,
             rates: (0.0, 0.0),
             tail: None,
+            abort,
         };
         let out = JsValue::from(JsGeneration {
             state: Rc::new(RefCell::new(state)),
@@ -270,6 +323,11 @@ impl JsGeneration {
             }
             let taken = {
                 let mut s = state.borrow_mut();
+                if s.abort.as_ref().is_some_and(|(signal, _)| aborted(signal)) {
+                    s.finish.get_or_insert("aborted");
+                    // The outward promise rejects with the reason through the race below.
+                    return Ok(result(true, JsValue::UNDEFINED));
+                }
                 if s.stopped || s.finish.is_some() {
                     return Ok(result(true, JsValue::UNDEFINED));
                 }
@@ -282,6 +340,9 @@ impl JsGeneration {
             };
             let step = g.next_token().await;
             let mut s = state.borrow_mut();
+            if s.abort.as_ref().is_some_and(|(signal, _)| aborted(signal)) {
+                s.finish.get_or_insert("aborted");
+            }
             s.ids = g.ids().to_vec();
             let (p, d) = g.timings();
             let steps = g.ids().len().saturating_sub(1) as f64;
@@ -299,12 +360,18 @@ impl JsGeneration {
                 None => Ok(result(true, JsValue::UNDEFINED)),
             }
         });
-        self.state.borrow_mut().tail = Some(p.clone());
-        p
+        let mut s = self.state.borrow_mut();
+        s.tail = Some(p.clone());
+        match &s.abort {
+            // Whichever settles first: the step, or the signal's abort (rejecting at once).
+            Some((_, watch)) => Promise::race(&js_sys::Array::of2(watch, &p)),
+            None => p,
+        }
     }
 
     /// Ends the generation (as `break` in `for await` does): the next `next()` is done; a
-    /// token being computed still completes.
+    /// token being computed still completes. (An AbortSignal in the options also rejects a
+    /// pending `next()` at once.)
     #[wasm_bindgen(js_name = "return")]
     pub fn stop(&self) -> Promise {
         let mut s = self.state.borrow_mut();
@@ -316,13 +383,18 @@ impl JsGeneration {
     }
 
     /// Why it ended: "stop" (an end token), "length" (maxTokens), "context" (the context is
-    /// full), "stopped" (`return()`/`break`); null while it runs.
+    /// full), "stopped" (`return()`/`break`), "aborted" (the options' signal); null while it
+    /// runs.
     #[wasm_bindgen(getter, unchecked_return_type = "string | null")]
     pub fn finish(&self) -> JsValue {
-        self.state
-            .borrow()
-            .finish
-            .map_or(JsValue::NULL, JsValue::from)
+        let s = self.state.borrow();
+        let abort = s.abort.as_ref().is_some_and(|(signal, _)| aborted(signal));
+        match s.finish {
+            Some(f) => JsValue::from(f),
+            // Aborted while a token is computed: that token will be dropped.
+            None if abort => JsValue::from("aborted"),
+            None => JsValue::NULL,
+        }
     }
 
     /// The ids generated so far.

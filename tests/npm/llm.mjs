@@ -57,6 +57,25 @@ assert.equal(rb.done, false);
 for await (const _ of a) break;
 assert.equal(a.finish, "stopped");
 assert.deepEqual(await a.next(), { done: true, value: undefined });
+// An AbortSignal rejects a pending next() at once with its reason and ends the answer.
+const controller = new AbortController();
+const aborting = llm.generate("Tell me a story.", { maxTokens: 50, signal: controller.signal });
+assert.equal((await aborting.next()).done, false);
+const pending = aborting.next();
+controller.abort();
+await assert.rejects(pending, (e) => e.name === "AbortError");
+assert.equal(aborting.finish, "aborted");
+await assert.rejects(aborting.next(), (e) => e.name === "AbortError");
+assert.ok(aborting.ids.length <= 2, `ids after the abort: ${aborting.ids.length}`);
+await assert.rejects(
+  llm.generate("Hi", { signal: AbortSignal.abort(new Error("no thanks")) }).next(),
+  /no thanks/,
+);
+const unaborted = new AbortController();
+const kept = llm.generate("Hi", { maxTokens: 2, signal: unaborted.signal });
+for await (const _ of kept);
+assert.equal(kept.finish, "length");
+assert.throws(() => llm.generate("Hi", { signal: {} }), /signal must be an AbortSignal/);
 // The same seed samples the same tokens.
 const sampled = async () => {
   const g = llm.generate("Name a colour.", { maxTokens: 4, temperature: 0.8, topK: 20, seed: 7 });

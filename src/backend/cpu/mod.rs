@@ -24,6 +24,8 @@ mod quant;
 #[cfg(target_arch = "x86_64")]
 mod quant_avx512;
 mod quant_rows;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod quant_simd128;
 mod reduce;
 mod rope;
 mod softmax;

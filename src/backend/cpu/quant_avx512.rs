@@ -16,17 +16,6 @@ use super::CpuStorage;
 use crate::ops::quant::{QuantParts, BLOCK};
 use crate::QuantFormat;
 
-/// `x` (`m` rows of `k`) with each block of 32 reordered to its 16 even elements, then its
-/// 16 odd ones: the order of a Q4 block's low and high nibbles.
-pub(super) fn split_even_odd(x: &[f32]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(x.len());
-    for block in x.chunks_exact(BLOCK) {
-        out.extend(block.iter().step_by(2));
-        out.extend(block.iter().skip(1).step_by(2));
-    }
-    out
-}
-
 /// The per-row data of one weight row.
 struct Row<'a> {
     words: &'a [u32],

@@ -14,6 +14,19 @@ pub(super) const MAX_ROWS: usize = 8;
 /// Weight rows per thread task.
 const TASK: usize = 64;
 
+/// `x` (rows of `k`) with each block of 32 reordered to its 16 even elements, then its 16 odd
+/// ones: the order of a Q4 block's low and high nibbles, which the intrinsics kernels read
+/// apart rather than shuffle back into order.
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+pub(super) fn split_even_odd(x: &[f32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for block in x.chunks_exact(BLOCK) {
+        out.extend(block.iter().step_by(2));
+        out.extend(block.iter().skip(1).step_by(2));
+    }
+    out
+}
+
 /// The 32 weights of block `b` of a row, as f32: `scale * q + min`.
 /// `fma(a, b, c)` is `a * b + c`: fused where the caller was compiled with FMA (a plain
 /// `mul_add` elsewhere would call libm's software fma).
@@ -131,12 +144,14 @@ pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Ve
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
     );
     let mut out_t = vec![0.0f32; n * m];
-    // The intrinsics kernel reads a Q4 block's even and odd elements apart.
+    // The intrinsics kernels read a Q4 block's even and odd elements apart.
     #[cfg(target_arch = "x86_64")]
-    let split = match (avx512, w.format) {
-        (true, QuantFormat::Q4_0 | QuantFormat::Q4_1) => {
-            Some(super::quant_avx512::split_even_odd(&x[..m * w.cols]))
-        }
+    let intrinsics = avx512;
+    #[cfg(target_arch = "wasm32")]
+    let intrinsics = cfg!(target_feature = "simd128");
+    #[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
+    let split = match (intrinsics, w.format) {
+        (true, QuantFormat::Q4_0 | QuantFormat::Q4_1) => Some(split_even_odd(&x[..m * w.cols])),
         _ => None,
     };
     par::chunks_mut(&mut out_t, TASK * m, |start, dst| {
@@ -154,6 +169,13 @@ pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Ve
                 return unsafe { rows_avx2(w, x, m, j0, dst) };
             }
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            let xs = split.as_deref().unwrap_or(x);
+            #[allow(clippy::needless_return)]
+            return super::quant_simd128::rows(w, xs, m, j0, dst);
+        }
+        #[allow(unreachable_code)]
         rows(w, x, m, j0, dst, |a, b, c| a * b + c)
     });
     if m == 1 {
