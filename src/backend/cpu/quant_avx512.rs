@@ -11,29 +11,10 @@
 
 use std::arch::x86_64::*;
 
-use super::quant_rows::MAX_ROWS;
+use super::quant_rows::{Row, MAX_ROWS};
 use super::CpuStorage;
 use crate::ops::quant::{QuantParts, BLOCK};
 use crate::QuantFormat;
-
-/// The per-row data of one weight row.
-struct Row<'a> {
-    words: &'a [u32],
-    scales: &'a [f32],
-    mins: Option<&'a [f32]>,
-}
-
-impl Row<'_> {
-    /// Block `b`'s min: Q4_1's stored one, Q4_0's `-8 d`, Q8_0's 0.
-    #[inline(always)]
-    fn min(&self, format: QuantFormat, b: usize) -> f32 {
-        match (self.mins, format) {
-            (Some(m), _) => m[b],
-            (None, QuantFormat::Q4_0) => -8.0 * self.scales[b],
-            (None, _) => 0.0,
-        }
-    }
-}
 
 /// Block `b` of a Q4 row as f32 weights: (even elements, odd elements).
 ///
@@ -119,15 +100,8 @@ pub(super) unsafe fn rows(
 ) {
     let k = w.cols;
     let blocks = k / BLOCK;
-    let wpb = w.format.words_per_block();
-    let words: &[u32] = bytemuck::cast_slice(&w.words.0);
     for (t, dst) in out.chunks_exact_mut(m).enumerate() {
-        let r = j0 + t;
-        let row = Row {
-            words: &words[r * blocks * wpb..(r + 1) * blocks * wpb],
-            scales: &w.scales.0[r * blocks..(r + 1) * blocks],
-            mins: w.mins.map(|mi| &mi.0[r * blocks..(r + 1) * blocks]),
-        };
+        let row = Row::of(w, j0 + t);
         // SAFETY: AVX-512F is present (this function's contract); every block index is below
         // `blocks` and every x offset below `m * k`.
         unsafe {

@@ -27,6 +27,38 @@ pub(super) fn split_even_odd(x: &[f32]) -> Vec<f32> {
     out
 }
 
+/// One weight row's blocks: its quant words, scales and (Q4_1) mins.
+pub(super) struct Row<'a> {
+    pub words: &'a [u32],
+    pub scales: &'a [f32],
+    pub mins: Option<&'a [f32]>,
+}
+
+impl<'a> Row<'a> {
+    /// Weight row `r` of `w`.
+    #[inline(always)]
+    pub(super) fn of(w: &QuantParts<'a, CpuStorage>, r: usize) -> Row<'a> {
+        let blocks = w.cols / BLOCK;
+        let wpb = w.format.words_per_block();
+        let words: &[u32] = bytemuck::cast_slice(&w.words.0);
+        Row {
+            words: &words[r * blocks * wpb..(r + 1) * blocks * wpb],
+            scales: &w.scales.0[r * blocks..(r + 1) * blocks],
+            mins: w.mins.map(|mi| &mi.0[r * blocks..(r + 1) * blocks]),
+        }
+    }
+
+    /// Block `b`'s min: Q4_1's stored one, Q4_0's `-8 d`, Q8_0's 0.
+    #[inline(always)]
+    pub(super) fn min(&self, format: QuantFormat, b: usize) -> f32 {
+        match (self.mins, format) {
+            (Some(m), _) => m[b],
+            (None, QuantFormat::Q4_0) => -8.0 * self.scales[b],
+            (None, _) => 0.0,
+        }
+    }
+}
+
 /// The 32 weights of block `b` of a row, as f32: `scale * q + min`.
 /// `fma(a, b, c)` is `a * b + c`: fused where the caller was compiled with FMA (a plain
 /// `mul_add` elsewhere would call libm's software fma).
@@ -76,25 +108,16 @@ fn rows(
     let k = w.cols;
     let blocks = k / BLOCK;
     let wpb = w.format.words_per_block();
-    let words: &[u32] = bytemuck::cast_slice(&w.words.0);
     let mut deq = [0.0f32; BLOCK];
     for (t, dst) in out.chunks_exact_mut(m).enumerate() {
-        let r = j0 + t;
-        let scales = &w.scales.0[r * blocks..(r + 1) * blocks];
-        let mins = w.mins.map(|mi| &mi.0[r * blocks..(r + 1) * blocks]);
-        let ws = &words[r * blocks * wpb..(r + 1) * blocks * wpb];
+        let row = Row::of(w, j0 + t);
         let mut acc = [[0.0f32; BLOCK]; MAX_ROWS];
         for b in 0..blocks {
-            let min = match (mins, w.format) {
-                (Some(mi), _) => mi[b],
-                (None, QuantFormat::Q4_0) => -8.0 * scales[b],
-                (None, _) => 0.0,
-            };
             block(
                 w.format,
-                &ws[b * wpb..(b + 1) * wpb],
-                scales[b],
-                min,
+                &row.words[b * wpb..(b + 1) * wpb],
+                row.scales[b],
+                row.min(w.format, b),
                 &mut deq,
                 fma,
             );

@@ -7,7 +7,7 @@
 
 use std::arch::wasm32::*;
 
-use super::quant_rows::MAX_ROWS;
+use super::quant_rows::{Row, MAX_ROWS};
 use super::CpuStorage;
 use crate::ops::quant::{QuantParts, BLOCK};
 use crate::QuantFormat;
@@ -87,20 +87,17 @@ pub(super) fn rows(
     let k = w.cols;
     let blocks = k / BLOCK;
     let wpb = w.format.words_per_block();
-    let words: &[u32] = bytemuck::cast_slice(&w.words.0);
     for (t, dst) in out.chunks_exact_mut(m).enumerate() {
-        let r = j0 + t;
-        let ws = &words[r * blocks * wpb..(r + 1) * blocks * wpb];
-        let scales = &w.scales.0[r * blocks..(r + 1) * blocks];
-        let mins = w.mins.map(|mi| &mi.0[r * blocks..(r + 1) * blocks]);
+        let row = Row::of(w, j0 + t);
         let mut acc = [[f32x4_splat(0.0); 4]; MAX_ROWS];
         for b in 0..blocks {
-            let mn = match (mins, w.format) {
-                (Some(mi), _) => mi[b],
-                (None, QuantFormat::Q4_0) => -8.0 * scales[b],
-                (None, _) => 0.0,
-            };
-            let wv = weights(w.format, &ws[b * wpb..(b + 1) * wpb], scales[b], mn);
+            let mn = row.min(w.format, b);
+            let wv = weights(
+                w.format,
+                &row.words[b * wpb..(b + 1) * wpb],
+                row.scales[b],
+                mn,
+            );
             for (i, acc) in acc.iter_mut().enumerate().take(m) {
                 let at = i * k + b * BLOCK;
                 for (j, wj) in wv.iter().enumerate() {

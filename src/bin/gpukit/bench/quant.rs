@@ -23,24 +23,28 @@ fn q4_1_bytes(rows: usize, cols: usize) -> Vec<u8> {
     bytes
 }
 
-pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
+/// One token through `copies` Q4_1 weights of `[n, k]` in turn (so they come from memory, not
+/// the L2): the row, and the weights for the rows after it.
+fn gemv_row(
+    cx: &Ctx,
+    id: Id,
+    (n, k): (usize, usize),
+    copies: usize,
+    seed: u64,
+) -> Result<(Row, Vec<QuantTensor>), String> {
     let device = &cx.device;
-    let mut rows = Vec::new();
-    // Q1: one token through a Q4_1 4096 x 4096 layer (1024 with --quick). Eight weights in turn
-    // (84 MB at 4096), so they are read from memory, not the L2.
-    let qn = if cx.quick { 1024 } else { 4096 };
-    let bytes = q4_1_bytes(qn, qn);
-    let wq = (0..8)
-        .map(|_| device.quantized(&bytes, QuantFormat::Q4_1, qn, qn))
+    let bytes = q4_1_bytes(n, k);
+    let w = (0..copies)
+        .map(|_| device.quantized(&bytes, QuantFormat::Q4_1, n, k))
         .collect::<gpukit::Result<Vec<QuantTensor>>>()
         .map_err(|e| e.to_string())?;
-    let xq = device
-        .tensor(&data(qn, 18), &[1, qn])
+    let x = device
+        .tensor(&data(k, seed), &[1, k])
         .map_err(|e| e.to_string())?;
-    let per = per_gemv(device, cx.runs, |i| xq.matmul_quant(&wq[i % wq.len()]))?;
-    rows.push(Row::new(
-        Id::Q1,
-        format!("Q4_1 GEMV, one token through [{qn}, {qn}]"),
+    let per = per_gemv(device, cx.runs, |i| x.matmul_quant(&w[i % w.len()]))?;
+    let row = Row::new(
+        id,
+        format!("Q4_1 GEMV, one token through [{n}, {k}]"),
         per * 1e6,
         "us",
         cx.runs,
@@ -49,7 +53,18 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
             bytes.len() as f64 / per / 1e9,
             bytes.len() as f64 / 1e6
         ),
-    ));
+    );
+    Ok((row, w))
+}
+
+pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
+    let device = &cx.device;
+    let mut rows = Vec::new();
+    // Q1: one token through a Q4_1 4096 x 4096 layer (1024 with --quick). Eight weights in turn
+    // (84 MB at 4096), so they are read from memory, not the L2.
+    let qn = if cx.quick { 1024 } else { 4096 };
+    let (row, wq) = gemv_row(cx, Id::Q1, (qn, qn), 8, 18)?;
+    rows.push(row);
 
     // Q2: a 512-token prompt (64 with --quick) through the same layer: more rows than a GEMV
     // takes, so the weights are dequantised once and multiplied by the tiled matmul.
@@ -73,31 +88,11 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
 
     // Q3: one token through a Q4_1 [14336, 4096] layer (LLaMA-7B's FFN; a quarter with
     // --quick), four weights in turn (132 MB) so they come from memory.
-    let (up, k) = if cx.quick {
+    let shape = if cx.quick {
         (3584, 1024)
     } else {
         (14336, 4096)
     };
-    let bytes = q4_1_bytes(up, k);
-    let wu = (0..4)
-        .map(|_| device.quantized(&bytes, QuantFormat::Q4_1, up, k))
-        .collect::<gpukit::Result<Vec<QuantTensor>>>()
-        .map_err(|e| e.to_string())?;
-    let xu = device
-        .tensor(&data(k, 23), &[1, k])
-        .map_err(|e| e.to_string())?;
-    let per = per_gemv(device, cx.runs, |i| xu.matmul_quant(&wu[i % wu.len()]))?;
-    rows.push(Row::new(
-        Id::Q3,
-        format!("Q4_1 GEMV, one token through [{up}, {k}]"),
-        per * 1e6,
-        "us",
-        cx.runs,
-        format!(
-            "{:.0} GB/s of weights ({:.1} MB as GGUF)",
-            bytes.len() as f64 / per / 1e9,
-            bytes.len() as f64 / 1e6
-        ),
-    ));
+    rows.push(gemv_row(cx, Id::Q3, shape, 4, 23)?.0);
     Ok(rows)
 }
