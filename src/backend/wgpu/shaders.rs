@@ -128,16 +128,12 @@ impl Shader {
             Shader::ElementwiseWhere => {
                 include_str!(concat!(env!("OUT_DIR"), "/shaders/elementwise_where.wgsl"))
             }
-            // Native-only for now (`Tensor::reads_strided`): the browser package leaves it out.
-            #[cfg(native)]
             Shader::ElementwiseStrided => {
                 include_str!(concat!(
                     env!("OUT_DIR"),
                     "/shaders/elementwise_strided.wgsl"
                 ))
             }
-            #[cfg(web)]
-            Shader::ElementwiseStrided => "",
         }
     }
 }

@@ -85,11 +85,8 @@ impl Tensor {
     /// Whether `op` over these f32 operands, broadcast to `shape`, reads them through strides
     /// rather than copying them first: some operand is a view, or broadcasts other than by
     /// repetition (`expand`), and the output has at most [`MAX_RANK`] axes.
-    /// Natively only, for now: in wasm32 the strided kernels would take the npm package past
-    /// its size budget, so views and inner broadcasts are copied out first there.
     pub(crate) fn reads_strided(operands: &[&Tensor], shape: &[usize], expand: bool) -> bool {
-        cfg!(native)
-            && shape.len() <= MAX_RANK
+        shape.len() <= MAX_RANK
             && operands.iter().all(|t| t.dtype() == DType::F32)
             && (expand || operands.iter().any(|t| !t.is_contiguous()))
     }
