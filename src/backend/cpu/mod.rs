@@ -22,6 +22,8 @@ pub(crate) mod par;
 mod pool;
 mod quant;
 #[cfg(target_arch = "x86_64")]
+mod quant_avx2;
+#[cfg(target_arch = "x86_64")]
 mod quant_avx512;
 mod quant_rows;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

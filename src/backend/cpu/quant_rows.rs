@@ -1,9 +1,9 @@
 //! Quantized products at a few rows (a language model's decode step): each block of 32
 //! weights is unpacked and scaled once, in registers, and multiplied into every row of `x`,
 //! so the weight streams from memory once in its quantized form and is never written out
-//! as f32. AVX-512 (intrinsics, `quant_avx512.rs`) and AVX2 (with FMA) are chosen at run
-//! time; elsewhere the same code runs as plain multiplies and adds, which LLVM vectorises
-//! (SIMD128 in wasm).
+//! as f32. Intrinsics kernels are chosen at run time on x86-64 (AVX-512, `quant_avx512.rs`;
+//! AVX2 with FMA, `quant_avx2.rs`) and at build time in wasm (SIMD128, `quant_simd128.rs`);
+//! elsewhere the same code runs as plain multiplies and adds, which LLVM vectorises.
 
 use super::{par, CpuStorage};
 use crate::ops::quant::{QuantParts, BLOCK};
@@ -146,16 +146,12 @@ fn rows(
     }
 }
 
+/// Whether `GPUKIT_CPU_AVX2=1` asks for the AVX2 kernel on a CPU with AVX-512 (to test and time
+/// the path most x86-64 CPUs without AVX-512 take). Read once.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2(
-    w: &QuantParts<'_, CpuStorage>,
-    x: &[f32],
-    m: usize,
-    j0: usize,
-    out: &mut [f32],
-) {
-    rows(w, x, m, j0, out, f32::mul_add)
+fn forced_avx2() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var("GPUKIT_CPU_AVX2").is_ok_and(|v| v == "1"))
 }
 
 /// `x[m, k] * w[n, k]^T` for `m <= MAX_ROWS`, as `[m, n]`.
@@ -163,13 +159,13 @@ pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Ve
     let n = w.rows;
     #[cfg(target_arch = "x86_64")]
     let (avx512, avx2) = (
-        is_x86_feature_detected!("avx512f"),
+        is_x86_feature_detected!("avx512f") && !forced_avx2(),
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
     );
     let mut out_t = vec![0.0f32; n * m];
     // The intrinsics kernels read a Q4 block's even and odd elements apart.
     #[cfg(target_arch = "x86_64")]
-    let intrinsics = avx512;
+    let intrinsics = avx512 || avx2;
     #[cfg(target_arch = "wasm32")]
     let intrinsics = cfg!(target_feature = "simd128");
     #[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
@@ -188,8 +184,9 @@ pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Ve
                 return unsafe { super::quant_avx512::rows(w, xs, m, j0, dst) };
             }
             if avx2 {
-                // SAFETY: as above.
-                return unsafe { rows_avx2(w, x, m, j0, dst) };
+                let xs = split.as_deref().unwrap_or(x);
+                // SAFETY: the CPU has AVX2 and FMA; as above.
+                return unsafe { super::quant_avx2::rows(w, xs, m, j0, dst) };
             }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -211,4 +208,78 @@ pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Ve
         }
     }
     out
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// Words, scales and (Q4_1) mins of an `n x 32 blocks` matrix from a seed.
+    fn parts(format: QuantFormat, n: usize, blocks: usize, seed: u32) -> [Vec<f32>; 3] {
+        let mut s = seed;
+        let mut next = move || {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            s
+        };
+        let words = (0..n * blocks * format.words_per_block())
+            .map(|_| f32::from_bits(next()))
+            .collect();
+        let mut small = || (next() >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+        let scales = (0..n * blocks).map(|_| small() * 0.1).collect();
+        let mins = (0..n * blocks).map(|_| small()).collect();
+        [words, scales, mins]
+    }
+
+    /// The intrinsics kernels this CPU can run give the portable loop's values, whichever of
+    /// them the product picks here (AVX2 is checked on AVX-512 machines too).
+    #[test]
+    fn intrinsics_kernels_match_the_portable_loop() {
+        for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
+            for (m, blocks) in [(1, 1), (3, 37), (1, 128), (8, 5), (2, 2)] {
+                let n = 5;
+                let k = blocks * BLOCK;
+                let [words, scales, mins] = parts(format, n, blocks, (m * 131 + blocks) as u32);
+                let (words, scales, mins) =
+                    (CpuStorage(words), CpuStorage(scales), CpuStorage(mins));
+                let w = QuantParts {
+                    format,
+                    rows: n,
+                    cols: k,
+                    scales: &scales,
+                    mins: (format == QuantFormat::Q4_1).then_some(&mins),
+                    words: &words,
+                };
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+                    .collect();
+                let mut want = vec![0.0f32; n * m];
+                rows(&w, &x, m, 0, &mut want, |a, b, c| a * b + c);
+                let xs = match format {
+                    QuantFormat::Q8_0 => x.clone(),
+                    _ => split_even_odd(&x),
+                };
+                let close = |got: &[f32], kernel: &str| {
+                    for (j, (g, e)) in got.iter().zip(&want).enumerate() {
+                        let tol = 1e-5 * e.abs().max(1.0) * (k as f32).sqrt();
+                        assert!(
+                            (g - e).abs() <= tol,
+                            "{kernel} {format:?} m {m} blocks {blocks} [{j}]: {g} vs {e}"
+                        );
+                    }
+                };
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    let mut got = vec![0.0f32; n * m];
+                    // SAFETY: the CPU has AVX2 and FMA; xs holds m rows of k, m <= MAX_ROWS.
+                    unsafe { super::super::quant_avx2::rows(&w, &xs, m, 0, &mut got) };
+                    close(&got, "avx2");
+                }
+                if is_x86_feature_detected!("avx512f") {
+                    let mut got = vec![0.0f32; n * m];
+                    // SAFETY: the CPU has AVX-512F; as above.
+                    unsafe { super::super::quant_avx512::rows(&w, &xs, m, 0, &mut got) };
+                    close(&got, "avx512");
+                }
+            }
+        }
+    }
 }
