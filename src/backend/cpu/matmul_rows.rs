@@ -2,9 +2,9 @@
 //! the shape of a transformer at batch 1. gemm packs both operands on every call, which at
 //! 1-32 rows costs more than the product; here each output is a dot product of two contiguous
 //! rows, computed in register tiles of 4 rows by 4 weight rows with 16 lanes each, so the
-//! weight streams through once per call and nothing is packed. AVX-512 and AVX2 (with FMA)
-//! are chosen at run time; elsewhere (wasm SIMD128, other CPUs) the same tiles run as plain
-//! multiplies and adds, which LLVM vectorises.
+//! weight streams through once per call and nothing is packed. AVX-512 (intrinsics,
+//! `matmul_rows_avx512.rs`) and AVX2 (with FMA) are chosen at run time; elsewhere (wasm
+//! SIMD128, other CPUs) the same tiles run as plain multiplies and adds, which LLVM vectorises.
 
 use super::par;
 
@@ -116,22 +116,6 @@ fn block(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn block_avx512(
-    a: &[f32],
-    ars: usize,
-    m: usize,
-    w: &[f32],
-    wrs: usize,
-    j0: usize,
-    k: usize,
-    out: &mut [f32],
-) {
-    block(a, ars, m, w, wrs, j0, k, out, f32::mul_add)
-}
-
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn block_avx2(
@@ -170,13 +154,11 @@ fn kernel() -> Block {
         use std::sync::OnceLock;
         static CHOSEN: OnceLock<Block> = OnceLock::new();
         *CHOSEN.get_or_init(|| {
-            if is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("fma")
-            {
-                // SAFETY: the CPU has every feature the function was compiled for.
+            if is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F; the caller checked every row lies inside its
+                // slice.
                 |a, ars, m, w, wrs, j0, k, out| unsafe {
-                    block_avx512(a, ars, m, w, wrs, j0, k, out)
+                    super::matmul_rows_avx512::block(a, ars, m, w, wrs, j0, k, out)
                 }
             } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
                 // SAFETY: as above.
@@ -219,6 +201,46 @@ pub(super) fn product(
         for (j, v) in row[..n].iter_mut().enumerate() {
             let x = t[j * m + i];
             *v = if accumulate { *v + x } else { x };
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 intrinsics block gives the portable block's values at edge tiles (rows and
+    /// weight rows not multiples of 4) and row tails (k not a multiple of 16), with strided rows.
+    #[test]
+    fn avx512_block_matches_the_portable_one() {
+        if !is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        for (m, nb, k) in [
+            (1, 1, 128),
+            (3, 5, 131),
+            (4, 4, 144),
+            (7, 9, 200),
+            (13, 6, 384),
+        ] {
+            let (ars, wrs) = (k + 3, k + 5);
+            let a: Vec<f32> = (0..m * ars)
+                .map(|i| ((i * 31 % 97) as f32 - 48.0) / 40.0)
+                .collect();
+            let w: Vec<f32> = (0..(nb + 2) * wrs)
+                .map(|i| ((i * 17 % 89) as f32 - 44.0) / 30.0)
+                .collect();
+            let mut want = vec![0.0f32; nb * m];
+            block_plain(&a, ars, m, &w, wrs, 2, k, &mut want);
+            let mut got = vec![0.0f32; nb * m];
+            // SAFETY: the CPU has AVX-512F; every row lies inside its slice.
+            unsafe { super::super::matmul_rows_avx512::block(&a, ars, m, &w, wrs, 2, k, &mut got) };
+            for (j, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - e).abs() <= 1e-4 * e.abs().max(1.0),
+                    "m {m} nb {nb} k {k} [{j}]: {g} vs {e}"
+                );
+            }
         }
     }
 }

@@ -17,6 +17,8 @@ mod fused;
 mod layout;
 mod matmul;
 mod matmul_rows;
+#[cfg(target_arch = "x86_64")]
+mod matmul_rows_avx512;
 mod norm;
 pub(crate) mod par;
 mod pool;
