@@ -14,6 +14,7 @@
 
 mod attention;
 mod blas;
+mod elementwise;
 pub(crate) mod errors;
 mod fused;
 pub(crate) mod graph;

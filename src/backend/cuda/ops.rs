@@ -11,7 +11,7 @@ use crate::ops::attention::AttentionSpec;
 use crate::ops::cast::CastSpec;
 use crate::ops::compare::CompareSpec;
 use crate::ops::conv::ConvSpec;
-use crate::ops::elementwise::{BinarySpec, StridedOp, StridedSpec, UnarySpec, WhereSpec};
+use crate::ops::elementwise::{BinarySpec, StridedSpec, UnarySpec, WhereSpec};
 use crate::ops::embedding::{EmbeddingSpec, WriteRowsSpec};
 use crate::ops::fused::{Expr, FusedSpec, MAX_INPUTS};
 use crate::ops::layout::{CopySpec, LayoutSpec, MAX_RANK};
@@ -35,18 +35,6 @@ struct CopyParams {
     shape: [u64; MAX_RANK],
     in_strides: [u64; MAX_RANK],
     out_strides: [u64; MAX_RANK],
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Pod, Zeroable)]
-struct StridedParams {
-    n: u64,
-    rank: u64,
-    a_offset: u64,
-    b_offset: u64,
-    shape: [u64; MAX_RANK],
-    a_strides: [u64; MAX_RANK],
-    b_strides: [u64; MAX_RANK],
 }
 
 #[repr(C)]
@@ -187,41 +175,7 @@ impl BackendOps for CudaBackend {
         b: Option<&CudaStorage>,
         spec: StridedSpec,
     ) -> Result<CudaStorage> {
-        let out = self.alloc(spec.n)?;
-        if spec.n == 0 {
-            return Ok(out);
-        }
-        let mut c = StridedParams::zeroed();
-        c.n = spec.n as u64;
-        c.rank = spec.shape.len().max(1) as u64;
-        c.a_offset = spec.a.offset as u64;
-        c.shape[0] = 1;
-        for (d, &size) in spec.shape.iter().enumerate() {
-            c.shape[d] = size as u64;
-            c.a_strides[d] = spec.a.strides[d] as u64;
-        }
-        if let Some(sb) = &spec.b {
-            c.b_offset = sb.offset as u64;
-            for (d, &s) in sb.strides.iter().enumerate() {
-                c.b_strides[d] = s as u64;
-            }
-        }
-        let (kind, binary, [p0, p1]) = match spec.op {
-            StridedOp::Unary(op) => (op.kind() as u32, u32::MAX, op.params()),
-            StridedOp::Binary(op) => (0, op as u32, [0.0, 0.0]),
-        };
-        let args = [
-            Arg::Raw(bytemuck::bytes_of(&c)),
-            Arg::I(kind),
-            Arg::I(binary),
-            Arg::F(p0),
-            Arg::F(p1),
-            p(a),
-            p(b.unwrap_or(a)),
-            p(&out),
-        ];
-        self.launch_1d(Entry::Strided, spec.n as u64, &args)?;
-        Ok(out)
+        self.launch_strided(a, b, &spec)
     }
 
     fn where_select(
