@@ -101,13 +101,16 @@ try {
       const gpu = await gpukit.Gpu.create({ backend: "webgpu" });
       const t = gpu.tensor(new Float32Array([1.5, -2, 70000]), [3]).cast("f16");
       const r = await t.readTyped();
-      return { has: typeof globalThis.Float16Array, kind: r.constructor.name, values: Array.from(r) };
+      return {
+        has: typeof globalThis.Float16Array,
+        kind: r.constructor.name,
+        values: Array.from(r),
+      };
     });
     const wantKind = half.has === "function" ? "Float16Array" : "Uint16Array";
     const wantValues = half.has === "function" ? [1.5, -2, null] : [0x3e00, 0xc000, 0x7c00];
     check(
-      half.kind === wantKind &&
-        JSON.stringify(half.values) === JSON.stringify(wantValues),
+      half.kind === wantKind && JSON.stringify(half.values) === JSON.stringify(wantValues),
       `index: f16 readTyped gives ${wantKind} ${JSON.stringify(half)}`,
     );
     check(

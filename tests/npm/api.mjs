@@ -161,7 +161,11 @@ export async function run(gpukit, label) {
   assert.throws(() => m.reduceAxis("sum", 0, "yes"), /keepdim must be a boolean/);
   const seq = gpu.tensor(new Float32Array([1, 2, 3, 4, 5, 6, NaN, NaN]), [2, 2, 2]);
   close(await seq.maskedMean([2, 1]).read(), [2, 3, 5, 6], 1e-6, "maskedMean");
-  const deviceLengths = gpu.tensorFromBytes(new Uint8Array(new Uint32Array([2, 1]).buffer), "u32", [2]);
+  const deviceLengths = gpu.tensorFromBytes(
+    new Uint8Array(new Uint32Array([2, 1]).buffer),
+    "u32",
+    [2],
+  );
   close(await seq.maskedMean(deviceLengths).read(), [2, 3, 5, 6], 1e-6, "maskedMean on device");
   assert.throws(() => seq.maskedMean(seq), /u32/);
   assert.throws(() => seq.maskedMean(null), /maskedMean/);
