@@ -2,32 +2,22 @@
 
 use super::matmul::{sgemm, View};
 use super::par;
-use super::quant_rows::block;
+use super::quant_rows::{block, Row};
 use super::CpuStorage;
 use crate::ops::quant::{QuantParts, BLOCK};
-use crate::QuantFormat;
 
 /// Dequantizes weight rows `r0..` into `out`, whole rows of `w.cols` each.
 pub(super) fn dequant_rows(w: &QuantParts<'_, CpuStorage>, r0: usize, out: &mut [f32]) {
-    let words: &[u32] = bytemuck::cast_slice(&w.words.0);
-    let blocks = w.cols / BLOCK;
     let wpb = w.format.words_per_block();
     for (i, row) in out.chunks_exact_mut(w.cols.max(1)).enumerate() {
-        let r = r0 + i;
+        let parts = Row::of(w, r0 + i);
         for (b, dst) in row.chunks_exact_mut(BLOCK).enumerate() {
-            let at = r * blocks + b;
-            let scale = w.scales.0[at];
-            let min = match (w.mins, w.format) {
-                (Some(m), _) => m.0[at],
-                (None, QuantFormat::Q4_0) => -8.0 * scale,
-                (None, _) => 0.0,
-            };
             if let Ok(dst) = dst.try_into() {
                 block(
                     w.format,
-                    &words[at * wpb..(at + 1) * wpb],
-                    scale,
-                    min,
+                    &parts.words[b * wpb..(b + 1) * wpb],
+                    parts.scales[b],
+                    parts.min(w.format, b),
                     dst,
                     |a, b, c| a * b + c,
                 );
