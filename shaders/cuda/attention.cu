@@ -368,34 +368,190 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
     }
 }
 
-// Joins attention_split's partials: one warp a query row.
+// Decoding (flash-decoding): block (split, b * hkv + kvh) takes keys [split * chunk, + chunk)
+// of one KV head for every query row that reads that head (the group's hq / hkv heads x sq
+// rows, at most DEC_ROWS), 32 keys at a time staged in shared memory, so each key and value is
+// read from memory once however many query heads share it. A warp scores one row's 32 keys (a
+// lane a key), the softmax runs online across the tiles, and the block's threads own the rows'
+// output columns in registers. Partials (m, l, acc[dv]) per row and split go to `partial` in
+// attention_split's layout, which attention_merge joins; with one split the rows finish here.
+#define DEC_ROWS 16
+#define DEC_TILE 32
+#define DEC_ACC 16 // accumulators a thread holds: DEC_ROWS x 256 columns / 256 threads
+extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restrict__ q,
+                                            const float* __restrict__ k,
+                                            const float* __restrict__ v,
+                                            const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,
+                                            u64 sk, u64 d, u64 dv, u32 causal, float scale,
+                                            u64 chunk, float* __restrict__ partial,
+                                            float* __restrict__ out) {
+    extern __shared__ float smem[];
+    const u32 dd = (u32)d, dvv = (u32)dv;
+    const u32 group = (u32)(hq / hkv), rows = group * (u32)sq;
+    float* qs = smem;                      // [rows][d]
+    float* ks = qs + rows * dd;            // [DEC_TILE][d + 1]
+    float* vs = ks + DEC_TILE * (dd + 1);  // [DEC_TILE][dv]
+    float* ps = vs + DEC_TILE * dvv;       // [rows][DEC_TILE]
+    float* ms = ps + rows * DEC_TILE;      // [rows]: running max
+    float* ls = ms + rows;                 // [rows]: running sum
+    float* sc = ls + rows;                 // [rows]: this tile's rescale of the accumulators
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+    const u64 b = blockIdx.y / hkv, kvh = blockIdx.y % hkv;
+    const u64 begin = (u64)blockIdx.x * chunk;
+    u64 stop = 0; // past the last key any row of the group sees
+    for (u32 r = 0; r < rows; ++r) {
+        const u64 vis = visible_keys(lens, b, r % sq, sq, sk, causal);
+        stop = vis > stop ? vis : stop;
+    }
+    stop = begin + chunk < stop ? begin + chunk : stop;
+    for (u32 e = tid; e < rows * dd; e += blockDim.x) {
+        const u32 r = e / dd, c = e - r * dd;
+        const u64 h = kvh * group + r / sq, i = r % sq;
+        qs[e] = q[lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq + c] * scale;
+    }
+    for (u32 r = tid; r < rows; r += blockDim.x) {
+        ms[r] = NEG_INF;
+        ls[r] = 0.0f;
+    }
+    float acc[DEC_ACC];
+#pragma unroll
+    for (u32 t = 0; t < DEC_ACC; ++t) acc[t] = 0.0f;
+    const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
+    const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
+    // float4 staging where every row starts on 16 bytes.
+    const bool k4 = dd % 4 == 0 && lay.k.seq % 4 == 0 && ((size_t)kb & 15) == 0;
+    const bool v4 = dvv % 4 == 0 && lay.v.seq % 4 == 0 && ((size_t)vb & 15) == 0;
+    __syncthreads();
+    for (u64 t0 = begin; t0 < stop; t0 += DEC_TILE) {
+        const u32 n = stop - t0 < DEC_TILE ? (u32)(stop - t0) : DEC_TILE;
+        if (k4) {
+            const u32 d4 = dd / 4;
+            for (u32 e = tid; e < n * d4; e += blockDim.x) {
+                const u32 r = e / d4, c = (e - r * d4) * 4;
+                const float4 x = *reinterpret_cast<const float4*>(kb + (t0 + r) * lay.k.seq + c);
+                float* dst = ks + r * (dd + 1) + c;
+                dst[0] = x.x;
+                dst[1] = x.y;
+                dst[2] = x.z;
+                dst[3] = x.w;
+            }
+        } else {
+            for (u32 e = tid; e < n * dd; e += blockDim.x) {
+                const u32 r = e / dd, c = e - r * dd;
+                ks[r * (dd + 1) + c] = kb[(t0 + r) * lay.k.seq + c];
+            }
+        }
+        if (v4) {
+            const u32 d4 = dvv / 4;
+            for (u32 e = tid; e < n * d4; e += blockDim.x) {
+                const u32 r = e / d4, c = (e - r * d4) * 4;
+                *reinterpret_cast<float4*>(vs + r * dvv + c) =
+                    *reinterpret_cast<const float4*>(vb + (t0 + r) * lay.v.seq + c);
+            }
+        } else {
+            for (u32 e = tid; e < n * dvv; e += blockDim.x) {
+                const u32 r = e / dvv, c = e - r * dvv;
+                vs[e] = vb[(t0 + r) * lay.v.seq + c];
+            }
+        }
+        __syncthreads();
+        for (u32 r = warp; r < rows; r += warps) {
+            const u64 vis = visible_keys(lens, b, r % sq, sq, sk, causal);
+            float s = NEG_INF;
+            if (lane < n && t0 + lane < vis) {
+                const float* qr = qs + r * dd;
+                const float* kr = ks + lane * (dd + 1);
+                float dotp = 0.0f;
+                for (u32 c = 0; c < dd; ++c) dotp += qr[c] * kr[c];
+                s = dotp;
+            }
+            const float mo = ms[r];
+            const float mn = nan_max(mo, warp_max(s));
+            const float p = mn == NEG_INF ? 0.0f : expf(s - mn);
+            const float lt = warp_sum(p);
+            ps[r * DEC_TILE + lane] = p;
+            if (lane == 0) {
+                const float f = mo == NEG_INF ? 0.0f : expf(mo - mn);
+                ms[r] = mn;
+                ls[r] = ls[r] * f + lt;
+                sc[r] = f;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (u32 t = 0; t < DEC_ACC; ++t) {
+            const u32 idx = tid + t * blockDim.x;
+            if (idx < rows * dvv) {
+                const u32 r = idx / dvv, c = idx - r * dvv;
+                const float* pr = ps + r * DEC_TILE;
+                float a = acc[t] * sc[r];
+                for (u32 j = 0; j < n; ++j) a += pr[j] * vs[j * dvv + c];
+                acc[t] = a;
+            }
+        }
+        __syncthreads();
+    }
+    const bool whole = gridDim.x == 1;
+#pragma unroll
+    for (u32 t = 0; t < DEC_ACC; ++t) {
+        const u32 idx = tid + t * blockDim.x;
+        if (idx < rows * dvv) {
+            const u32 r = idx / dvv, c = idx - r * dvv;
+            const u64 h = kvh * group + r / sq, i = r % sq, row = (b * hq + h) * sq + i;
+            if (whole) {
+                const u64 vis = visible_keys(lens, b, i, sq, sk, causal);
+                float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : row) * dv;
+                o[c] = vis == 0 ? 0.0f : (ms[r] == NEG_INF ? QNAN : acc[t] / ls[r]);
+            } else {
+                partial[(row * gridDim.x + blockIdx.x) * (dv + 2) + 2 + c] = acc[t];
+            }
+        }
+    }
+    if (!whole) {
+        for (u32 r = tid; r < rows; r += blockDim.x) {
+            const u64 h = kvh * group + r / sq, i = r % sq, row = (b * hq + h) * sq + i;
+            float* part = partial + (row * gridDim.x + blockIdx.x) * (dv + 2);
+            part[0] = ms[r];
+            part[1] = ls[r];
+        }
+    }
+}
+
+// Joins the partials of attention_split or attention_decode: a block a query row. The block
+// weighs the splits together (their maxima reduced, each split's weight in shared memory),
+// then each thread sums its output columns over the splits.
+#define MERGE_SPLITS 1024
 extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restrict__ partial,
                                            const u32* __restrict__ lens, u64 hq, u64 sq, u64 sk,
                                            u64 dv, u32 causal, u64 splits,
                                            float* __restrict__ out) {
-    const u32 lane = threadIdx.x & 31;
+    __shared__ float weight[MERGE_SPLITS];
+    __shared__ float scratch[32];
+    const u32 tid = threadIdx.x;
     const u64 row = blockIdx.x, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
     const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
     const float* part = partial + row * splits * (dv + 2);
     float mm = NEG_INF;
-    for (u64 s = lane; s < splits; s += 32) mm = nan_max(mm, part[s * (dv + 2)]);
-    mm = warp_max(mm);
+    for (u64 s = tid; s < splits; s += blockDim.x) mm = nan_max(mm, part[s * (dv + 2)]);
+    mm = block_reduce(mm, 1, scratch);
     float ll = 0.0f;
-    if (mm != NEG_INF) {
-        for (u64 s = lane; s < splits; s += 32) {
-            const float ms = part[s * (dv + 2)];
-            ll += ms == NEG_INF ? 0.0f : part[s * (dv + 2) + 1] * expf(ms - mm);
-        }
+    // Split s's weight (kept in shared memory for the first MERGE_SPLITS).
+    auto weigh = [&](u64 s) {
+        const float ms = part[s * (dv + 2)];
+        return (mm == NEG_INF || ms == NEG_INF) ? 0.0f : expf(ms - mm);
+    };
+    for (u64 s = tid; s < splits; s += blockDim.x) {
+        const float w = weigh(s);
+        if (s < MERGE_SPLITS) weight[s] = w;
+        ll += w == 0.0f ? 0.0f : part[s * (dv + 2) + 1] * w;
     }
-    ll = warp_sum(ll);
+    ll = block_reduce(ll, 0, scratch);
     float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
-    for (u64 c = lane; c < dv; c += 32) {
+    for (u64 c = tid; c < dv; c += blockDim.x) {
         float a = 0.0f;
-        if (mm != NEG_INF) {
-            for (u64 s = 0; s < splits; ++s) {
-                const float ms = part[s * (dv + 2)];
-                if (ms != NEG_INF) a += part[s * (dv + 2) + 2 + c] * expf(ms - mm);
-            }
+        for (u64 s = 0; s < splits; ++s) {
+            const float w = s < MERGE_SPLITS ? weight[s] : weigh(s);
+            if (w != 0.0f) a += part[s * (dv + 2) + 2 + c] * w;
         }
         o[c] = visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : a / ll);
     }

@@ -1,4 +1,5 @@
-//! Attention launches on CUDA: split keys for a few query rows (decoding), the flash kernel
+//! Attention launches on CUDA: split keys for a few query rows (decoding; a KV head's query rows
+//! together where they fit), the flash kernel
 //! where its tiles fit, the row-per-warp kernel otherwise (see shaders/cuda/attention.cu).
 
 use bytemuck::{Pod, Zeroable};
@@ -75,9 +76,58 @@ pub(super) fn attention(
         Arg::I(a.causal as u32),
         Arg::F(a.scale),
     ];
-    // A few query rows (decoding): keys split across blocks of 32 (16 for wide heads),
-    // partials merged.
     let rows = heads * a.sq;
+    // The partials of a split kernel joined into `out`: a block of 128 threads a query row.
+    let merge = |partial: &CudaStorage, splits: usize| {
+        let merge = [
+            Arg::Raw(bytemuck::bytes_of(&layout)),
+            p(partial),
+            opt(dev_lens),
+            u(a.hq),
+            u(a.sq),
+            u(a.sk),
+            u(a.dv),
+            Arg::I(a.causal as u32),
+            u(splits),
+            p(&out),
+        ];
+        backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 128, 0, &merge)
+    };
+    // Decoding: every query row of a KV head's group (at most 16) in one block, so each key
+    // and value is read once; the keys split into chunks (multiples of 32) for about four
+    // blocks an SM, at most 1024 of them.
+    let group = a.hq / a.hkv.max(1) * a.sq;
+    let kv_blocks = a.batch * a.hkv.max(1);
+    if a.sq <= 4 && group <= 16 && a.d <= 256 && a.dv <= 256 && kv_blocks <= 65535 {
+        let want = (4 * backend.multiprocessors as usize)
+            .div_ceil(kv_blocks)
+            .max(1);
+        let chunk =
+            a.sk.div_ceil(want)
+                .max(a.sk.div_ceil(1024))
+                .next_multiple_of(32)
+                .max(32);
+        let splits = a.sk.div_ceil(chunk).max(1);
+        let shared = (group * a.d + 32 * (a.d + 1) + 32 * a.dv + group * 32 + 3 * group) * 4;
+        if shared <= backend.shared_optin as usize {
+            let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
+            let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
+            let args = [&common[..], &[u(chunk), p(&partial), p(&out)]].concat();
+            backend.launch(
+                Entry::AttentionDecode,
+                (splits as u32, kv_blocks as u32, 1),
+                256,
+                shared as u32,
+                &args,
+            )?;
+            if splits > 1 {
+                merge(&partial, splits)?;
+            }
+            return Ok(out);
+        }
+    }
+    // A few query rows of larger groups: keys split across blocks of 32 (16 for wide heads),
+    // a block per query row, partials merged.
     let chunk = if a.d.max(a.dv) <= 128 { 32 } else { 16 };
     let splits = a.sk.div_ceil(chunk).max(1);
     if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 && splits <= i32::MAX as usize {
@@ -93,19 +143,7 @@ pub(super) fn attention(
             &args,
         )?;
         if splits > 1 {
-            let merge = [
-                Arg::Raw(bytemuck::bytes_of(&layout)),
-                p(&partial),
-                opt(dev_lens),
-                u(a.hq),
-                u(a.sq),
-                u(a.sk),
-                u(a.dv),
-                Arg::I(a.causal as u32),
-                u(splits),
-                p(&out),
-            ];
-            backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 32, 0, &merge)?;
+            merge(&partial, splits)?;
         }
         return Ok(out);
     }

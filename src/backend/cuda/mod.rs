@@ -80,6 +80,8 @@ pub(crate) struct CudaBackend {
     graphs: graph::CaptureState,
     /// The most shared memory one block may ask for (beyond 48 KB by opting in per kernel).
     shared_optin: u32,
+    /// Streaming multiprocessors: how many blocks fill the GPU.
+    multiprocessors: u32,
 }
 
 impl CudaBackend {
@@ -135,6 +137,7 @@ impl CudaBackend {
             _workspace: workspace,
             graphs: graph::CaptureState::default(),
             shared_optin: props.shared_memory_per_block_optin,
+            multiprocessors: props.multiprocessors,
         };
         Ok((backend, info))
     }

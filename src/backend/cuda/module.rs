@@ -112,6 +112,7 @@ pub(crate) enum Entry {
     FlashAttention64,
     FlashAttention128,
     AttentionSplit,
+    AttentionDecode,
     AttentionMerge,
     Fused(u64),
 }
@@ -148,6 +149,7 @@ impl Entry {
             FlashAttention64 => (Source::Attention, "flash_attention_64"),
             FlashAttention128 => (Source::Attention, "flash_attention_128"),
             AttentionSplit => (Source::Attention, "attention_split"),
+            AttentionDecode => (Source::Attention, "attention_decode"),
             AttentionMerge => (Source::Attention, "attention_merge"),
             Fused(id) => (Source::Fused(id), "fused"),
         }
