@@ -1,7 +1,7 @@
 """PyTorch's scaled_dot_product_attention beside `gpukit bench` rows A1 and A2: causal, batch
 1, f32 (TF32 off), device-resident [1, heads, seq, dim] tensors, one call then a synchronize,
 the median of five timed runs after one warm-up, as gpukit times them; then the same shapes in
-f16 for the record. Prints JSON rows. Run on the GPU machine, in the same call as
+f16 and bf16. Prints JSON rows. Run on the GPU machine, in the same call as
 `gpukit bench`. Row A3 is decoding: one query row of 32 heads against 8 KV heads of 4096 x 128
 (GQA through `enable_gqa`), four caches in turn, 100 calls per synchronize as gpukit times it."""
 import json
@@ -16,7 +16,7 @@ torch.backends.cudnn.allow_tf32 = False
 
 rows = []
 for rid, heads, dim, seq in [("A1", 16, 64, 1024), ("A1", 16, 64, 2048), ("A1", 16, 64, 4096), ("A2", 32, 128, 2048)]:
-    for dtype in [torch.float32, torch.float16]:
+    for dtype in [torch.float32, torch.float16, torch.bfloat16]:
         g = torch.Generator(device="cuda").manual_seed(12)
         q, k, v = (torch.rand((1, heads, seq, dim), device="cuda", dtype=dtype, generator=g) * 2 - 1 for _ in range(3))
         times = []

@@ -9,15 +9,7 @@
 #define WARPS 4
 #define MAX_DV_PER_LANE 8
 
-// Row (b, h, i) of an operand starts at offset + b * batch + h * head + i * seq (the row's
-// elements are contiguous): heads-first, sequence-first and packed QKV layouts alike.
-struct RowStrides {
-    u64 offset, batch, head, seq;
-};
-struct AttnLayout {
-    RowStrides q, k, v;
-    u64 out_bshd; // the output is [b, sq, hq, dv] (else [b, hq, sq, dv])
-};
+// AttnLayout (common.cuh) says where the rows of q, k and v lie.
 
 extern "C" __global__ void attention(AttnLayout lay, const float* __restrict__ q, const float* __restrict__ k,
                                      const float* __restrict__ v, const u32* __restrict__ lens,
@@ -378,13 +370,14 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
 #define DEC_ROWS 16
 #define DEC_TILE 32
 #define DEC_ACC 16 // accumulators a thread holds: DEC_ROWS x 256 columns / 256 threads
-extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restrict__ q,
-                                            const float* __restrict__ k,
-                                            const float* __restrict__ v,
+// q, k, v and out hold f32 (elem 0), f16 (1) or bf16 (2) values; the arithmetic is f32.
+extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restrict__ q,
+                                            const void* __restrict__ k,
+                                            const void* __restrict__ v,
                                             const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,
                                             u64 sk, u64 d, u64 dv, u32 causal, float scale,
-                                            u64 chunk, float* __restrict__ partial,
-                                            float* __restrict__ out) {
+                                            u64 chunk, u32 elem, float* __restrict__ partial,
+                                            void* __restrict__ out) {
     extern __shared__ float smem[];
     const u32 dd = (u32)d, dvv = (u32)dv;
     const u32 group = (u32)(hq / hkv), rows = group * (u32)sq;
@@ -407,7 +400,9 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restr
     for (u32 e = tid; e < rows * dd; e += blockDim.x) {
         const u32 r = e / dd, c = e - r * dd;
         const u64 h = kvh * group + r / sq, i = r % sq;
-        qs[e] = q[lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq + c] * scale;
+        qs[e] = load_elem(q, lay.q.offset + b * lay.q.batch + h * lay.q.head + i * lay.q.seq + c,
+                          elem) *
+                scale;
     }
     for (u32 r = tid; r < rows; r += blockDim.x) {
         ms[r] = NEG_INF;
@@ -416,15 +411,35 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restr
     float acc[DEC_ACC];
 #pragma unroll
     for (u32 t = 0; t < DEC_ACC; ++t) acc[t] = 0.0f;
-    const float* kb = k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
-    const float* vb = v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
-    // float4 staging where every row starts on 16 bytes.
-    const bool k4 = dd % 4 == 0 && lay.k.seq % 4 == 0 && ((size_t)kb & 15) == 0;
-    const bool v4 = dvv % 4 == 0 && lay.v.seq % 4 == 0 && ((size_t)vb & 15) == 0;
+    const u64 kbase = lay.k.offset + b * lay.k.batch + kvh * lay.k.head;
+    const u64 vbase = lay.v.offset + b * lay.v.batch + kvh * lay.v.head;
+    const float* kb = (const float*)k + kbase;
+    const float* vb = (const float*)v + vbase;
+    const unsigned short* kh = (const unsigned short*)k + kbase;
+    const unsigned short* vh = (const unsigned short*)v + vbase;
+    // Vector staging where every row starts on 16 bytes (f32) or 8 bytes (4 halves).
+    const bool k4 = elem == 0 && dd % 4 == 0 && lay.k.seq % 4 == 0 && ((size_t)kb & 15) == 0;
+    const bool v4 = elem == 0 && dvv % 4 == 0 && lay.v.seq % 4 == 0 && ((size_t)vb & 15) == 0;
+    const bool kh4 = elem != 0 && dd % 4 == 0 && lay.k.seq % 4 == 0 && ((size_t)kh & 7) == 0;
+    const bool vh4 = elem != 0 && dvv % 4 == 0 && lay.v.seq % 4 == 0 && ((size_t)vh & 7) == 0;
+    const auto halves4 = [&](const unsigned short* src, float* dst) {
+        const uint2 x = *reinterpret_cast<const uint2*>(src);
+        const u32 w[4] = {x.x & 0xffffu, x.x >> 16, x.y & 0xffffu, x.y >> 16};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            dst[j] = elem == 1 ? f16_float((unsigned short)w[j]) : bf16_float((unsigned short)w[j]);
+        }
+    };
     __syncthreads();
     for (u64 t0 = begin; t0 < stop; t0 += DEC_TILE) {
         const u32 n = stop - t0 < DEC_TILE ? (u32)(stop - t0) : DEC_TILE;
-        if (k4) {
+        if (kh4) {
+            const u32 d4 = dd / 4;
+            for (u32 e = tid; e < n * d4; e += blockDim.x) {
+                const u32 r = e / d4, c = (e - r * d4) * 4;
+                halves4(kh + (t0 + r) * lay.k.seq + c, ks + r * (dd + 1) + c);
+            }
+        } else if (k4) {
             const u32 d4 = dd / 4;
             for (u32 e = tid; e < n * d4; e += blockDim.x) {
                 const u32 r = e / d4, c = (e - r * d4) * 4;
@@ -438,10 +453,16 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restr
         } else {
             for (u32 e = tid; e < n * dd; e += blockDim.x) {
                 const u32 r = e / dd, c = e - r * dd;
-                ks[r * (dd + 1) + c] = kb[(t0 + r) * lay.k.seq + c];
+                ks[r * (dd + 1) + c] = load_elem(k, kbase + (t0 + r) * lay.k.seq + c, elem);
             }
         }
-        if (v4) {
+        if (vh4) {
+            const u32 d4 = dvv / 4;
+            for (u32 e = tid; e < n * d4; e += blockDim.x) {
+                const u32 r = e / d4, c = (e - r * d4) * 4;
+                halves4(vh + (t0 + r) * lay.v.seq + c, vs + r * dvv + c);
+            }
+        } else if (v4) {
             const u32 d4 = dvv / 4;
             for (u32 e = tid; e < n * d4; e += blockDim.x) {
                 const u32 r = e / d4, c = (e - r * d4) * 4;
@@ -451,7 +472,7 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restr
         } else {
             for (u32 e = tid; e < n * dvv; e += blockDim.x) {
                 const u32 r = e / dvv, c = e - r * dvv;
-                vs[e] = vb[(t0 + r) * lay.v.seq + c];
+                vs[e] = load_elem(v, vbase + (t0 + r) * lay.v.seq + c, elem);
             }
         }
         __syncthreads();
@@ -500,8 +521,9 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restr
             const u64 h = kvh * group + r / sq, i = r % sq, row = (b * hq + h) * sq + i;
             if (whole) {
                 const u64 vis = visible_keys(lens, b, i, sq, sk, causal);
-                float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : row) * dv;
-                o[c] = vis == 0 ? 0.0f : (ms[r] == NEG_INF ? QNAN : acc[t] / ls[r]);
+                const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : row) * dv + c;
+                store_elem(out, o, elem,
+                           vis == 0 ? 0.0f : (ms[r] == NEG_INF ? QNAN : acc[t] / ls[r]));
             } else {
                 partial[(row * gridDim.x + blockIdx.x) * (dv + 2) + 2 + c] = acc[t];
             }
@@ -523,8 +545,8 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const float* __restr
 #define MERGE_SPLITS 1024
 extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restrict__ partial,
                                            const u32* __restrict__ lens, u64 hq, u64 sq, u64 sk,
-                                           u64 dv, u32 causal, u64 splits,
-                                           float* __restrict__ out) {
+                                           u64 dv, u32 causal, u64 splits, u32 elem,
+                                           void* __restrict__ out) {
     __shared__ float weight[MERGE_SPLITS];
     __shared__ float scratch[32];
     const u32 tid = threadIdx.x;
@@ -546,13 +568,13 @@ extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restri
         ll += w == 0.0f ? 0.0f : part[s * (dv + 2) + 1] * w;
     }
     ll = block_reduce(ll, 0, scratch);
-    float* o = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
+    const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
     for (u64 c = tid; c < dv; c += blockDim.x) {
         float a = 0.0f;
         for (u64 s = 0; s < splits; ++s) {
             const float w = s < MERGE_SPLITS ? weight[s] : weigh(s);
             if (w != 0.0f) a += part[s * (dv + 2) + 2 + c] * w;
         }
-        o[c] = visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : a / ll);
+        store_elem(out, o + c, elem, visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : a / ll));
     }
 }

@@ -113,3 +113,25 @@ __device__ __forceinline__ unsigned short bf16_bits(float x) {
     return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
 }
 __device__ __forceinline__ float bf16_float(unsigned short h) { return __uint_as_float((u32)h << 16); }
+
+// Attention operands (attention.cu, attention_mma.cu): row (b, h, i) starts at offset +
+// b * batch + h * head + i * seq elements (the row's elements are contiguous), so heads-first,
+// sequence-first and packed QKV layouts are read alike.
+struct RowStrides {
+    u64 offset, batch, head, seq;
+};
+struct AttnLayout {
+    RowStrides q, k, v;
+    u64 out_bshd; // the output is [b, sq, hq, dv] (else [b, hq, sq, dv])
+};
+
+// Element e of a buffer of f32 (elem 0), f16 (1) or bf16 (2) values, as f32; and the store.
+__device__ __forceinline__ float load_elem(const void* p, u64 e, u32 elem) {
+    if (elem == 0) return ((const float*)p)[e];
+    const unsigned short h = ((const unsigned short*)p)[e];
+    return elem == 1 ? f16_float(h) : bf16_float(h);
+}
+__device__ __forceinline__ void store_elem(void* p, u64 e, u32 elem, float x) {
+    if (elem == 0) ((float*)p)[e] = x;
+    else ((unsigned short*)p)[e] = elem == 1 ? f16_bits(x) : bf16_bits(x);
+}

@@ -96,6 +96,25 @@ impl BackendImpl {
         }
     }
 
+    /// Whether attention takes q, k and v of `dtype` (f16 or bf16) as stored, with the output
+    /// in that dtype: the tensor-core kernel on CUDA (see
+    /// `CudaBackend::attention_takes_halves` for the shapes it takes). Elsewhere half-precision
+    /// operands are converted around the f32 kernels.
+    pub(crate) fn attention_stores_halves(
+        &self,
+        dtype: crate::DType,
+        rows: (usize, usize, usize),
+        widths: (usize, usize),
+        strides: [crate::ops::attention::RowStrides; 3],
+    ) -> bool {
+        #[cfg(cuda)]
+        if let Some(c) = self.cuda() {
+            return c.attention_takes_halves(dtype, rows, widths, strides);
+        }
+        let _ = (dtype, rows, widths, strides);
+        false
+    }
+
     /// Whether products longer than [`WGPU_MAX_K`](crate::ops::matmul::WGPU_MAX_K) are split
     /// along k: natively on wgpu adapters (lavapipe's loop limit).
     #[cfg(native)]

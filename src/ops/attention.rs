@@ -6,6 +6,7 @@
 //! `[b, h, s, d]`, sequence-first `[b, s, h, d]` (a linear layer's output split into heads) and
 //! a packed QKV projection `[b, s, (hq + 2 hkv) d]` are all read where they lie, without copies.
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::OpSpec;
 use crate::profile::Work;
@@ -95,6 +96,9 @@ pub(crate) struct AttentionSpec {
     pub v: RowStrides,
     /// The output is `[b, sq, hq, dv]` (else `[b, hq, sq, dv]`).
     pub out_bshd: bool,
+    /// The dtype q, k, v and the output are stored in: f32, or f16/bf16 where the backend
+    /// takes them as stored (see `BackendImpl::attention_stores_halves`).
+    pub storage: DType,
 }
 
 impl AttentionSpec {
@@ -182,11 +186,26 @@ impl Tensor {
             return Err(Error::shape("attention", self.shape(), other, hint));
         }
         let layout = options.layout;
-        // f16 and bf16: f32 copies (views copied out), the result in their dtype. A view whose
-        // rows are strided is copied out; any other is read in place.
+        let strides = [self, k, v].map(|t| RowStrides::of(t, layout));
+        // f16 and bf16 operands of one dtype go to a backend that takes them as stored (the
+        // tensor-core kernel on CUDA); elsewhere f32 copies (views copied out), the result in
+        // their dtype. A view whose rows are strided is copied out; any other is read in place.
+        let mut storage = DType::F32;
         if let Some(dtype) = Tensor::promotion("attention", &[self, k, v])? {
-            let strided = |t: &Tensor| RowStrides::of(t, layout).is_none();
-            if dtype != crate::DType::F32 || [self, k, v].into_iter().any(strided) {
+            let rows = match strides {
+                [Some(a), Some(b), Some(c)] => Some([a, b, c]),
+                _ => None,
+            };
+            let halves = dtype.size() == 2
+                && [self, k, v].iter().all(|t| t.dtype() == dtype)
+                && rows.is_some_and(|r| {
+                    self.device()
+                        .backend()
+                        .attention_stores_halves(dtype, (b, hq, sq), (d, dv), r)
+                });
+            if halves {
+                storage = dtype;
+            } else if dtype != DType::F32 || rows.is_none() {
                 let (qf, kf, vf) = (
                     self.floats("attention")?,
                     k.floats("attention")?,
@@ -195,7 +214,6 @@ impl Tensor {
                 return qf.attention(&kf, &vf, options)?.cast(dtype);
             }
         }
-        let strides = [self, k, v].map(|t| RowStrides::of(t, layout));
         let [Some(qs), Some(ks), Some(vs)] = strides else {
             return Err(Error::InvalidArgument {
                 op: "attention",
@@ -203,7 +221,7 @@ impl Tensor {
             });
         };
         let dims = (b, hq, hkv, sq, sk, d, dv);
-        let out = self.attend([self, k, v], dims, [qs, ks, vs], bshd, options)?;
+        let out = self.attend([self, k, v], dims, [qs, ks, vs], (bshd, storage), options)?;
         let (causal, scale) = (options.causal, options.scale);
         let rerun = move |t: &[&Tensor]| {
             t[0].attention(t[1], t[2], rerun_options(causal, scale, layout, t))
@@ -243,22 +261,35 @@ impl Tensor {
                 ),
             });
         };
-        if let Some(dtype) = Tensor::promotion("attention", &[self])? {
-            return self
-                .floats("attention")?
-                .attention_packed(heads, kv_heads, options)?
-                .cast(dtype);
-        }
         let d = width / parts;
-        let at = |offset: usize| RowStrides {
-            offset,
+        let (_, offset) = self.layout();
+        let at = |at: usize| RowStrides {
+            offset: offset + at,
             batch: s * width,
             head: d,
             seq: width,
         };
         let strides = [at(0), at(heads * d), at((heads + kv_heads) * d)];
+        let mut storage = DType::F32;
+        if let Some(dtype) = Tensor::promotion("attention", &[self])? {
+            let halves = dtype.size() == 2
+                && self.is_contiguous()
+                && self.device().backend().attention_stores_halves(
+                    dtype,
+                    (b, heads, s),
+                    (d, d),
+                    strides,
+                );
+            if !halves {
+                return self
+                    .floats("attention")?
+                    .attention_packed(heads, kv_heads, options)?
+                    .cast(dtype);
+            }
+            storage = dtype;
+        }
         let dims = (b, heads, kv_heads, s, s, d, d);
-        let out = self.attend([self, self, self], dims, strides, true, options)?;
+        let out = self.attend([self, self, self], dims, strides, (true, storage), options)?;
         let out = out.reshape(&[b, s, heads * d])?;
         let (causal, scale) = (options.causal, options.scale);
         let rerun = move |t: &[&Tensor]| {
@@ -298,7 +329,7 @@ impl Tensor {
         [q, k, v]: [&Tensor; 3],
         (b, hq, hkv, sq, sk, d, dv): Dims,
         [qs, ks, vs]: [RowStrides; 3],
-        out_bshd: bool,
+        (out_bshd, storage): (bool, DType),
         options: AttentionOptions<'_>,
     ) -> Result<Tensor> {
         q.same_device(k, "attention")?;
@@ -377,6 +408,7 @@ impl Tensor {
             k: ks,
             v: vs,
             out_bshd,
+            storage,
         };
         // The strides were derived from the shapes; this keeps every read inside its tensor.
         for (t, s, h, n, w) in [
@@ -396,15 +428,15 @@ impl Tensor {
         } else {
             vec![b, hq, sq, dv]
         };
-        q.device().check_output("attention", &shape)?;
-        let storage = q.device().op(&spec).attention(
+        q.device().check_output_of("attention", &shape, storage)?;
+        let data = q.device().op(&spec).attention(
             q.storage(),
             k.storage(),
             v.storage(),
             lens.map(Tensor::storage),
             spec,
         )?;
-        Ok(q.with_storage(storage, shape))
+        Ok(Tensor::new_typed(q.device().clone(), data, shape, storage))
     }
 }
 

@@ -22,7 +22,7 @@ macro_rules! with_suite_tests {
             matmul_f16_small_rows,
             // suite/conv.rs, pool.rs, attention.rs
             conv, pool, attention, attention_special_values, attention_input_errors,
-            attention_layouts,
+            attention_layouts, attention_halves,
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
             embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,
             quantized,

@@ -7,8 +7,9 @@ use bytemuck::{Pod, Zeroable};
 use super::module::Entry;
 use super::ops::{opt, p, u};
 use super::{Arg, CudaBackend, CudaStorage};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::attention::AttentionSpec;
+use crate::ops::attention::{AttentionSpec, RowStrides};
 
 /// Where attention's operand rows lie (`AttnLayout` in attention.cu): offset, batch, head and
 /// seq strides of q, k and v, and whether the output is `[b, sq, hq, dv]`.
@@ -21,6 +22,18 @@ struct AttentionLayoutParams {
     out_bshd: u64,
 }
 
+impl AttentionLayoutParams {
+    fn of(a: &AttentionSpec) -> AttentionLayoutParams {
+        let row = |s: RowStrides| [s.offset, s.batch, s.head, s.seq].map(|x| x as u64);
+        AttentionLayoutParams {
+            q: row(a.q),
+            k: row(a.k),
+            v: row(a.v),
+            out_bshd: a.out_bshd as u64,
+        }
+    }
+}
+
 pub(super) fn attention(
     backend: &CudaBackend,
     q: &CudaStorage,
@@ -30,8 +43,15 @@ pub(super) fn attention(
     a: AttentionSpec,
 ) -> Result<CudaStorage> {
     const WARPS: usize = 4;
-    let out = backend.alloc(a.batch * a.hq * a.sq * a.dv)?;
-    if a.batch * a.hq * a.sq * a.dv == 0 {
+    // The operands' element type in the decode and merge kernels: f32, f16 or bf16.
+    let elem: u32 = match a.storage {
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => 0,
+    };
+    let n = a.batch * a.hq * a.sq * a.dv;
+    let out = backend.alloc_bytes(n as u64 * a.storage.size() as u64)?;
+    if n == 0 {
         return Ok(out);
     }
     let heads = a.batch * a.hq;
@@ -52,14 +72,7 @@ pub(super) fn attention(
         });
     }
     let dev_lens = lens;
-    let row =
-        |s: crate::ops::attention::RowStrides| [s.offset, s.batch, s.head, s.seq].map(|x| x as u64);
-    let layout = AttentionLayoutParams {
-        q: row(a.q),
-        k: row(a.k),
-        v: row(a.v),
-        out_bshd: a.out_bshd as u64,
-    };
+    let layout = AttentionLayoutParams::of(&a);
     // The arguments both kernels take first; the row-per-warp kernel adds its key tile.
     let common = [
         Arg::Raw(bytemuck::bytes_of(&layout)),
@@ -89,13 +102,14 @@ pub(super) fn attention(
             u(a.dv),
             Arg::I(a.causal as u32),
             u(splits),
+            Arg::I(elem),
             p(&out),
         ];
         backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 128, 0, &merge)
     };
     // Decoding: every query row of a KV head's group (at most 16) in one block, so each key
     // and value is read once; the keys split into chunks (multiples of 32) for about four
-    // blocks an SM, at most 1024 of them.
+    // blocks an SM, at most 1024 of them. f16 and bf16 caches are read as stored.
     let group = a.hq / a.hkv.max(1) * a.sq;
     let kv_blocks = a.batch * a.hkv.max(1);
     if a.sq <= 4 && group <= 16 && a.d <= 256 && a.dv <= 256 && kv_blocks <= 65535 {
@@ -112,7 +126,7 @@ pub(super) fn attention(
         if shared <= backend.shared_optin as usize {
             let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
             let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
-            let args = [&common[..], &[u(chunk), p(&partial), p(&out)]].concat();
+            let args = [&common[..], &[u(chunk), Arg::I(elem), p(&partial), p(&out)]].concat();
             backend.launch(
                 Entry::AttentionDecode,
                 (splits as u32, kv_blocks as u32, 1),
@@ -125,6 +139,11 @@ pub(super) fn attention(
             }
             return Ok(out);
         }
+    }
+    // Halves past decoding: the tensor-core kernel (the ops layer sends only shapes it takes).
+    if elem != 0 {
+        flash_mma(backend, q, k, v, lens, a, &out)?;
+        return Ok(out);
     }
     // A few query rows of larger groups: keys split across blocks of 32 (16 for wide heads),
     // a block per query row, partials merged.
@@ -181,4 +200,75 @@ pub(super) fn attention(
         &args,
     )?;
     Ok(out)
+}
+
+/// Query rows and key rows of the tensor-core kernel's tiles.
+const MMA_ROWS: usize = 64;
+
+/// Shared memory of the tensor-core kernel at head width `d`: a q, a key and a value tile,
+/// rows padded by 8 elements of 2 bytes.
+fn mma_shared(d: usize) -> usize {
+    3 * MMA_ROWS * (d + 8) * 2
+}
+
+impl CudaBackend {
+    /// Whether [`flash_mma`] takes attention over `dtype` operands as stored: f16 or bf16 on
+    /// compute capability 8.0 or later, d = dv of 32, 64 or 128, every row on 16 bytes (the
+    /// strides of q, k and v multiples of 8 elements), and a grid that fits.
+    pub(crate) fn attention_takes_halves(
+        &self,
+        dtype: DType,
+        (batch, hq, sq): (usize, usize, usize),
+        (d, dv): (usize, usize),
+        strides: [RowStrides; 3],
+    ) -> bool {
+        let aligned = |s: RowStrides| {
+            [s.offset, s.batch, s.head, s.seq]
+                .iter()
+                .all(|x| x.is_multiple_of(8))
+        };
+        self.mma
+            && matches!(dtype, DType::F16 | DType::BF16)
+            && d == dv
+            && matches!(d, 32 | 64 | 128)
+            && strides.into_iter().all(aligned)
+            && mma_shared(d) <= self.shared_optin as usize
+            && batch.saturating_mul(hq) <= 65535
+            && sq.div_ceil(MMA_ROWS) <= i32::MAX as usize
+    }
+}
+
+/// Flash attention on tensor cores over f16 or bf16 operands as stored into `out`, in their
+/// dtype (`flash_mma_*` in shaders/cuda/attention_mma.cu); the ops layer sends only what
+/// [`CudaBackend::attention_takes_halves`] accepts.
+fn flash_mma(
+    backend: &CudaBackend,
+    q: &CudaStorage,
+    k: &CudaStorage,
+    v: &CudaStorage,
+    lens: Option<&CudaStorage>,
+    a: AttentionSpec,
+    out: &CudaStorage,
+) -> Result<()> {
+    let layout = AttentionLayoutParams::of(&a);
+    let args = [
+        Arg::Raw(bytemuck::bytes_of(&layout)),
+        p(q),
+        p(k),
+        p(v),
+        opt(lens),
+        u(a.hq),
+        u(a.hkv.max(1)),
+        u(a.sq),
+        u(a.sk),
+        Arg::I(a.causal as u32),
+        Arg::F(a.scale),
+        p(out),
+    ];
+    let entry = Entry::FlashMma {
+        width: a.d as u32,
+        bf16: a.storage == DType::BF16,
+    };
+    let grid = (a.sq.div_ceil(MMA_ROWS) as u32, (a.batch * a.hq) as u32, 1);
+    backend.launch(entry, grid, 128, mma_shared(a.d) as u32, &args)
 }

@@ -82,6 +82,8 @@ pub(crate) struct CudaBackend {
     shared_optin: u32,
     /// Streaming multiprocessors: how many blocks fill the GPU.
     multiprocessors: u32,
+    /// Compute capability 8.0 or later: `mma.sync` on f16 and bf16, `cp.async`, `ldmatrix`.
+    mma: bool,
 }
 
 impl CudaBackend {
@@ -138,6 +140,7 @@ impl CudaBackend {
             graphs: graph::CaptureState::default(),
             shared_optin: props.shared_memory_per_block_optin,
             multiprocessors: props.multiprocessors,
+            mma: props.compute_capability >= (8, 0),
         };
         Ok((backend, info))
     }
@@ -209,8 +212,8 @@ impl CudaBackend {
             )
             .map_err(errors::driver)?;
         }
-        // Kernels take at most 16 arguments; a fixed array keeps launches allocation-free.
-        let mut ptrs = [std::ptr::null_mut::<c_void>(); 16];
+        // Kernels take at most 20 arguments; a fixed array keeps launches allocation-free.
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); 20];
         if args.len() > ptrs.len() {
             return Err(Error::Backend {
                 backend: Backend::Cuda,

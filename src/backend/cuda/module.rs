@@ -25,6 +25,8 @@ pub(crate) enum Source {
     Conv,
     Pool,
     Attention,
+    /// Tensor-core flash attention (compute capability 8.0 and later only).
+    AttentionMma,
     Embedding,
     Rope,
     Layout,
@@ -47,6 +49,7 @@ impl Source {
             Source::Conv => "shaders/cuda/conv.cu",
             Source::Pool => "shaders/cuda/pool.cu",
             Source::Attention => "shaders/cuda/attention.cu",
+            Source::AttentionMma => "shaders/cuda/attention_mma.cu",
             Source::Embedding => "shaders/cuda/embedding.cu",
             Source::Rope => "shaders/cuda/rope.cu",
             Source::Layout => "shaders/cuda/layout.cu",
@@ -68,6 +71,7 @@ impl Source {
             Source::Conv => include_str!("../../../shaders/cuda/conv.cu"),
             Source::Pool => include_str!("../../../shaders/cuda/pool.cu"),
             Source::Attention => include_str!("../../../shaders/cuda/attention.cu"),
+            Source::AttentionMma => include_str!("../../../shaders/cuda/attention_mma.cu"),
             Source::Embedding => include_str!("../../../shaders/cuda/embedding.cu"),
             Source::Rope => include_str!("../../../shaders/cuda/rope.cu"),
             Source::Layout => include_str!("../../../shaders/cuda/layout.cu"),
@@ -114,6 +118,11 @@ pub(crate) enum Entry {
     AttentionSplit,
     AttentionDecode,
     AttentionMerge,
+    /// Tensor-core flash attention for a head width (32, 64 or 128) and half dtype.
+    FlashMma {
+        width: u32,
+        bf16: bool,
+    },
     Fused(u64),
 }
 
@@ -151,6 +160,17 @@ impl Entry {
             AttentionSplit => (Source::Attention, "attention_split"),
             AttentionDecode => (Source::Attention, "attention_decode"),
             AttentionMerge => (Source::Attention, "attention_merge"),
+            FlashMma { width, bf16 } => (
+                Source::AttentionMma,
+                match (width, bf16) {
+                    (32, false) => "flash_mma_f16_32",
+                    (64, false) => "flash_mma_f16_64",
+                    (32, true) => "flash_mma_bf16_32",
+                    (64, true) => "flash_mma_bf16_64",
+                    (_, false) => "flash_mma_f16_128",
+                    (_, true) => "flash_mma_bf16_128",
+                },
+            ),
             Fused(id) => (Source::Fused(id), "fused"),
         }
     }
@@ -173,17 +193,23 @@ pub(crate) struct Kernels {
     state: Mutex<State>,
 }
 
-/// NVRTC options: all files are compiled the same way (no fast math: the ops keep IEEE
-/// semantics at NaN and infinity, as the op suite checks).
-fn options(arch: &'static str) -> CompileOptions {
+/// NVRTC options: every file is compiled the same way (no fast math: the ops keep IEEE
+/// semantics at NaN and infinity, as the op suite checks), but for the register cap.
+fn options(arch: &'static str, source: Source) -> CompileOptions {
+    // The kernels use at most 8 accumulators per thread: 128 registers keep them unspilled
+    // while letting 2 blocks of 256 threads share an SM. The tensor-core attention keeps a
+    // 16 x 128 output tile and its q fragments in registers (blocks of 128 threads).
+    let registers = if source == Source::AttentionMma {
+        255
+    } else {
+        128
+    };
     CompileOptions {
         arch: Some(arch),
         options: vec![
             "--std=c++17".into(),
             "--extra-device-vectorization".into(),
-            // The kernels use at most 8 accumulators per thread: 128 registers keep them
-            // unspilled while letting 2 blocks of 256 threads share an SM.
-            "--maxrregcount=128".into(),
+            format!("--maxrregcount={registers}"),
         ],
         ..Default::default()
     }
@@ -262,7 +288,7 @@ impl Kernels {
 
     /// The PTX of `text`, from the disk cache or compiled now (and then stored).
     fn ptx(&self, source: Source, text: &str) -> Result<Ptx> {
-        let opts = options(self.arch);
+        let opts = options(self.arch, source);
         let key = stable_hash(&[text, &opts.options.join(" "), env!("CARGO_PKG_VERSION")]);
         let name = format!(
             "cuda/{key:016x}-{}-driver{}.{}.ptx",

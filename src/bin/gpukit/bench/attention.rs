@@ -1,5 +1,6 @@
 //! Attention rows: A1 (16 heads of 64 at three lengths) and A2 (LLaMA-7B's 32 heads of 128),
-//! causal, batch 1, with the extra memory each takes; A3, decoding: one query row of 32 heads
+//! causal, batch 1, in f32, f16 and bf16 (operands stored in the dtype), with the extra memory
+//! each takes; A3, decoding: one query row of 32 heads
 //! against a KV cache of 8 heads x 4096 positions x 128 (GQA), as bandwidth.
 
 use super::matmul::per_gemv;
@@ -14,13 +15,24 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
         (Id::A2, 32, 128, 2048),
     ];
     let mut rows = Vec::new();
-    for (id, heads, hd, seq) in shapes {
+    let dtypes = [None, Some(gpukit::DType::F16), Some(gpukit::DType::BF16)];
+    for ((id, heads, hd, seq), dtype) in
+        shapes.into_iter().flat_map(|s| dtypes.map(move |d| (s, d)))
+    {
         let seq = seq / if cx.quick { 32 } else { 1 };
         let len = heads * seq * hd;
         let tensor = |seed| {
-            device
+            let t = device
                 .tensor(&data(len, seed), &[1, heads, seq, hd])
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            match dtype {
+                Some(d) => t.cast(d).map_err(|e| e.to_string()),
+                None => Ok(t),
+            }
+        };
+        let (suffix, bytes) = match dtype {
+            Some(d) => (format!(", {}", d.name()), 2.0),
+            None => (String::new(), 4.0),
         };
         let (q, k, v) = (tensor(12)?, tensor(13)?, tensor(14)?);
         let options = gpukit::AttentionOptions {
@@ -38,35 +50,42 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
         let peak = device.memory_stats().peak_live_bytes.saturating_sub(before);
         rows.push(Row::new(
             id,
-            format!("causal attention, {heads} heads x {seq} x {hd}, batch 1"),
+            format!("causal attention, {heads} heads x {seq} x {hd}, batch 1{suffix}"),
             median(t.clone()) * 1e6,
             "us",
             t.len(),
             format!(
                 "peak extra memory {:.1} MiB (inputs {:.1} MiB; a stored score matrix would be {:.0} MiB)",
                 peak as f64 / 1048576.0,
-                3.0 * len as f64 * 4.0 / 1048576.0,
+                3.0 * len as f64 * bytes / 1048576.0,
                 (heads * seq * seq * 4) as f64 / 1048576.0
             ),
         ));
     }
-    rows.push(decode(cx)?);
+    rows.push(decode(cx, None)?);
+    rows.push(decode(cx, Some(gpukit::DType::F16))?);
     Ok(rows)
 }
 
 /// A3: one query row, 32 heads of 128, against 8 KV heads of 4096 positions (512 with
 /// --quick). Four caches in turn (134 MB) so the keys and values come from memory, not the L2.
-fn decode(cx: &Ctx) -> Result<Row, String> {
+fn decode(cx: &Ctx, dtype: Option<gpukit::DType>) -> Result<Row, String> {
     let device = &cx.device;
     let (heads, kv_heads, hd) = (32usize, 8usize, 128usize);
     let keys = if cx.quick { 512 } else { 4096 };
     let q = device
         .tensor(&data(heads * hd, 31), &[1, heads, 1, hd])
         .map_err(|e| e.to_string())?;
+    let stored = |t: gpukit::Tensor| match dtype {
+        Some(d) => t.cast(d).map_err(|e| e.to_string()),
+        None => Ok(t),
+    };
+    let q = stored(q)?;
     let cache = |seed| {
         device
             .tensor(&data(kv_heads * keys * hd, seed), &[1, kv_heads, keys, hd])
             .map_err(|e| e.to_string())
+            .and_then(stored)
     };
     let caches = (0..4)
         .map(|i| Ok((cache(40 + 2 * i)?, cache(41 + 2 * i)?)))
@@ -75,10 +94,11 @@ fn decode(cx: &Ctx) -> Result<Row, String> {
         let (k, v) = &caches[i % caches.len()];
         q.attention(k, v, Default::default())
     })?;
-    let bytes = 2.0 * (kv_heads * keys * hd * 4) as f64;
+    let (name, size) = dtype.map_or(("f32", 4), |d| (d.name(), d.size()));
+    let bytes = 2.0 * (kv_heads * keys * hd * size) as f64;
     Ok(Row::new(
         Id::A3,
-        format!("decode attention, 1 x {heads} heads against {kv_heads} x {keys} x {hd} (f32)"),
+        format!("decode attention, 1 x {heads} heads against {kv_heads} x {keys} x {hd} ({name})"),
         per * 1e6,
         "us",
         cx.runs,
