@@ -107,6 +107,24 @@ pub(super) fn attention(
         ];
         backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 128, 0, &merge)
     };
+    // A split kernel: `extra` arguments after the common ones, partials (m, l, acc[dv]) per
+    // row and split, merged when there are several.
+    let split = |entry: Entry,
+                 grid: (u32, u32, u32),
+                 threads: u32,
+                 shared: usize,
+                 splits: usize,
+                 extra: &[Arg<'_>]|
+     -> Result<()> {
+        let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
+        let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
+        let args = [&common[..], extra, &[p(&partial), p(&out)]].concat();
+        backend.launch(entry, grid, threads, shared as u32, &args)?;
+        if splits > 1 {
+            merge(&partial, splits)?;
+        }
+        Ok(())
+    };
     // Decoding: every query row of a KV head's group (at most 16) in one block, so each key
     // and value is read once; the keys split into chunks (multiples of 32) for about four
     // blocks an SM, at most 1024 of them. f16 and bf16 caches are read as stored.
@@ -124,19 +142,9 @@ pub(super) fn attention(
         let splits = a.sk.div_ceil(chunk).max(1);
         let shared = (group * a.d + 32 * (a.d + 1) + 32 * a.dv + group * 32 + 3 * group) * 4;
         if shared <= backend.shared_optin as usize {
-            let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
-            let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
-            let args = [&common[..], &[u(chunk), Arg::I(elem), p(&partial), p(&out)]].concat();
-            backend.launch(
-                Entry::AttentionDecode,
-                (splits as u32, kv_blocks as u32, 1),
-                256,
-                shared as u32,
-                &args,
-            )?;
-            if splits > 1 {
-                merge(&partial, splits)?;
-            }
+            let grid = (splits as u32, kv_blocks as u32, 1);
+            let extra = [u(chunk), Arg::I(elem)];
+            split(Entry::AttentionDecode, grid, 256, shared, splits, &extra)?;
             return Ok(out);
         }
     }
@@ -151,19 +159,15 @@ pub(super) fn attention(
     let splits = a.sk.div_ceil(chunk).max(1);
     if a.sq <= 4 && a.d <= 256 && a.dv <= 256 && rows <= 65535 && splits <= i32::MAX as usize {
         let shared = (a.d + chunk * (a.d + 1) + chunk * a.dv + chunk) * 4;
-        let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
-        let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
-        let args = [&common[..], &[u(chunk), p(&partial), p(&out)]].concat();
-        backend.launch(
+        let grid = (splits as u32, rows as u32, 1);
+        split(
             Entry::AttentionSplit,
-            (splits as u32, rows as u32, 1),
+            grid,
             128,
-            shared as u32,
-            &args,
+            shared,
+            splits,
+            &[u(chunk)],
         )?;
-        if splits > 1 {
-            merge(&partial, splits)?;
-        }
         return Ok(out);
     }
     // Flash attention (64 query rows a block) where its tiles fit; the row-per-warp kernel
