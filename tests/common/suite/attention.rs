@@ -229,6 +229,63 @@ pub async fn attention_special_values(dev: &Device) {
             }
         }
     }
+    // Decoding over many keys (wgpu and CUDA split them into blocks and merge): a NaN key
+    // in a later block makes the row NaN, unless a length hides it; keys scoring -inf in the
+    // first block get no weight; the rest matches f64.
+    let (d, sk) = (64usize, 600usize);
+    let mut rng = Rng::new(9750);
+    let q = rng.vec(d, 0.1, 1.0);
+    let mut k = rng.vec(sk * d, 0.1, 1.0);
+    let v = rng.vec(sk * d, -1.0, 1.0);
+    k[450 * d + 7] = f32::NAN;
+    let two = |x: &[f32], s: usize| dev.tensor(&[x, x].concat(), &[2, 1, s, d]).unwrap();
+    let lens = [600u32, 300];
+    let opts = AttentionOptions {
+        key_lengths: Some(&lens),
+        ..Default::default()
+    };
+    let got = two(&q, 1)
+        .attention(&two(&k, sk), &two(&v, sk), opts)
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    assert!(
+        got[..d].iter().all(|x| x.is_nan()),
+        "NaN key 450: {:?}",
+        &got[..d]
+    );
+    let scale = 1.0 / (d as f64).sqrt();
+    let want = oracle::attention(&q, &k, &v, (1, 1, 1, sk, d, d), false, 300, scale);
+    check(
+        "decode, NaN hidden by a length",
+        &|i| format!("{i}"),
+        &got[d..],
+        &want,
+    );
+    let mut k2 = rng.vec(sk * d, 0.1, 1.0);
+    for j in 0..256 {
+        k2[j * d + 1] = f32::NEG_INFINITY;
+    }
+    let got = dev
+        .tensor(&q, &[1, 1, 1, d])
+        .unwrap()
+        .attention(
+            &dev.tensor(&k2, &[1, 1, sk, d]).unwrap(),
+            &dev.tensor(&v, &[1, 1, sk, d]).unwrap(),
+            AttentionOptions::default(),
+        )
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let want = oracle::attention(&q, &k2, &v, (1, 1, 1, sk, d, d), false, sk, scale);
+    check(
+        "decode, a block of -inf keys",
+        &|i| format!("{i}"),
+        &got,
+        &want,
+    );
 }
 
 /// Attention's input errors say what is wrong: a wrong rank names the operand and its axes,
@@ -277,7 +334,7 @@ pub async fn attention_input_errors(dev: &Device) {
 }
 
 /// `[b, h, s, d]` data as `[b, s, h, d]`.
-fn to_bshd(x: &[f32], b: usize, h: usize, s: usize, d: usize) -> Vec<f32> {
+pub(super) fn to_bshd(x: &[f32], b: usize, h: usize, s: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0.0; x.len()];
     for bi in 0..b {
         for hi in 0..h {
@@ -397,197 +454,4 @@ pub async fn attention_layouts(dev: &Device) {
     assert!(p
         .attention_packed(1, 0, AttentionOptions::default())
         .is_err());
-}
-
-/// Attention over f16 and bf16 operands against f64 on the same rounded values, the result in
-/// their dtype. CUDA's tensor-core kernel takes head widths 32, 64 and 128 as stored (64-row
-/// query and key tiles: several, partial, causal with fewer and with more queries than keys,
-/// grouped heads, host and device lengths, one of them 0, heads-first and sequence-first);
-/// other widths, and other backends, convert around the f32 kernels. NaN and infinities as in
-/// f32.
-pub async fn attention_halves(dev: &Device) {
-    use gpukit::{AttentionLayout, DType};
-    // (batch, hq, hkv, sq, sk, d, causal, lengths, device lengths, sequence-first)
-    type Case = (
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        bool,
-        Option<Vec<u32>>,
-        bool,
-        bool,
-    );
-    let cases: [Case; 8] = [
-        (1, 2, 1, 130, 150, 64, true, None, false, false),
-        (
-            2,
-            4,
-            2,
-            65,
-            200,
-            128,
-            false,
-            Some(vec![200, 77]),
-            true,
-            false,
-        ),
-        (1, 3, 3, 64, 64, 32, true, None, false, true),
-        (2, 2, 1, 100, 37, 64, false, Some(vec![0, 37]), false, false),
-        (1, 8, 2, 1, 300, 128, true, None, false, true),
-        (1, 2, 2, 70, 70, 96, true, None, false, false),
-        (1, 1, 1, 17, 9, 128, true, None, false, false),
-        (2, 2, 2, 3, 129, 32, false, Some(vec![65, 129]), true, true),
-    ];
-    for dtype in [DType::F16, DType::BF16] {
-        let round = |x: f32| match dtype {
-            DType::F16 => half::f16::from_f32(x).to_f32(),
-            _ => half::bf16::from_f32(x).to_f32(),
-        };
-        // The output and the probabilities are rounded to the dtype.
-        let tol = match dtype {
-            DType::F16 => Tol {
-                atol: 2e-3,
-                rtol: 2e-3,
-            },
-            _ => Tol {
-                atol: 1.6e-2,
-                rtol: 1.6e-2,
-            },
-        };
-        for (ci, (b, hq, hkv, sq, sk, d, causal, lens, on_device, bshd)) in
-            cases.iter().cloned().enumerate()
-        {
-            let seed = 9800 + ci as u64;
-            let mut rng = Rng::new(seed);
-            let mut gen =
-                |n: usize| -> Vec<f32> { rng.vec(n, -1.0, 1.0).into_iter().map(round).collect() };
-            let (q, k, v) = (
-                gen(b * hq * sq * d),
-                gen(b * hkv * sk * d),
-                gen(b * hkv * sk * d),
-            );
-            let layout = if bshd {
-                AttentionLayout::Bshd
-            } else {
-                AttentionLayout::Bhsd
-            };
-            let t = |x: &[f32], h: usize, s: usize| {
-                let (data, shape) = if bshd {
-                    (to_bshd(x, b, h, s, d), [b, s, h, d])
-                } else {
-                    (x.to_vec(), [b, h, s, d])
-                };
-                dev.tensor(&data, &shape).unwrap().cast(dtype).unwrap()
-            };
-            let (tq, tk, tv) = (t(&q, hq, sq), t(&k, hkv, sk), t(&v, hkv, sk));
-            let dev_lens = match (&lens, on_device) {
-                (Some(l), true) => Some(dev.tensor_of(l, &[b]).unwrap()),
-                _ => None,
-            };
-            let options = AttentionOptions {
-                causal,
-                key_lengths: if on_device { None } else { lens.as_deref() },
-                lengths: dev_lens.as_ref(),
-                scale: None,
-                layout,
-            };
-            let y = tq.attention(&tk, &tv, options).unwrap();
-            assert_eq!(y.dtype(), dtype);
-            let mut got = y.read().await.unwrap();
-            if bshd {
-                // Back to heads-first for the reference's order.
-                let mut hf = vec![0.0; got.len()];
-                for ((bi, si), h) in (0..b)
-                    .flat_map(|bi| (0..sq).map(move |si| (bi, si)))
-                    .flat_map(|x| (0..hq).map(move |h| (x, h)))
-                {
-                    let from = ((bi * sq + si) * hq + h) * d;
-                    let to = ((bi * hq + h) * sq + si) * d;
-                    hf[to..to + d].copy_from_slice(&got[from..from + d]);
-                }
-                got = hf;
-            }
-            let want: Vec<(f64, Tol)> = (0..b)
-                .flat_map(|bi| {
-                    let len = lens.as_ref().map_or(sk, |l| l[bi] as usize);
-                    let scale = 1.0 / (d as f64).sqrt();
-                    let dims = (hq, hkv, sq, sk, d, d);
-                    let (qb, kb, vb) = (
-                        &q[bi * hq * sq * d..],
-                        &k[bi * hkv * sk * d..],
-                        &v[bi * hkv * sk * d..],
-                    );
-                    oracle::attention(qb, kb, vb, dims, causal, len, scale)
-                })
-                .map(|(w, _)| (w, tol))
-                .collect();
-            check(
-                &format!("{dtype:?} attention case {ci} seed {seed}"),
-                &|i| format!("flat {i}"),
-                &got,
-                &want,
-            );
-        }
-        // Special values at every width the tensor cores take, through them (5 query rows) and
-        // through CUDA's decode kernel (4): NaN in q, a +inf score, a key scoring -inf, a row
-        // whose only key scores -inf, a row with no key.
-        for (d, sq) in [32usize, 64, 128]
-            .into_iter()
-            .flat_map(|d| [(d, 5), (d, 4)])
-        {
-            let mut rng = Rng::new(9900 + d as u64);
-            let mut q: Vec<f32> = rng.vec(sq * d, 0.1, 1.0).into_iter().map(round).collect();
-            let mut k: Vec<f32> = rng.vec(3 * d, 0.1, 1.0).into_iter().map(round).collect();
-            let v: Vec<f32> = rng.vec(3 * d, -1.0, 1.0).into_iter().map(round).collect();
-            q[d] = f32::NAN;
-            q[2 * d] = f32::INFINITY;
-            k[2 * d + 1] = f32::NEG_INFINITY;
-            let half =
-                |x: &[f32], s: usize| dev.tensor(x, &[1, 1, s, d]).unwrap().cast(dtype).unwrap();
-            let got = half(&q, sq)
-                .attention(&half(&k, 3), &half(&v, 3), AttentionOptions::default())
-                .unwrap()
-                .read()
-                .await
-                .unwrap();
-            let row = |i: usize| &got[i * d..(i + 1) * d];
-            assert!(
-                row(1).iter().all(|x| x.is_nan()),
-                "{dtype:?} d={d} NaN in q"
-            );
-            assert!(row(2).iter().all(|x| x.is_nan()), "{dtype:?} d={d} +inf");
-            for i in [0, 3].into_iter().chain((sq == 5).then_some(4)) {
-                assert!(
-                    row(i).iter().all(|x| x.is_finite()),
-                    "{dtype:?} d={d} row {i}"
-                );
-            }
-            // Two batch entries of one key scoring -inf: length 1 gives NaN, length 0 zeros.
-            let lens = [1u32, 0];
-            let two = |x: &[f32]| {
-                dev.tensor(&[x, x].concat(), &[2, 1, 1, d])
-                    .unwrap()
-                    .cast(dtype)
-                    .unwrap()
-            };
-            let options = AttentionOptions {
-                key_lengths: Some(&lens),
-                ..Default::default()
-            };
-            let got = two(&q[..d])
-                .attention(&two(&k[2 * d..3 * d]), &two(&v[..d]), options)
-                .unwrap()
-                .read()
-                .await
-                .unwrap();
-            assert!(
-                got[..d].iter().all(|x| x.is_nan()),
-                "{dtype:?} d={d} all -inf"
-            );
-            assert!(got[d..].iter().all(|&x| x == 0.0), "{dtype:?} d={d} no key");
-        }
-    }
 }

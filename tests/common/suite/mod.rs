@@ -11,6 +11,7 @@ use gpukit::{
 };
 
 mod attention;
+mod attention_halves;
 mod batch;
 mod cast;
 mod compare;
@@ -34,6 +35,7 @@ mod softmax;
 mod topk;
 
 pub use attention::*;
+pub use attention_halves::*;
 pub use batch::*;
 pub use cast::*;
 pub use compare::*;
