@@ -56,13 +56,20 @@ with_suite_tests!(browser_suite!(webgpu, webgpu,));
 with_suite_tests!(browser_suite!(hybrid, hybrid,));
 
 /// The device really is the browser's WebGPU adapter (SwiftShader in headless Chromium), with
-/// its limits.
+/// its limits, named from the browser's `GPUAdapter.info` (vendor and architecture), which wgpu
+/// leaves out.
 #[wasm_bindgen_test]
 async fn the_adapter_is_webgpu() {
     let d = webgpu().await;
     let info = d.info();
     assert_eq!(info.backend, Backend::WebGpu, "{info:?}");
     assert!(info.limits.invocations_per_workgroup >= 64, "{info:?}");
+    assert!(
+        info.adapter.to_lowercase().contains("swiftshader"),
+        "named from GPUAdapter.info: {info:?}"
+    );
+    assert_eq!(info.vendor, "google", "{info:?}");
+    assert!(info.software, "{info:?}");
 }
 
 /// Automatic selection on a software adapter measures it against the CPU backend and obeys

@@ -4,6 +4,9 @@ use crate::info::{
     is_software_name, vendor_name, Backend, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType,
 };
 
+/// The adapter name where the API gives none.
+const UNNAMED: &str = "(unnamed adapter)";
+
 /// gpukit's name for a wgpu backend.
 pub(crate) fn backend_of(b: wgpu::Backend) -> Option<Backend> {
     match b {
@@ -130,7 +133,7 @@ pub(crate) fn describe(adapter: &wgpu::Adapter) -> DeviceInfo {
             || is_software_name(&ai.name)
             || is_software_name(&ai.driver),
         adapter: if ai.name.is_empty() {
-            "(unnamed adapter)".into()
+            UNNAMED.into()
         } else {
             ai.name.clone()
         },
@@ -287,4 +290,53 @@ pub(crate) async fn ranked(
     // A few adapters: the small stable sort, not the standard library's (kilobytes of wasm).
     crate::small_sort::sort_small_by(&mut usable, |a, b| rank(&a.1) < rank(&b.1));
     (usable, rejected)
+}
+
+/// In a browser, the name and vendor of the adapter from `GPUAdapter.info`, where wgpu gives
+/// none: wgpu keeps only its `description`, which browsers leave empty to limit
+/// fingerprinting, while `vendor` and `architecture` ("google", "swiftshader"; "nvidia",
+/// "hopper") are given. The browser's default adapter is the one wgpu opened (gpukit asks for
+/// no other). Leaves `info` as it is where the browser says nothing more.
+#[cfg(target_arch = "wasm32")]
+pub(crate) async fn name_from_browser(info: &mut DeviceInfo) {
+    use js_sys::{Function, Promise, Reflect};
+    use wasm_bindgen::{JsCast, JsValue};
+    if !info.adapter.is_empty() && info.adapter != UNNAMED {
+        return;
+    }
+    let get = |v: &JsValue, k: &str| Reflect::get(v, &JsValue::from_str(k)).ok();
+    let Some(gpu) = get(&js_sys::global(), "navigator").and_then(|n| get(&n, "gpu")) else {
+        return;
+    };
+    let request = get(&gpu, "requestAdapter").and_then(|f| f.dyn_into::<Function>().ok());
+    let Some(promise) = request
+        .and_then(|f| f.call0(&gpu).ok())
+        .and_then(|p| p.dyn_into::<Promise>().ok())
+    else {
+        return;
+    };
+    let Ok(adapter) = wasm_bindgen_futures::JsFuture::from(promise).await else {
+        return;
+    };
+    let Some(details) = get(&adapter, "info").filter(|i| i.is_object()) else {
+        return;
+    };
+    let field = |k: &str| {
+        get(&details, k)
+            .and_then(|v| v.as_string())
+            .filter(|s| !s.is_empty())
+    };
+    let (vendor, architecture, device) = (field("vendor"), field("architecture"), field("device"));
+    let name: Vec<String> = [&vendor, &architecture, &device]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    if !name.is_empty() {
+        info.adapter = name.join(" ");
+        info.software |= is_software_name(&info.adapter);
+    }
+    if let Some(v) = vendor {
+        info.vendor = v;
+    }
 }

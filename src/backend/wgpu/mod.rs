@@ -175,6 +175,8 @@ impl WgpuBackend {
         selection: String,
     ) -> Result<(WgpuBackend, DeviceInfo)> {
         let mut info = adapter::describe(adapter);
+        #[cfg(target_arch = "wasm32")]
+        adapter::name_from_browser(&mut info).await;
         info.selection = selection;
         let backend = info.backend;
         let limits = adapter.limits();
