@@ -203,9 +203,27 @@ impl Tensor {
                         .backend()
                         .attention_stores_halves(dtype, (b, hq, sq), (d, dv), r)
                 });
+            // An f32 query over keys and values of one half dtype (a decoder's f16 cache):
+            // where the backend reads those as stored, the query is rounded to their dtype
+            // rather than the keys and values converted, and the result comes back as f32.
+            let kv = k.dtype();
+            if self.dtype() == DType::F32
+                && kv.size() == 2
+                && v.dtype() == kv
+                && rows.is_some_and(|r| {
+                    self.device()
+                        .backend()
+                        .attention_stores_halves(kv, (b, hq, sq), (d, dv), r)
+                })
+            {
+                return self.cast(kv)?.attention(k, v, options)?.cast(DType::F32);
+            }
+            // Other mixed dtypes promote to f32 and are converted: only operands all stored
+            // as f32 are read in place.
+            let all_f32 = [self, k, v].iter().all(|t| t.dtype() == DType::F32);
             if halves {
                 storage = dtype;
-            } else if dtype != DType::F32 || rows.is_none() {
+            } else if !all_f32 || rows.is_none() {
                 let (qf, kf, vf) = (
                     self.floats("attention")?,
                     k.floats("attention")?,

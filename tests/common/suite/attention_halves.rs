@@ -193,5 +193,68 @@ pub async fn attention_halves(dev: &Device) {
             );
             assert!(got[d..].iter().all(|&x| x == 0.0), "{dtype:?} d={d} no key");
         }
+        attention_mixed(dev, dtype, round, tol).await;
+    }
+}
+
+/// An f32 query over a half-precision KV cache (keys and values side by side in one
+/// sequence-first tensor, as a decoder keeps them, read through slices): the result is f32 and
+/// matches f64 on the rounded keys and values, for decode rows (1 and 4) and a prompt block.
+async fn attention_mixed(dev: &Device, dtype: gpukit::DType, round: impl Fn(f32) -> f32, tol: Tol) {
+    use gpukit::{AttentionLayout, DType};
+    let (hq, hkv, cap, d) = (8usize, 2usize, 90usize, 64usize);
+    for (ci, (sq, sk)) in [(1usize, 70usize), (4, 83), (9, 9)].into_iter().enumerate() {
+        let seed = 9950 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let q = rng.vec(hq * sq * d, -1.0, 1.0);
+        // The cache: [1, cap, 2 hkv, d], the keys' heads first; positions past sk hold NaN,
+        // which the slice keeps out.
+        let mut cache = vec![f32::NAN; cap * 2 * hkv * d];
+        cache[..sk * 2 * hkv * d]
+            .iter_mut()
+            .for_each(|x| *x = round(rng.uniform(-1.0, 1.0)));
+        let heads_first = |first: usize| -> Vec<f32> {
+            let mut out = Vec::with_capacity(hkv * sk * d);
+            for h in 0..hkv {
+                for j in 0..sk {
+                    let at = (j * 2 * hkv + first + h) * d;
+                    out.extend_from_slice(&cache[at..at + d]);
+                }
+            }
+            out
+        };
+        let (k, v) = (heads_first(0), heads_first(hkv));
+        let stored = dev
+            .tensor(&cache, &[1, cap, 2 * hkv, d])
+            .unwrap()
+            .cast(dtype)
+            .unwrap()
+            .slice(1, 0..sk)
+            .unwrap();
+        let tk = stored.slice(2, 0..hkv).unwrap();
+        let tv = stored.slice(2, hkv..2 * hkv).unwrap();
+        let tq = dev
+            .tensor(&to_bshd(&q, 1, hq, sq, d), &[1, sq, hq, d])
+            .unwrap();
+        let options = AttentionOptions {
+            causal: true,
+            layout: AttentionLayout::Bshd,
+            ..Default::default()
+        };
+        let y = tq.attention(&tk, &tv, options).unwrap();
+        assert_eq!(y.dtype(), DType::F32, "{dtype:?} mixed case {ci}");
+        let got = y.read().await.unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want: Vec<(f64, Tol)> =
+            oracle::attention(&q, &k, &v, (hq, hkv, sq, sk, d, d), true, sk, scale)
+                .into_iter()
+                .map(|(w, _)| (w, tol))
+                .collect();
+        check(
+            &format!("{dtype:?} cache, f32 query, case {ci} seed {seed}"),
+            &|i| format!("flat {i}"),
+            &to_bshd(&got, 1, sq, hq, d),
+            &want,
+        );
     }
 }
