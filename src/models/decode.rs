@@ -19,6 +19,8 @@ use crate::{Batch, Tensor};
 /// Per layer, the keys and values of every position so far.
 pub(crate) struct KvCache {
     store: Store,
+    /// The keys' and values' dtype.
+    dtype: DType,
     /// Positions filled.
     pub len: usize,
 }
@@ -38,7 +40,10 @@ impl KvCache {
         let c = &model.config;
         let store = if model.device.backend().replays() {
             let shape = [1, capacity, 2 * c.kv_heads, c.head_dim()];
-            let zero = model.device.tensor(&[0.0], &[1, 1, 1, 1])?;
+            let zero = model
+                .device
+                .tensor(&[0.0], &[1, 1, 1, 1])?
+                .cast(model.kv_cache)?;
             let mut layers = Vec::with_capacity(c.layers);
             for _ in 0..c.layers {
                 layers.push(zero.broadcast_to(&shape)?.contiguous()?);
@@ -47,7 +52,11 @@ impl KvCache {
         } else {
             Store::Grown(vec![None; c.layers])
         };
-        Ok(KvCache { store, len: 0 })
+        Ok(KvCache {
+            store,
+            dtype: model.kv_cache,
+            len: 0,
+        })
     }
 
     /// Positions the cache can hold, where it is preallocated.
@@ -74,10 +83,11 @@ impl KvCache {
     /// [`KvCache::position`]).
     pub(crate) fn append(&mut self, i: usize, kv: Tensor, at: Option<&Tensor>) -> Result<Tensor> {
         let end = self.len + kv.shape()[1];
+        // Row-major in the cache's dtype (`kv` is a view of the projection).
+        let kv = kv.contiguous()?.cast(self.dtype)?;
         match (&mut self.store, at) {
             (Store::Fixed(layers), Some(at)) => layers[i].write_rows(1, at, &kv)?.slice(1, 0..end),
             (Store::Grown(layers), _) => {
-                let kv = kv.contiguous()?;
                 let all = match layers[i].take() {
                     Some(old) => old.append_rows(&kv, 1)?,
                     None => kv,
@@ -164,7 +174,7 @@ impl Decoder {
             let new = b.slice(qkv, 2, heads..rows)?;
             let cached = b.tensor(cached)?;
             let cached = b.apply("write_rows", &[cached, new, position], |t| {
-                t[0].write_rows(1, t[2], t[1])
+                t[0].write_rows(1, t[2], &t[1].cast(t[0].dtype())?)
             })?;
             let k = b.slice(cached, 2, 0..kv)?;
             let v = b.slice(cached, 2, kv..2 * kv)?;

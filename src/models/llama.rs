@@ -258,6 +258,8 @@ pub(crate) struct Model {
     /// The same tables on the device, for a recorded step to gather its rows.
     pub(crate) rope_table: (Tensor, Tensor),
     pub(crate) context: usize,
+    /// The KV cache's dtype.
+    pub(crate) kv_cache: DType,
     /// Ids that end an answer (`<|im_end|>`, the end-of-sequence token).
     pub(crate) stop_ids: Vec<u32>,
 }
@@ -268,6 +270,7 @@ impl std::fmt::Debug for Llm {
         f.debug_struct("Llm")
             .field("config", &m.config)
             .field("context", &m.context)
+            .field("kv_cache", &m.kv_cache)
             .field("backend", &m.device.info().backend)
             .finish()
     }
@@ -276,6 +279,28 @@ impl std::fmt::Debug for Llm {
 /// The context [`Llm::load`] prepares for when none is given.
 pub const DEFAULT_CONTEXT: usize = 2048;
 
+/// How [`Llm::from_bytes`] prepares a model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LlmOptions {
+    /// The longest sequence (prompt and answer) a generation holds: [`DEFAULT_CONTEXT`] when
+    /// `None`, the model's trained context at most.
+    pub context: Option<usize>,
+    /// The KV cache's dtype: F32 (the default), or F16 or BF16 for half the memory. CUDA's
+    /// attention kernels read a half-precision cache as stored (the query rounded to its
+    /// dtype); other backends convert the cache's keys and values to f32 for each attention,
+    /// which saves memory, not time.
+    pub kv_cache: DType,
+}
+
+impl Default for LlmOptions {
+    fn default() -> Self {
+        LlmOptions {
+            context: None,
+            kv_cache: DType::F32,
+        }
+    }
+}
+
 impl Llm {
     /// Reads a GGUF file and loads it onto `device`, for a context of [`DEFAULT_CONTEXT`]
     /// tokens (or the model's own, when shorter).
@@ -283,14 +308,19 @@ impl Llm {
         let path = path.as_ref();
         let bytes = std::fs::read(path)
             .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
-        Llm::from_bytes(device, &bytes, None)
+        Llm::from_bytes(device, &bytes, LlmOptions::default())
     }
 
-    /// Loads a model from the bytes of a GGUF file, for a context of `context` tokens (the
-    /// model's trained context at most; [`DEFAULT_CONTEXT`] when `None`). Checks first that
-    /// the weights, the KV cache and the activations fit the device's memory, where the
-    /// device reports it.
-    pub fn from_bytes(device: &Device, bytes: &[u8], context: Option<usize>) -> Result<Llm> {
+    /// Loads a model from the bytes of a GGUF file with `options` (the context and the KV
+    /// cache's dtype). Checks first that the weights, the KV cache and the activations fit the
+    /// device's memory, where the device reports it.
+    pub fn from_bytes(device: &Device, bytes: &[u8], options: LlmOptions) -> Result<Llm> {
+        let LlmOptions { context, kv_cache } = options;
+        if !matches!(kv_cache, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(invalid(format!(
+                "the KV cache holds F32, F16 or BF16, not {kv_cache:?}"
+            )));
+        }
         let g = Gguf::parse(bytes)?;
         let config = LlmConfig::from_gguf(&g)?;
         let tokenizer = Bpe::from_gguf(&g)?;
@@ -307,7 +337,7 @@ impl Llm {
         if context == 0 {
             return Err(invalid("the context must hold at least one token"));
         }
-        let need = memory_estimate(&g, &config, context)?;
+        let need = memory_estimate(&g, &config, context, kv_cache)?;
         if let Some(have) = device.info().memory_bytes {
             if need > have {
                 return Err(Error::OutOfMemory {
@@ -414,6 +444,7 @@ impl Llm {
             ),
             rope: (cos, sin),
             context,
+            kv_cache,
             stop_ids,
             tokenizer,
             config,
@@ -441,6 +472,11 @@ impl Llm {
     /// The longest sequence (prompt and answer) a generation can hold.
     pub fn context(&self) -> usize {
         self.model.context
+    }
+
+    /// The KV cache's dtype (see [`LlmOptions::kv_cache`]).
+    pub fn kv_cache_dtype(&self) -> DType {
+        self.model.kv_cache
     }
 
     /// The chat template's prompt for one user message, without a system prompt:
@@ -565,17 +601,25 @@ impl Model {
 
 /// Bytes the model needs on its device for a context of `context` tokens: the weights as they
 /// lie there, the KV cache, and the activations of a prefill of the whole context.
-fn memory_estimate(g: &Gguf<'_>, c: &LlmConfig, context: usize) -> Result<u64> {
-    let weights: usize = g
+fn memory_estimate(g: &Gguf<'_>, c: &LlmConfig, context: usize, kv: DType) -> Result<u64> {
+    // Saturating: sizes from a hostile header give a huge estimate, never a wrap.
+    let prod = |xs: &[usize]| xs.iter().fold(1u64, |a, &x| a.saturating_mul(x as u64));
+    let weights = g
         .tensors()
         .iter()
         .filter(|t| t.name != "token_embd.weight" || g.tensor("output.weight").is_err())
-        .map(|t| Linear::device_bytes(t.kind, t.dims.iter().product()))
-        .sum();
-    let kv = (c.layers * context * c.kv_heads * c.head_dim() * 2 * 4) as u64;
+        .map(|t| {
+            let n = usize::try_from(prod(&t.dims)).unwrap_or(usize::MAX);
+            Linear::device_bytes(t.kind, n.min(usize::MAX / 4)) as u64
+        })
+        .fold(0u64, u64::saturating_add);
+    let kv = prod(&[c.layers, context, c.kv_heads, c.head_dim(), 2, kv.size()]);
     // A prefill holds a few [context, hidden] and [context, ffn] activations at once, and the
     // concatenation copies one layer's cache.
-    let act = (context * (4 * c.hidden + 3 * c.ffn) * 4 + c.vocab * 4) as u64;
-    let total = weights as u64 + kv + act;
-    Ok(total)
+    let width = c
+        .hidden
+        .saturating_mul(4)
+        .saturating_add(c.ffn.saturating_mul(3));
+    let act = prod(&[context, width, 4]).saturating_add(prod(&[c.vocab, 4]));
+    Ok(weights.saturating_add(kv).saturating_add(act))
 }

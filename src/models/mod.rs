@@ -16,5 +16,5 @@ pub use bert::{BertConfig, EmbedSession, Embedder};
 pub use bpe::Bpe;
 pub use generate::{Finish, GenerateOptions, Generation, Token};
 pub use gguf::Gguf;
-pub use llama::{Llm, LlmConfig};
+pub use llama::{Llm, LlmConfig, LlmOptions};
 pub use wordpiece::WordPiece;

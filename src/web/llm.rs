@@ -12,7 +12,8 @@ use wasm_bindgen_futures::future_to_promise;
 use super::download::{bytes, Download, JsResult};
 use super::gpu::JsGpu;
 use super::{describe, js_error, property};
-use crate::models::{Finish, GenerateOptions, Generation, Llm};
+use crate::dtype::DType;
+use crate::models::{Finish, GenerateOptions, Generation, Llm, LlmOptions};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_LLM: &'static str = r#"
@@ -23,6 +24,8 @@ export interface LlmLoadOptions {
   cache?: string;
   /** Tokens (prompt and answer) a generation may hold; 2048 (or the model's, if less) by default. */
   context?: number;
+  /** The KV cache's dtype: "f32" (the default), or "f16" or "bf16" for half the memory. */
+  kvCache?: "f32" | "f16" | "bf16";
 }
 export interface GenerateOptions {
   /** The most tokens to generate (256). */
@@ -196,7 +199,7 @@ impl JsLlm {
     ) -> Promise {
         let device = gpu.device().clone();
         future_to_promise(async move {
-            let mut download = Download::new(&options, "Llm.load", &["context"]).await?;
+            let mut download = Download::new(&options, "Llm.load", &["context", "kvCache"]).await?;
             let context = match property(&options, "context") {
                 v if v.is_undefined() || v.is_null() => None,
                 v => Some(
@@ -209,6 +212,19 @@ impl JsLlm {
                             ))
                         })? as usize,
                 ),
+            };
+            let kv_cache = match property(&options, "kvCache") {
+                v if v.is_undefined() || v.is_null() => DType::F32,
+                v => v
+                    .as_string()
+                    .and_then(|name| name.parse::<DType>().ok())
+                    .filter(|d| d.is_float())
+                    .ok_or_else(|| {
+                        js_error(format!(
+                            "Llm.load kvCache must be \"f32\", \"f16\" or \"bf16\", got {}",
+                            describe(&v)
+                        ))
+                    })?,
             };
             let file = match source.as_string() {
                 Some(url) => {
@@ -224,7 +240,8 @@ impl JsLlm {
                     ))
                 })?,
             };
-            let inner = Llm::from_bytes(&device, &file, context).map_err(js_error)?;
+            let options = LlmOptions { context, kv_cache };
+            let inner = Llm::from_bytes(&device, &file, options).map_err(js_error)?;
             Ok(JsLlm { inner }.into())
         })
     }
@@ -292,6 +309,12 @@ impl JsLlm {
     #[wasm_bindgen(getter)]
     pub fn context(&self) -> usize {
         self.inner.context()
+    }
+
+    /// The KV cache's dtype: "f32", "f16" or "bf16".
+    #[wasm_bindgen(getter, js_name = kvCache)]
+    pub fn kv_cache(&self) -> String {
+        self.inner.kv_cache_dtype().name().to_string()
     }
 
     /// The chat template's text for one user message.

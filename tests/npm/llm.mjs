@@ -92,6 +92,24 @@ assert.deepEqual(
 );
 assert.deepEqual(Array.from(c.ids), reference.ids.slice(0, 3));
 
+// A half-precision KV cache: the same greedy ids where the reference's margin is clear, the
+// logits within 2e-3 of the largest (its keys and values rounded to f16).
+const halfCache = await Llm.load(gpu, bytes, { context: 64, kvCache: "f16" });
+assert.equal(halfCache.kvCache, "f16");
+assert.equal(llm.kvCache, "f32");
+const hg = halfCache.generate(reference.prompt, { maxTokens: reference.ids.length });
+for await (const _ of hg);
+const hids = Array.from(hg.ids);
+for (let i = 0; i < hids.length; i++) {
+  if (reference.margins[i] < 0.1) break;
+  assert.equal(hids[i], reference.ids[i], `f16 cache step ${i} (margin ${reference.margins[i]})`);
+}
+const hl = await halfCache.logits(hg.promptIds);
+const herr = reference.logits.reduce((m, v, i) => Math.max(m, Math.abs(v - hl[i])), 0);
+assert.ok(herr <= 2e-3 * scale, `f16 cache: logits differ by ${herr} (largest ${scale})`);
+console.log(`llm: f16 KV cache, logits max error ${herr.toExponential(2)}`);
+halfCache.free();
+
 // A full context ends the answer and says so; a prompt past it is an error.
 const small = await Llm.load(gpu, bytes, { context: 24 });
 const full = small.generate("Tell me a long story.", { maxTokens: 100 });
@@ -125,6 +143,8 @@ await rejects(
   "a misspelt option",
 );
 await rejects(() => Llm.load(gpu, bytes, { context: -1 }), /positive whole number/, "context -1");
+await rejects(() => Llm.load(gpu, bytes, { kvCache: "i32" }), /kvCache must be/, "kvCache i32");
+await rejects(() => Llm.load(gpu, bytes, { kvCache: 16 }), /kvCache must be/, "kvCache 16");
 await throws(() => llm.generate("", { raw: true }), /empty/, "an empty raw prompt");
 await throws(() => llm.generate("Hi", { temperature: -1 }), /temperature/, "temperature -1");
 await throws(() => llm.generate("Hi", { maxTokens: 1.5 }), /whole number/, "maxTokens 1.5");

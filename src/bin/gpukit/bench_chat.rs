@@ -4,15 +4,19 @@
 //! scripts/peers/bench_text.txt; `scripts/peers/llama_cpp.mjs` times llama.cpp on the same
 //! text and counts, to be run beside it.
 
-use gpukit::models::GenerateOptions;
+use gpukit::models::{GenerateOptions, LlmOptions};
 
-use crate::chat::{load, DEFAULT_MODEL};
+use crate::chat::{kv_cache, load, DEFAULT_MODEL};
 
 const TEXT: &str = include_str!("../../../scripts/peers/bench_text.txt");
 const RUNS: usize = 3;
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let (mut backend, mut model, mut json) = (None, DEFAULT_MODEL.to_string(), false);
+    let mut options = LlmOptions {
+        context: Some(1024),
+        ..Default::default()
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -22,10 +26,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 backend = Some(name.parse().map_err(|e: gpukit::Error| e.to_string())?);
             }
             "--model" => model = it.next().ok_or("--model needs a file")?.clone(),
+            "--kv-cache" => options.kv_cache = kv_cache(&mut it)?,
             other => return Err(format!("unknown argument {other:?} for bench-chat")),
         }
     }
-    let llm = load(backend, &model, Some(1024))?;
+    let llm = load(backend, &model, options)?;
     let ids = llm.tokenizer().encode(TEXT);
     if ids.len() < 512 {
         return Err(format!(
@@ -72,6 +77,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             "model": "SmolLM2-135M-Instruct.Q4_1",
             "backend": info.backend.to_string(),
             "adapter": info.adapter,
+            "kv_cache": options.kv_cache.name(),
             "decode_tokens_per_s": d,
             "prefill_tokens_per_s": p,
             "decode_runs": decode,
@@ -80,8 +86,8 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         println!("{out}");
     } else {
         println!(
-            "SmolLM2-135M-Instruct Q4_1 on {} ({})",
-            info.backend, info.adapter
+            "SmolLM2-135M-Instruct Q4_1 on {} ({}), {} KV cache",
+            info.backend, info.adapter, options.kv_cache
         );
         println!("C1 decode, 128 new tokens after 128:  {d:>9.1} tokens/s  (runs {decode:.1?})");
         println!("C2 prefill, 512-token prompt:         {p:>9.1} tokens/s  (runs {prefill:.1?})");

@@ -3,21 +3,21 @@
 
 use std::io::{BufRead, Write};
 
-use gpukit::models::{Finish, GenerateOptions, Llm};
-use gpukit::{Backend, Device};
+use gpukit::models::{Finish, GenerateOptions, Llm, LlmOptions};
+use gpukit::{Backend, DType, Device};
 
 /// The file `scripts/fetch-models.sh` fetches.
 pub(crate) const DEFAULT_MODEL: &str = "target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 const USAGE: &str = "usage: gpukit chat [--backend B] [--model FILE] [--max-tokens N] \
-     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--context N] [--raw] [--json] \
-     [--profile] [PROMPT]";
+     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--context N] [--kv-cache f32|f16|bf16] \
+     [--raw] [--json] [--profile] [PROMPT]";
 
 struct Args {
     backend: Option<Backend>,
     model: String,
     options: GenerateOptions,
-    context: Option<usize>,
+    load: LlmOptions,
     json: bool,
     profile: bool,
     prompt: Option<String>,
@@ -37,7 +37,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         backend: None,
         model: DEFAULT_MODEL.to_string(),
         options: GenerateOptions::default(),
-        context: None,
+        load: LlmOptions::default(),
         json: false,
         profile: false,
         prompt: None,
@@ -60,7 +60,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--top-k" => o.top_k = number(&mut it, arg)?,
             "--top-p" => o.top_p = number(&mut it, arg)?,
             "--seed" => o.seed = number(&mut it, arg)?,
-            "--context" => a.context = Some(number(&mut it, arg)?),
+            "--context" => a.load.context = Some(number(&mut it, arg)?),
+            "--kv-cache" => a.load.kv_cache = kv_cache(&mut it)?,
             "--" => words.extend(it.by_ref().cloned()),
             other if other.starts_with("--") => {
                 return Err(format!("unknown option {other:?} for chat\n{USAGE}"))
@@ -74,11 +75,19 @@ fn parse(args: &[String]) -> Result<Args, String> {
     Ok(a)
 }
 
+/// The dtype after `--kv-cache`.
+pub(crate) fn kv_cache(it: &mut std::slice::Iter<'_, String>) -> Result<DType, String> {
+    it.next()
+        .and_then(|v| v.parse::<DType>().ok())
+        .filter(|d| d.is_float())
+        .ok_or_else(|| "--kv-cache takes f32, f16 or bf16".to_string())
+}
+
 /// Loads the model a command's arguments name, on the device they name.
 pub(crate) fn load(
     backend: Option<Backend>,
     model: &str,
-    context: Option<usize>,
+    options: LlmOptions,
 ) -> Result<Llm, String> {
     if !std::path::Path::new(model).exists() {
         return Err(format!(
@@ -92,12 +101,12 @@ pub(crate) fn load(
     }
     .map_err(|e| e.to_string())?;
     let bytes = std::fs::read(model).map_err(|e| format!("cannot read {model}: {e}"))?;
-    Llm::from_bytes(&device, &bytes, context).map_err(|e| e.to_string())
+    Llm::from_bytes(&device, &bytes, options).map_err(|e| e.to_string())
 }
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let a = parse(args)?;
-    let llm = load(a.backend, &a.model, a.context)?;
+    let llm = load(a.backend, &a.model, a.load)?;
     // Per-op times of the answers (GPU time on CUDA), printed to stderr at the end.
     let profiler = a.profile.then(|| llm.device().profiler());
     let result = converse(&llm, &a);
