@@ -370,6 +370,7 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
 #define DEC_ROWS 16
 #define DEC_TILE 32
 #define DEC_ACC 16 // accumulators a thread holds: DEC_ROWS x 256 columns / 256 threads
+#define DEC_BATCH 4 // vectors of k and of v a thread loads at once (a 32 x 128 tile: all)
 // q, k, v and out hold f32 (elem 0), f16 (1) or bf16 (2) values; the arithmetic is f32.
 extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restrict__ q,
                                             const void* __restrict__ k,
@@ -422,54 +423,75 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
     const bool v4 = elem == 0 && dvv % 4 == 0 && lay.v.seq % 4 == 0 && ((size_t)vb & 15) == 0;
     const bool kh4 = elem != 0 && dd % 4 == 0 && lay.k.seq % 4 == 0 && ((size_t)kh & 7) == 0;
     const bool vh4 = elem != 0 && dvv % 4 == 0 && lay.v.seq % 4 == 0 && ((size_t)vh & 7) == 0;
-    const auto halves4 = [&](const unsigned short* src, float* dst) {
-        const uint2 x = *reinterpret_cast<const uint2*>(src);
+    const auto halves4 = [&](uint2 x, float* dst) {
         const u32 w[4] = {x.x & 0xffffu, x.x >> 16, x.y & 0xffffu, x.y >> 16};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             dst[j] = elem == 1 ? f16_float((unsigned short)w[j]) : bf16_float((unsigned short)w[j]);
         }
     };
+    // A tile's vectors (4 values each) are loaded DEC_BATCH a thread at a time, all issued
+    // before any is stored, so a tile costs one memory latency rather than one a vector.
+    const u32 d4 = dd / 4, dv4 = dvv / 4;
     __syncthreads();
     for (u64 t0 = begin; t0 < stop; t0 += DEC_TILE) {
         const u32 n = stop - t0 < DEC_TILE ? (u32)(stop - t0) : DEC_TILE;
-        if (kh4) {
-            const u32 d4 = dd / 4;
-            for (u32 e = tid; e < n * d4; e += blockDim.x) {
-                const u32 r = e / d4, c = (e - r * d4) * 4;
-                halves4(kh + (t0 + r) * lay.k.seq + c, ks + r * (dd + 1) + c);
+        const u32 nk = (k4 || kh4) ? n * d4 : 0, nv = (v4 || vh4) ? n * dv4 : 0;
+        for (u32 e0 = 0; e0 < (nk > nv ? nk : nv); e0 += DEC_BATCH * blockDim.x) {
+            // Raw words: a float4, or 4 halves in .x and .y.
+            uint4 kr[DEC_BATCH], vr[DEC_BATCH];
+            const auto fetch = [&](const void* base, bool h, u64 at) {
+                uint4 x;
+                if (h) {
+                    const uint2 y = *reinterpret_cast<const uint2*>((const unsigned short*)base + at);
+                    x = make_uint4(y.x, y.y, 0u, 0u);
+                } else {
+                    x = *reinterpret_cast<const uint4*>((const float*)base + at);
+                }
+                return x;
+            };
+            const auto put = [&](uint4 x, bool h, float* dst) {
+                if (h) {
+                    halves4(make_uint2(x.x, x.y), dst);
+                } else {
+                    dst[0] = __uint_as_float(x.x);
+                    dst[1] = __uint_as_float(x.y);
+                    dst[2] = __uint_as_float(x.z);
+                    dst[3] = __uint_as_float(x.w);
+                }
+            };
+#pragma unroll
+            for (u32 j = 0; j < DEC_BATCH; ++j) {
+                const u32 e = e0 + tid + j * blockDim.x;
+                if (e < nk) {
+                    const u32 r = e / d4, c = (e - r * d4) * 4;
+                    kr[j] = fetch(kh4 ? (const void*)kh : (const void*)kb, kh4, (t0 + r) * lay.k.seq + c);
+                }
+                if (e < nv) {
+                    const u32 r = e / dv4, c = (e - r * dv4) * 4;
+                    vr[j] = fetch(vh4 ? (const void*)vh : (const void*)vb, vh4, (t0 + r) * lay.v.seq + c);
+                }
             }
-        } else if (k4) {
-            const u32 d4 = dd / 4;
-            for (u32 e = tid; e < n * d4; e += blockDim.x) {
-                const u32 r = e / d4, c = (e - r * d4) * 4;
-                const float4 x = *reinterpret_cast<const float4*>(kb + (t0 + r) * lay.k.seq + c);
-                float* dst = ks + r * (dd + 1) + c;
-                dst[0] = x.x;
-                dst[1] = x.y;
-                dst[2] = x.z;
-                dst[3] = x.w;
+#pragma unroll
+            for (u32 j = 0; j < DEC_BATCH; ++j) {
+                const u32 e = e0 + tid + j * blockDim.x;
+                if (e < nk) {
+                    const u32 r = e / d4, c = (e - r * d4) * 4;
+                    put(kr[j], kh4, ks + r * (dd + 1) + c);
+                }
+                if (e < nv) {
+                    const u32 r = e / dv4, c = (e - r * dv4) * 4;
+                    put(vr[j], vh4, vs + r * dvv + c);
+                }
             }
-        } else {
+        }
+        if (!(k4 || kh4)) {
             for (u32 e = tid; e < n * dd; e += blockDim.x) {
                 const u32 r = e / dd, c = e - r * dd;
                 ks[r * (dd + 1) + c] = load_elem(k, kbase + (t0 + r) * lay.k.seq + c, elem);
             }
         }
-        if (vh4) {
-            const u32 d4 = dvv / 4;
-            for (u32 e = tid; e < n * d4; e += blockDim.x) {
-                const u32 r = e / d4, c = (e - r * d4) * 4;
-                halves4(vh + (t0 + r) * lay.v.seq + c, vs + r * dvv + c);
-            }
-        } else if (v4) {
-            const u32 d4 = dvv / 4;
-            for (u32 e = tid; e < n * d4; e += blockDim.x) {
-                const u32 r = e / d4, c = (e - r * d4) * 4;
-                *reinterpret_cast<float4*>(vs + r * dvv + c) =
-                    *reinterpret_cast<const float4*>(vb + (t0 + r) * lay.v.seq + c);
-            }
-        } else {
+        if (!(v4 || vh4)) {
             for (u32 e = tid; e < n * dvv; e += blockDim.x) {
                 const u32 r = e / dvv, c = e - r * dvv;
                 vs[e] = load_elem(v, vbase + (t0 + r) * lay.v.seq + c, elem);
@@ -482,9 +504,17 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
             if (lane < n && t0 + lane < vis) {
                 const float* qr = qs + r * dd;
                 const float* kr = ks + lane * (dd + 1);
-                float dotp = 0.0f;
-                for (u32 c = 0; c < dd; ++c) dotp += qr[c] * kr[c];
-                s = dotp;
+                // Four partial sums, so the products do not wait on one another.
+                float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+                u32 c = 0;
+                for (; c + 4 <= dd; c += 4) {
+                    d0 += qr[c] * kr[c];
+                    d1 += qr[c + 1] * kr[c + 1];
+                    d2 += qr[c + 2] * kr[c + 2];
+                    d3 += qr[c + 3] * kr[c + 3];
+                }
+                for (; c < dd; ++c) d0 += qr[c] * kr[c];
+                s = (d0 + d1) + (d2 + d3);
             }
             const float mo = ms[r];
             const float mn = nan_max(mo, warp_max(s));
@@ -543,6 +573,7 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
 // weighs the splits together (their maxima reduced, each split's weight in shared memory),
 // then each thread sums its output columns over the splits.
 #define MERGE_SPLITS 1024
+#define MERGE_BATCH 8
 extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restrict__ partial,
                                            const u32* __restrict__ lens, u64 hq, u64 sq, u64 sk,
                                            u64 dv, u32 causal, u64 splits, u32 elem,
@@ -570,10 +601,20 @@ extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restri
     ll = block_reduce(ll, 0, scratch);
     const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
     for (u64 c = tid; c < dv; c += blockDim.x) {
+        // MERGE_BATCH splits' loads issued together: one memory latency a batch, not a split.
         float a = 0.0f;
-        for (u64 s = 0; s < splits; ++s) {
-            const float w = s < MERGE_SPLITS ? weight[s] : weigh(s);
-            if (w != 0.0f) a += part[s * (dv + 2) + 2 + c] * w;
+        for (u64 s0 = 0; s0 < splits; s0 += MERGE_BATCH) {
+            float x[MERGE_BATCH], w[MERGE_BATCH];
+#pragma unroll
+            for (u32 j = 0; j < MERGE_BATCH; ++j) {
+                const u64 s = s0 + j;
+                w[j] = s >= splits ? 0.0f : (s < MERGE_SPLITS ? weight[s] : weigh(s));
+                x[j] = s < splits ? part[s * (dv + 2) + 2 + c] : 0.0f;
+            }
+#pragma unroll
+            for (u32 j = 0; j < MERGE_BATCH; ++j) {
+                if (w[j] != 0.0f) a += x[j] * w[j];
+            }
         }
         store_elem(out, o + c, elem, visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : a / ll));
     }
