@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama bench-tjs gpu-stage
 
 deps:
 	@bash scripts/deps.sh
@@ -109,3 +109,9 @@ bench-chat: deps
 ## first use): decode and prefill on one thread, the CPU backend against wllama's CPU build.
 bench-wllama: www
 	node scripts/peers/wllama.mjs
+
+## The embeddings model in headless Chromium beside transformers.js (its npm package and the
+## ONNX graph built from the same weights go into target/peers on first use): latency and
+## throughput on the CPU and on WebGPU, one thread each.
+bench-tjs: www
+	node scripts/peers/transformers_js.mjs
