@@ -93,3 +93,53 @@ pub async fn topk_nan_first(dev: &Device) {
         vec![0.0; 5]
     );
 }
+
+/// Long rows, as a vocabulary of logits (CUDA selects by radix there, in up to three passes
+/// over 11, 11 and 10 key bits): spread values with NaN, -0 and infinities; values all in
+/// [1, 1.001), which share their top 22 key bits; a coarse grid of ties at the threshold; and a
+/// row of one value, where selection gives way to rounds.
+pub async fn topk_long_rows(dev: &Device) {
+    let cols = 20_000usize;
+    let mut rng = Rng::new(9600);
+    let mut x = Vec::with_capacity(4 * cols);
+    x.extend(rng.vec(cols, -30.0, 30.0));
+    x[17] = f32::NAN;
+    x[18] = f32::INFINITY;
+    x[19] = f32::NEG_INFINITY;
+    x[20] = -0.0;
+    x[cols - 1] = f32::NAN;
+    x.extend(rng.vec(cols, 1.0, 1.001));
+    x.extend(
+        rng.vec(cols, -4.0, 4.0)
+            .into_iter()
+            .map(|v| (v * 4.0).round() / 4.0),
+    );
+    x.extend(std::iter::repeat_n(0.5f32, cols));
+    let t = dev.tensor(&x, &[4, cols]).unwrap();
+    for k in [2usize, 50, 300] {
+        let (vals, idx) = t.topk_last(k).unwrap();
+        let (gv, gi) = (vals.read().await.unwrap(), idx.read().await.unwrap());
+        let mut want_v = Vec::new();
+        let mut want_i = Vec::new();
+        for r in 0..4 {
+            let row = &x[r * cols..(r + 1) * cols];
+            let mut order: Vec<usize> = (0..cols).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            want_i.extend(order[..k].iter().map(|&i| i as f32));
+            want_v.extend(order[..k].iter().map(|&i| row[i]));
+        }
+        let ctx = format!("topk k={k} of [4, {cols}]");
+        check(
+            &format!("{ctx} indices"),
+            &|i| format!("row {} #{}", i / k, i % k),
+            &gi,
+            &exact(&want_i),
+        );
+        check(
+            &format!("{ctx} values"),
+            &|i| format!("row {} #{}", i / k, i % k),
+            &gv,
+            &exact(&want_v),
+        );
+    }
+}
