@@ -113,3 +113,193 @@ fn main(
         workgroupBarrier();
     }
 }
+
+// ---- Radix selection (entry `select`), for 2 <= k <= CAP: a workgroup a row.
+// The keys' top 10 bits are counted in workgroup memory to find the bin that holds the k-th
+// largest; while more than CAP elements lie at or above it, the next 10 (then 10, then 2) bits
+// of that bin are counted. Every element at or above the threshold is then gathered (at most
+// CAP) and sorted (bitonic, larger key first, then lower index), and the first k written. When
+// more than CAP elements share the k-th largest key, those above it are gathered and the ties
+// taken in index order, so selection always finishes: at most six passes over the row.
+
+const BINS: u32 = 1024u;
+const CAP: u32 = 1024u;
+
+var<workgroup> hist: array<atomic<u32>, BINS>;
+var<workgroup> cand_key: array<u32, CAP>;
+var<workgroup> cand_idx: array<u32, CAP>;
+var<workgroup> scan: array<u32, WG>;
+// The bin found by a level: [bin, elements above it in the level, elements in it].
+var<workgroup> found: array<u32, 3>;
+var<workgroup> gathered: atomic<u32>;
+
+// An inclusive sum over the workgroup of each invocation's `v` (scan[lid] holds the result).
+fn scan_sum(lid: u32, v: u32) {
+    scan[lid] = v;
+    workgroupBarrier();
+    for (var o = 1u; o < WG; o = o << 1u) {
+        var t = 0u;
+        if (lid >= o) {
+            t = scan[lid - o];
+        }
+        workgroupBarrier();
+        scan[lid] = scan[lid] + t;
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(256)
+fn main_select(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    // `row` is uniform, so every invocation of a workgroup returns or none does.
+    if (row >= params.rows) {
+        return;
+    }
+    let base = row * params.cols;
+    let cols = params.cols;
+    var prefix = 0u;
+    var fixed = 0u;
+    var above = 0u;
+    var need = params.k;
+    var in_bin = 0u;
+    for (var level = 0u; level < 4u; level = level + 1u) {
+        let bits = select(10u, 2u, level == 3u);
+        let nb = 1u << bits;
+        let shift = 32u - fixed - bits;
+        for (var i = lid; i < BINS; i = i + WG) {
+            atomicStore(&hist[i], 0u);
+        }
+        workgroupBarrier();
+        for (var i = lid; i < cols; i = i + WG) {
+            let key = order_key(x[base + i]);
+            if (fixed == 0u || (key >> (32u - fixed)) == prefix) {
+                atomicAdd(&hist[(key >> shift) & (nb - 1u)], 1u);
+            }
+        }
+        workgroupBarrier();
+        // Invocation t sums bins from the top, per bins each; a scan finds the one whose bins
+        // cross `need`, which walks them down.
+        let per = max(nb / WG, 1u);
+        let hi = nb - min(lid * per, nb);
+        let lo = hi - min(per, hi);
+        var sum = 0u;
+        for (var j = lo; j < hi; j = j + 1u) {
+            sum = sum + atomicLoad(&hist[j]);
+        }
+        scan_sum(lid, sum);
+        let incl = scan[lid];
+        let excl = incl - sum;
+        if (excl < need && need <= incl) {
+            var acc = excl;
+            var j = hi;
+            loop {
+                if (j == lo) {
+                    break;
+                }
+                j = j - 1u;
+                let c = atomicLoad(&hist[j]);
+                if (acc + c >= need) {
+                    found = array<u32, 3>(j, acc, c);
+                    break;
+                }
+                acc = acc + c;
+            }
+        }
+        // Uniform for the barriers of the loops below.
+        let f = workgroupUniformLoad(&found);
+        let b = f[0];
+        let over = f[1];
+        in_bin = f[2];
+        above = above + over;
+        need = need - over;
+        prefix = (prefix << bits) | b;
+        fixed = fixed + bits;
+        workgroupBarrier();
+        if (above + in_bin <= CAP) {
+            break;
+        }
+    }
+    // Gather: every element above the threshold, then those at it (all of them, or, when
+    // they are too many, the first `need` by index).
+    let threshold = select(prefix << (32u - min(fixed, 31u)), prefix, fixed == 32u);
+    let all_ties = above + in_bin <= CAP;
+    if (lid == 0u) {
+        atomicStore(&gathered, 0u);
+    }
+    workgroupBarrier();
+    for (var i = lid; i < cols; i = i + WG) {
+        let key = order_key(x[base + i]);
+        if (key > threshold || (all_ties && key >= threshold)) {
+            let at = atomicAdd(&gathered, 1u);
+            cand_key[at] = key;
+            cand_idx[at] = i;
+        }
+    }
+    workgroupBarrier();
+    // Counted, not read back, so that it stays uniform: every element above the threshold, and
+    // every tie or `need` of them.
+    var n = above + select(need, in_bin, all_ties);
+    if (!all_ties) {
+        // Ties in index order, a chunk of WG columns at a time.
+        var taken = 0u;
+        for (var c0 = 0u; c0 < cols; c0 = c0 + WG) {
+            let i = c0 + lid;
+            var tie = 0u;
+            if (i < cols && order_key(x[base + i]) == threshold) {
+                tie = 1u;
+            }
+            scan_sum(lid, tie);
+            let before_me = scan[lid] - tie;
+            if (tie == 1u && taken + before_me < need) {
+                cand_key[above + taken + before_me] = threshold;
+                cand_idx[above + taken + before_me] = i;
+            }
+            taken = taken + workgroupUniformLoad(&scan[WG - 1u]);
+            // Every invocation has read `scan` before the next chunk's scan writes it.
+            workgroupBarrier();
+            if (taken >= need) {
+                break;
+            }
+        }
+    }
+    var size = 2u;
+    while (size < n) {
+        size = size << 1u;
+    }
+    // Padding sorts last: key 0 is no float's, and its index is the largest.
+    for (var i = n + lid; i < size; i = i + WG) {
+        cand_key[i] = 0u;
+        cand_idx[i] = 0xffffffffu;
+    }
+    workgroupBarrier();
+    for (var span = 2u; span <= size; span = span << 1u) {
+        for (var stride = span >> 1u; stride > 0u; stride = stride >> 1u) {
+            for (var i = lid; i < size / 2u; i = i + WG) {
+                let lo = 2u * stride * (i / stride) + i % stride;
+                let hi = lo + stride;
+                let down = (lo & span) == 0u;
+                let ka = cand_key[lo];
+                let ia = cand_idx[lo];
+                let kb = cand_key[hi];
+                let ib = cand_idx[hi];
+                // Descending runs put the earlier element first, ascending ones last.
+                if (before(kb, ib, ka, ia) == down) {
+                    cand_key[lo] = kb;
+                    cand_idx[lo] = ib;
+                    cand_key[hi] = ka;
+                    cand_idx[hi] = ia;
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    for (var i = lid; i < params.k; i = i + WG) {
+        let c = cand_idx[i];
+        values[row * params.k + i] = x[base + c];
+        indices[row * params.k + i] = f32(c);
+    }
+}

@@ -130,6 +130,8 @@ pub(crate) enum Kernel {
         blocks: AttentionBlocks,
     },
     TopK,
+    /// topk.wgsl's radix selection (`main_select`).
+    TopKSelect,
     QMatmul {
         format: QuantFormat,
         dequant: bool,
@@ -176,7 +178,7 @@ impl Kernel {
             Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention { .. } => Shader::Attention,
-            Kernel::TopK => Shader::TopK,
+            Kernel::TopK | Kernel::TopKSelect => Shader::TopK,
             Kernel::QMatmul { .. } => Shader::Quant,
             Kernel::Conv2d { .. } => Shader::Conv,
             Kernel::Pool2d { .. } => Shader::Pool,
@@ -253,6 +255,7 @@ impl Kernel {
             Kernel::StridedUnary(_) => "unary",
             Kernel::StridedBinary(_) => "binary",
             Kernel::WriteRows => "write_rows",
+            Kernel::TopKSelect => "main_select",
             Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -272,7 +275,7 @@ impl Kernel {
                 _ => Layout::FourInputs,
             },
             Kernel::Attention { .. } | Kernel::QMatmul { .. } => Layout::FourInputs,
-            Kernel::TopK => Layout::OneInputTwoOutputs,
+            Kernel::TopK | Kernel::TopKSelect => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. }
             | Kernel::Norm { .. }
             | Kernel::Rope { .. }
@@ -314,6 +317,7 @@ impl Kernel {
             | Kernel::Embedding
             | Kernel::WriteRows
             | Kernel::TopK
+            | Kernel::TopKSelect
             | Kernel::Where
             | Kernel::Fused { .. } => vec![],
             Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],

@@ -1,4 +1,5 @@
-//! Top-k of rows: k selection rounds, split into dispatches of a bounded number of visits.
+//! Top-k of rows: a radix selection in one dispatch for 2 <= k <= 1024 (rows up to 174,762
+//! columns), otherwise k selection rounds split into dispatches of a bounded number of visits.
 
 use super::super::{WgpuBackend, WgpuStorage};
 use super::{u32_of, whole, Kernel};
@@ -19,6 +20,9 @@ struct TopKParams {
 /// Elements one topk workgroup visits per dispatch, at most: rounds are split across dispatches
 /// so that no workgroup runs long.
 const TOPK_VISITS_PER_DISPATCH: u64 = 1 << 20;
+
+/// The largest k topk.wgsl's radix selection takes (its candidates in workgroup memory).
+const TOPK_SELECT_MAX_K: u64 = 1024;
 
 impl WgpuBackend {
     pub(super) fn encode_topk(
@@ -44,6 +48,20 @@ impl WgpuBackend {
                 whole(values.buffer()?, rows * k),
                 whole(indices.buffer()?, rows * k),
             ];
+            // Radix selection: at most six passes over a row in one dispatch, whatever k.
+            if (2..=TOPK_SELECT_MAX_K).contains(&k) && 6 * cols <= TOPK_VISITS_PER_DISPATCH {
+                let p = TopKParams {
+                    rows: rows32,
+                    cols: cols as u32,
+                    k: k as u32,
+                    r0: 0,
+                    r1: k as u32,
+                    _pad: [0; 3],
+                };
+                let kernel = Kernel::TopKSelect;
+                s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, rows)?;
+                return Ok((values, indices));
+            }
             let mut r0 = 0;
             while r0 < k {
                 let r1 = (r0 + per_dispatch).min(k);

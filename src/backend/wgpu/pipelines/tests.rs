@@ -109,7 +109,7 @@ fn every_kernel() -> Vec<Kernel> {
             vectors: true,
         });
     }
-    k.push(Kernel::TopK);
+    k.extend([Kernel::TopK, Kernel::TopKSelect]);
     for inputs in 1..=crate::ops::fused::MAX_INPUTS {
         k.push(super::super::kernels::fused::fused_kernel(
             &sample_fused_source(inputs),
@@ -166,9 +166,10 @@ fn variant(k: Kernel) -> usize {
         Kernel::WriteRows => 23,
         Kernel::StridedUnary(_) => 24,
         Kernel::StridedBinary(_) => 25,
+        Kernel::TopKSelect => 26,
     }
 }
-const VARIANTS: usize = 26;
+const VARIANTS: usize = 27;
 
 #[test]
 fn every_kernel_variant_is_checked() {
