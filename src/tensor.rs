@@ -38,6 +38,23 @@ impl Tensor {
         Tensor::new_typed(device, storage, shape, DType::F32)
     }
 
+    /// An f32 tensor over storage another owner shares (a quantized weight's parts, which
+    /// hold f32 scales and words as f32 bit patterns).
+    pub(crate) fn shared(device: Device, storage: Arc<Storage>, shape: Vec<usize>) -> Tensor {
+        Tensor {
+            device,
+            storage,
+            shape,
+            dtype: DType::F32,
+            view: None,
+        }
+    }
+
+    /// The storage, shared.
+    pub(crate) fn storage_arc(&self) -> Arc<Storage> {
+        self.storage.clone()
+    }
+
     /// A tensor of `dtype` over `storage` (see [`crate::dtype`] for the layout).
     pub(crate) fn new_typed(
         device: Device,

@@ -237,4 +237,32 @@ impl Batch {
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| t[0].matmul_quant(&w));
         self.push_apply("matmul_quant", &[x], shape, DType::F32, f)
     }
+
+    /// Rows `ids` of a quantized table on the batch's device, dequantised (see
+    /// [`QuantTensor::embedding_ids`]): a compiled graph takes new ids.
+    pub fn embedding_quant(&mut self, ids: Value, w: Rc<QuantTensor>) -> Result<Value> {
+        self.embedding_quant_by(ids, w)
+    }
+
+    /// [`Batch::embedding_quant`] with the table behind any owning pointer.
+    pub(crate) fn embedding_quant_by<W>(&mut self, ids: Value, w: W) -> Result<Value>
+    where
+        W: std::ops::Deref<Target = QuantTensor> + 'static,
+    {
+        if !w.device.same(&self.device) {
+            return Err(Error::DeviceMismatch { op: "embedding" });
+        }
+        let dtype = self.dtype(ids)?;
+        if !matches!(dtype, DType::U32 | DType::I32) {
+            return Err(crate::dtype::unsupported(
+                "embedding",
+                dtype,
+                "u32 or i32 ids",
+            ));
+        }
+        let mut shape = self.shape_of(ids, "embedding")?;
+        shape.push(w.cols);
+        let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| w.embedding_ids(t[0]));
+        self.push_apply("embedding", &[ids], shape, DType::F32, f)
+    }
 }

@@ -4,8 +4,9 @@
 //! generation, `[1, capacity, kv_heads, head_dim]` a layer, and written in place at a position
 //! held on the device; so one decode step has the same shapes and buffers at every position,
 //! and [`Decoder`] records it once as a [`Graph`] (a CUDA graph natively on NVIDIA, the kept
-//! dispatches on wgpu) that takes the token's embedding row, its position and the key count as
-//! inputs and gives back only the chosen id (or the sampling candidates). On the CPU backend,
+//! dispatches on wgpu) that takes the token's id, its position and the key count as inputs
+//! (the embedding row is gathered on the device) and gives back only the chosen id (or the
+//! sampling candidates). On the CPU backend,
 //! where a graph would run its ops again anyway, the cache grows in place instead and each step
 //! runs its ops directly.
 
@@ -124,8 +125,8 @@ pub(crate) enum Picked {
 /// module docs). Not `Send`: a generation belongs to the thread that made it.
 pub(crate) struct Decoder {
     graph: Graph,
-    /// The token's embedding row, `[1, hidden]`.
-    row: Value,
+    /// The token's id, `[1]` u32.
+    token: Value,
     /// Per head row, the RoPE table row it rotates by (see [`Model::rope_positions`]).
     rope_rows: Value,
     /// Where the step's keys and values go: the position.
@@ -148,7 +149,7 @@ impl Decoder {
         let c = &model.config;
         let (hd, heads, kv, rows) = (c.head_dim(), c.heads, c.kv_heads, model.head_rows());
         let mut b = model.device.batch();
-        let row = b.upload(&vec![0.0; c.hidden], &[1, c.hidden])?;
+        let token = b.upload_of(&[0u32], &[1])?;
         // Compiling runs the step once with these inputs: a position past the end, where
         // the write is dropped, leaves the cache as it is.
         let end = layers.first().map_or(0, |t| t.shape()[1]);
@@ -162,7 +163,14 @@ impl Decoder {
         );
         let cos = b.embedding_ids(cos, rope_rows)?;
         let sin = b.embedding_ids(sin, rope_rows)?;
-        let mut x = row;
+        let mut x = match &model.embed_table {
+            Linear::Quant(q) => b.embedding_quant_by(token, q.clone())?,
+            Linear::Dense(t) => {
+                let table = b.tensor(t)?;
+                let row = b.embedding_ids(table, token)?;
+                b.apply("cast", &[row], |t| t[0].cast(DType::F32))?
+            }
+        };
         for (l, cached) in model.layers.iter().zip(layers) {
             let norm = b.tensor(&l.attn_norm)?;
             let h = b.rms_norm(x, Some(norm), None, c.eps)?;
@@ -215,7 +223,7 @@ impl Decoder {
         b.output(out)?;
         Ok(Decoder {
             graph: b.compile()?,
-            row,
+            token,
             rope_rows,
             position,
             keys,
@@ -223,12 +231,12 @@ impl Decoder {
         })
     }
 
-    /// Runs the step for the token whose embedding row is `row`, at the cache's next position,
-    /// and moves the cache past it.
+    /// Runs the step for token `id` at the cache's next position, and moves the cache past
+    /// it.
     pub(crate) async fn step(
         &mut self,
         model: &Model,
-        row: &[f32],
+        id: u32,
         cache: &mut KvCache,
     ) -> Result<Picked> {
         let at = position(cache.len)?;
@@ -239,7 +247,13 @@ impl Decoder {
             });
         }
         let rope_rows: Vec<u32> = model.rope_positions(cache.len).map(|r| r as u32).collect();
-        self.graph.set_input(self.row, row)?;
+        if id as usize >= model.config.vocab {
+            return Err(Error::InvalidArgument {
+                op: "llm",
+                reason: format!("token id {id} is outside the vocabulary"),
+            });
+        }
+        self.graph.set_input(self.token, &[id])?;
         self.graph.set_input(self.rope_rows, &rope_rows)?;
         self.graph.set_input(self.position, &[at])?;
         self.graph.set_input(self.keys, &[at + 1])?;

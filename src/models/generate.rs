@@ -235,9 +235,7 @@ impl Generation {
                 .decoder
                 .insert(Decoder::new(&self.llm, &self.cache, self.candidates())?),
         };
-        let mut row = Vec::with_capacity(self.llm.config.hidden);
-        self.llm.embed(last, &mut row)?;
-        match decoder.step(&self.llm, &row, &mut self.cache).await? {
+        match decoder.step(&self.llm, last, &mut self.cache).await? {
             Picked::Id(id) => Ok(id),
             Picked::Candidates(values, ids) => Ok(self.sample(&values, &ids)),
         }

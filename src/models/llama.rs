@@ -5,9 +5,10 @@
 //! no `output.weight`).
 //!
 //! Quantized weights (Q4_0, Q4_1, Q8_0) go to the device as blocks and are dequantised inside
-//! the matmul; F16 and F32 weights go as they are. The embedding table stays on the host in its
-//! file format: a step needs only the rows of its tokens, dequantised there (576 values a
-//! token), not a 113 MB f32 copy of the table on the device.
+//! the matmul; F16 and F32 weights go as they are. The embedding table stays on the device as
+//! the file stores it (and is the output projection's weight when the two are tied): a step
+//! gathers and dequantises only its tokens' rows there, from ids on the device, not a 113 MB
+//! f32 copy of the table.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -96,6 +97,7 @@ fn array_len(v: &crate::models::gguf::Value) -> Result<usize> {
 }
 
 /// A linear layer's weight, `[out, in]` (shared with recorded decode steps).
+#[derive(Clone)]
 pub(crate) enum Linear {
     Quant(std::sync::Arc<QuantTensor>),
     Dense(Tensor),
@@ -250,7 +252,8 @@ pub(crate) struct Model {
     pub(crate) layers: Vec<Layer>,
     pub(crate) out_norm: Tensor,
     pub(crate) lm_head: Linear,
-    table: HostTable,
+    /// The token embeddings, `[vocab, hidden]`: `lm_head` itself when the two are tied.
+    pub(crate) embed_table: Linear,
     /// `cos` and `sin` of every position up to the context, then a row of ones and zeros
     /// (position [`Model::identity_row`], which leaves values unrotated): `[context + 1,
     /// head_dim / 2]`.
@@ -388,7 +391,7 @@ impl Llm {
                 down: linear(&n("ffn_down"), c.hidden, c.ffn)?,
             });
         }
-        let (embd, embd_bytes) = g.tensor("token_embd.weight")?;
+        let (embd, _) = g.tensor("token_embd.weight")?;
         if embd.dims != [c.hidden, c.vocab] {
             return Err(invalid(format!(
                 "token_embd.weight is {:?}, expected [{}, {}]",
@@ -405,6 +408,11 @@ impl Llm {
             c.vocab,
             c.hidden,
         )?;
+        let embed_table = if tied {
+            lm_head.clone()
+        } else {
+            linear("token_embd.weight", c.vocab, c.hidden)?
+        };
         let half = hd / 2;
         let mut cos = Vec::with_capacity((context + 1) * half);
         let mut sin = Vec::with_capacity((context + 1) * half);
@@ -432,12 +440,8 @@ impl Llm {
             device: device.clone(),
             layers,
             out_norm: vector("output_norm.weight")?,
+            embed_table,
             lm_head,
-            table: HostTable {
-                kind: embd.kind,
-                bytes: embd_bytes.to_vec(),
-                dim: c.hidden,
-            },
             rope_table: (
                 device.tensor(&cos, &[context + 1, half])?,
                 device.tensor(&sin, &[context + 1, half])?,
@@ -500,9 +504,16 @@ impl Llm {
 }
 
 impl Model {
-    /// Appends token `id`'s embedding row, dequantised.
-    pub(crate) fn embed(&self, id: u32, out: &mut Vec<f32>) -> Result<()> {
-        self.table.row(id, out)
+    /// The embedding rows of `ids`, `[ids.len(), hidden]` f32, gathered on the device.
+    pub(crate) fn embed(&self, ids: &[u32]) -> Result<Tensor> {
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.config.vocab) {
+            return Err(invalid(format!("token id {id} is outside the vocabulary")));
+        }
+        let ids = self.device.tensor_of(ids, &[ids.len()])?;
+        match &self.embed_table {
+            Linear::Quant(q) => q.embedding_ids(&ids),
+            Linear::Dense(t) => t.embedding_ids(&ids)?.cast(DType::F32),
+        }
     }
 
     /// The row of the RoPE tables that leaves values as they are.
@@ -560,11 +571,7 @@ impl Model {
             )));
         }
         let hd = c.head_dim();
-        let mut rows = Vec::with_capacity(n * c.hidden);
-        for &id in ids {
-            self.table.row(id, &mut rows)?;
-        }
-        let mut x = self.device.tensor(&rows, &[n, c.hidden])?;
+        let mut x = self.embed(ids)?;
         // The fused projection's output, `[n, head_rows * head_dim]`, is rotated as `[n *
         // head_rows, head_dim]` rows in one RoPE (the values' rows by the identity), then seen
         // as `[1, n, head_rows, head_dim]`: queries, then keys and values side by side, as the
@@ -607,7 +614,6 @@ fn memory_estimate(g: &Gguf<'_>, c: &LlmConfig, context: usize, kv: DType) -> Re
     let weights = g
         .tensors()
         .iter()
-        .filter(|t| t.name != "token_embd.weight" || g.tensor("output.weight").is_err())
         .map(|t| {
             let n = usize::try_from(prod(&t.dims)).unwrap_or(usize::MAX);
             Linear::device_bytes(t.kind, n.min(usize::MAX / 4)) as u64

@@ -6,6 +6,8 @@
 //! aligned arrays, f32 scales (and mins for Q4_1) and quants packed in u32 words in element
 //! order, so kernels read whole words instead of 18-, 20- or 34-byte records.
 
+use std::sync::Arc;
+
 use crate::backend::Storage;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -139,9 +141,10 @@ pub struct QuantTensor {
     pub(crate) format: QuantFormat,
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    pub(crate) scales: Storage,
-    pub(crate) mins: Option<Storage>,
-    pub(crate) words: Storage,
+    // Shared, so that a row gather reads them as tensors (`QuantTensor::embedding_ids`).
+    pub(crate) scales: Arc<Storage>,
+    pub(crate) mins: Option<Arc<Storage>>,
+    pub(crate) words: Arc<Storage>,
 }
 
 impl std::fmt::Debug for QuantTensor {
@@ -163,6 +166,38 @@ impl QuantTensor {
     /// The block format.
     pub fn format(&self) -> QuantFormat {
         self.format
+    }
+
+    /// Rows `ids` (u32 or i32, any shape) of the f32 matrix these blocks encode, `[ids..,
+    /// cols]`, dequantised on the device: an embedding table kept quantized (and shared with
+    /// an output projection tied to it), read a few rows at a time. Recordable in a batch, so
+    /// a compiled graph takes new ids.
+    pub fn embedding_ids(&self, ids: &Tensor) -> Result<Tensor> {
+        if !self.device.same(ids.device()) {
+            return Err(Error::DeviceMismatch { op: "embedding" });
+        }
+        ids.expect_integer("embedding", "ids")?;
+        let n = ids.len();
+        let blocks = self.cols / BLOCK;
+        let part = |s: &Arc<Storage>, width: usize| {
+            let table = Tensor::shared(self.device.clone(), s.clone(), vec![self.rows, width]);
+            table.embedding_ids(&ids.reshape(&[n])?)
+        };
+        let wpr = crate::shape::mul("embedding", blocks, self.format.words_per_block())?;
+        let (scales, words) = (part(&self.scales, blocks)?, part(&self.words, wpr)?);
+        let mins = self.mins.as_ref().map(|m| part(m, blocks)).transpose()?;
+        let rows = QuantTensor {
+            device: self.device.clone(),
+            format: self.format,
+            rows: n,
+            cols: self.cols,
+            scales: scales.storage_arc(),
+            mins: mins.map(|m| m.storage_arc()),
+            words: words.storage_arc(),
+        };
+        let mut shape = ids.shape().to_vec();
+        shape.push(self.cols);
+        rows.dequantize()?.reshape(&shape)
     }
 
     /// The f32 matrix these blocks encode, `[rows, cols]`.
@@ -190,8 +225,8 @@ impl QuantTensor {
 
     /// `[scales, words]` or `[scales, words, mins]`, the order [`QuantSpec::parts`] reads.
     pub(crate) fn storages(&self) -> Vec<&Storage> {
-        let mut v = vec![&self.scales, &self.words];
-        v.extend(self.mins.as_ref());
+        let mut v = vec![&*self.scales, &*self.words];
+        v.extend(self.mins.as_deref());
         v
     }
 }
@@ -243,10 +278,15 @@ impl Device {
             format,
             rows,
             cols,
-            scales: backend.upload(&u.scales)?,
-            mins: u.mins.as_deref().map(|m| backend.upload(m)).transpose()?,
+            scales: Arc::new(backend.upload(&u.scales)?),
+            mins: u
+                .mins
+                .as_deref()
+                .map(|m| backend.upload(m))
+                .transpose()?
+                .map(Arc::new),
             // The words travel as f32 bit patterns: uploads and copies keep bits unchanged.
-            words: backend.upload(&words)?,
+            words: Arc::new(backend.upload(&words)?),
         })
     }
 }

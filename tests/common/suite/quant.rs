@@ -1,4 +1,4 @@
-//! Quantized weights: matmul_quant and dequantize.
+//! Quantized weights: matmul_quant, dequantize and row gathers.
 
 use super::*;
 
@@ -101,4 +101,70 @@ pub async fn quantized(dev: &Device) {
             .unwrap_err(),
         Error::ShapeMismatch { .. }
     ));
+}
+
+/// Rows of a quantized table gathered by device ids (`QuantTensor::embedding_ids`, an LLM's
+/// tied embeddings): every format, u32 ids of two axes and i32 ids, rows that are not a
+/// multiple of the 32 lanes, against the f64 dequantisation; then in a compiled graph that
+/// takes new ids each run; integer ids only.
+pub async fn quantized_rows(dev: &Device) {
+    use gpukit::QuantFormat;
+    use std::rc::Rc;
+    let (n, k) = (41usize, 1184usize);
+    for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 9750 + fi as u64;
+        let w = Rng::new(seed).vec(n * k, -2.0, 2.0);
+        let bytes = oracle::quantize(&w, format);
+        let deq = oracle::dequantize(&bytes, format);
+        let wq = Rc::new(dev.quantized(&bytes, format, n, k).unwrap());
+        let tol = Tol {
+            atol: 1e-7,
+            rtol: 1e-6,
+        };
+        let rows_of = |ids: &[usize]| -> Vec<(f64, Tol)> {
+            ids.iter()
+                .flat_map(|&i| deq[i * k..(i + 1) * k].iter().map(|&v| (v, tol)))
+                .collect()
+        };
+        let ids = [40u32, 0, 7, 7, 19, 33];
+        let t = dev.tensor_of(&ids, &[2, 3]).unwrap();
+        let got = wq.embedding_ids(&t).unwrap();
+        assert_eq!(got.shape(), &[2, 3, k]);
+        let want = rows_of(&ids.map(|i| i as usize));
+        let ctx = format!("{format:?} rows of [{n}, {k}] seed {seed}");
+        check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
+        let signed = dev.tensor_of(&[3i32, 39], &[2]).unwrap();
+        let got = wq.embedding_ids(&signed).unwrap().read().await.unwrap();
+        check(
+            &format!("{ctx}, i32 ids"),
+            &|i| format!("{i}"),
+            &got,
+            &rows_of(&[3, 39]),
+        );
+        let floats = dev.tensor(&[1.0, 2.0], &[2]).unwrap();
+        assert!(wq.embedding_ids(&floats).is_err(), "{format:?} f32 ids");
+
+        let mut batch = dev.batch();
+        let iv = batch.upload_of(&[1u32, 2], &[2]).unwrap();
+        let rows = batch.embedding_quant(iv, wq.clone()).unwrap();
+        batch.output(rows).unwrap();
+        let fv = batch.upload(&[1.0], &[1]).unwrap();
+        assert!(batch.embedding_quant(fv, wq.clone()).is_err());
+        let mut graph = batch.compile().unwrap();
+        for new in [[5u32, 40], [0, 0]] {
+            graph.set_input(iv, &new).unwrap();
+            let result = graph.run(&[]).await.unwrap();
+            let got = result.get(rows).unwrap();
+            let want = rows_of(&new.map(|i| i as usize));
+            check(
+                &format!("{ctx}, graph ids {new:?}"),
+                &|i| format!("{i}"),
+                got,
+                &want,
+            );
+        }
+    }
 }
