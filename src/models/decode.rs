@@ -13,7 +13,8 @@
 use crate::batch::{Graph, Value};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::llama::{Linear, Model};
+use crate::models::linear::Linear;
+use crate::models::llama::Model;
 use crate::ops::{AttentionLayout, AttentionOptions, RopeLayout};
 use crate::{Batch, Tensor};
 

@@ -9,6 +9,7 @@ pub mod bpe;
 mod decode;
 pub mod generate;
 pub mod gguf;
+mod linear;
 pub mod llama;
 pub mod wordpiece;
 

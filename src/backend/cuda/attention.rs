@@ -1,6 +1,7 @@
 //! Attention launches on CUDA: split keys for a few query rows (decoding; a KV head's query rows
 //! together where they fit), the flash kernel
-//! where its tiles fit, the row-per-warp kernel otherwise (see shaders/cuda/attention.cu).
+//! where its tiles fit, the row-per-warp kernel otherwise (see shaders/cuda/attention.cu and,
+//! for the split kernels, attention_decode.cu).
 
 use bytemuck::{Pod, Zeroable};
 

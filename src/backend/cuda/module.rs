@@ -25,6 +25,8 @@ pub(crate) enum Source {
     Conv,
     Pool,
     Attention,
+    /// Attention for a few query rows: the split kernels and their merge.
+    AttentionDecode,
     /// Tensor-core flash attention (compute capability 8.0 and later only).
     AttentionMma,
     Embedding,
@@ -49,6 +51,7 @@ impl Source {
             Source::Conv => "shaders/cuda/conv.cu",
             Source::Pool => "shaders/cuda/pool.cu",
             Source::Attention => "shaders/cuda/attention.cu",
+            Source::AttentionDecode => "shaders/cuda/attention_decode.cu",
             Source::AttentionMma => "shaders/cuda/attention_mma.cu",
             Source::Embedding => "shaders/cuda/embedding.cu",
             Source::Rope => "shaders/cuda/rope.cu",
@@ -71,6 +74,7 @@ impl Source {
             Source::Conv => include_str!("../../../shaders/cuda/conv.cu"),
             Source::Pool => include_str!("../../../shaders/cuda/pool.cu"),
             Source::Attention => include_str!("../../../shaders/cuda/attention.cu"),
+            Source::AttentionDecode => include_str!("../../../shaders/cuda/attention_decode.cu"),
             Source::AttentionMma => include_str!("../../../shaders/cuda/attention_mma.cu"),
             Source::Embedding => include_str!("../../../shaders/cuda/embedding.cu"),
             Source::Rope => include_str!("../../../shaders/cuda/rope.cu"),
@@ -157,9 +161,9 @@ impl Entry {
             Attention => (Source::Attention, "attention"),
             FlashAttention64 => (Source::Attention, "flash_attention_64"),
             FlashAttention128 => (Source::Attention, "flash_attention_128"),
-            AttentionSplit => (Source::Attention, "attention_split"),
-            AttentionDecode => (Source::Attention, "attention_decode"),
-            AttentionMerge => (Source::Attention, "attention_merge"),
+            AttentionSplit => (Source::AttentionDecode, "attention_split"),
+            AttentionDecode => (Source::AttentionDecode, "attention_decode"),
+            AttentionMerge => (Source::AttentionDecode, "attention_merge"),
             FlashMma { width, bf16 } => (
                 Source::AttentionMma,
                 match (width, bf16) {
@@ -406,6 +410,7 @@ mod tests {
             FlashAttention64,
             FlashAttention128,
             AttentionSplit,
+            AttentionDecode,
             AttentionMerge,
         ] {
             let (source, name) = e.location();
