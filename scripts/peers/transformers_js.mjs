@@ -11,19 +11,10 @@
 //   node scripts/peers/transformers_js.mjs   (after `make www`; installs its peers into
 //                                             target/peers on first use)
 import { execFileSync } from "node:child_process";
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from "node:fs";
-import { join, resolve } from "node:path";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
-import { serve } from "../serve.mjs";
+import { inPage } from "./page.mjs";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const peers = join(root, "target/peers");
@@ -76,27 +67,16 @@ writeFileSync(
 );
 
 // One origin serving gpukit's web build, both models and transformers.js with ORT's wasm.
-const site = join(peers, "tjs-site");
-rmSync(site, { recursive: true, force: true });
-mkdirSync(site, { recursive: true });
-symlinkSync(resolve(root, "www/pkg"), join(site, "pkg"));
-symlinkSync(resolve(root, "target/models"), join(site, "models"));
-symlinkSync(join(peers, "tjs-models"), join(site, "tjs-models"));
-symlinkSync(tjs, join(site, "tjs"));
-symlinkSync(join(peers, "tjs/node_modules/onnxruntime-web/dist"), join(site, "ort"));
-symlinkSync(resolve(root, "www/index.html"), join(site, "index.html"));
-
-const server = await serve(site, 0);
-const base = `http://127.0.0.1:${server.address().port}`;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--disable-dev-shm-usage"],
-});
-try {
-  const page = await browser.newPage();
-  page.on("console", (m) => m.type() === "error" && console.error(m.text()));
-  await page.goto(`${base}/index.html`);
-  const result = await page.evaluate(async () => {
+const result = await inPage(
+  join(peers, "tjs-site"),
+  {
+    pkg: "www/pkg",
+    models: "target/models",
+    "tjs-models": join(peers, "tjs-models"),
+    tjs,
+    ort: join(peers, "tjs/node_modules/onnxruntime-web/dist"),
+  },
+  async () => {
     const SENTENCE = "The quick brown fox jumps over the lazy dog near the river.";
     const batch = Array(32).fill(SENTENCE);
     const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
@@ -175,9 +155,6 @@ try {
     for (const k of Object.keys(out)) delete out[k].vectors;
     out.lowest_cosine = lowest;
     return out;
-  });
-  console.log(JSON.stringify(result));
-} finally {
-  await browser.close();
-  server.close();
-}
+  },
+);
+console.log(JSON.stringify(result));

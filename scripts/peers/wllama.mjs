@@ -6,11 +6,10 @@
 //
 //   node scripts/peers/wllama.mjs      (after `make www`; installs wllama into target/peers)
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync, symlinkSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
-import { serve } from "../serve.mjs";
+import { inPage } from "./page.mjs";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const peers = join(root, "target/peers");
@@ -33,26 +32,15 @@ if (!existsSync(wllama)) {
   );
 }
 // One origin serving gpukit's web build, the model, wllama and the text.
-const site = join(peers, "wllama-site");
-rmSync(site, { recursive: true, force: true });
-mkdirSync(site, { recursive: true });
-symlinkSync(resolve(root, "www/pkg"), join(site, "pkg"));
-symlinkSync(resolve(root, "target/models"), join(site, "models"));
-symlinkSync(wllama, join(site, "wllama"));
-symlinkSync(resolve(root, "scripts/peers/bench_text.txt"), join(site, "bench_text.txt"));
-symlinkSync(resolve(root, "www/index.html"), join(site, "index.html"));
-
-const server = await serve(site, 0);
-const base = `http://127.0.0.1:${server.address().port}`;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--disable-dev-shm-usage"],
-});
-try {
-  const page = await browser.newPage();
-  page.on("console", (m) => m.type() === "error" && console.error(m.text()));
-  await page.goto(`${base}/index.html`);
-  const result = await page.evaluate(async () => {
+const result = await inPage(
+  join(peers, "wllama-site"),
+  {
+    pkg: "www/pkg",
+    models: "target/models",
+    wllama,
+    "bench_text.txt": "scripts/peers/bench_text.txt",
+  },
+  async () => {
     const MODEL = "/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
     const text = await (await fetch("/bench_text.txt")).text();
     const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
@@ -112,9 +100,6 @@ try {
       tokens,
     };
     return out;
-  });
-  console.log(JSON.stringify(result));
-} finally {
-  await browser.close();
-  server.close();
-}
+  },
+);
+console.log(JSON.stringify(result));
