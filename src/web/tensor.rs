@@ -523,4 +523,12 @@ impl JsQuantTensor {
     pub fn dequantize(&self) -> JsResult<JsTensor> {
         JsTensor::wrap(self.inner.dequantize())
     }
+
+    /// Rows picked by a u32 (or i32) tensor of ids of any shape, dequantised on the device:
+    /// `[...ids.shape, cols]` f32 (an embedding table kept quantized). An id out of range gives
+    /// a NaN row.
+    #[wasm_bindgen(js_name = embeddingIds)]
+    pub fn embedding_ids(&self, ids: &JsTensor) -> JsResult<JsTensor> {
+        JsTensor::wrap(self.inner.embedding_ids(ids.get()?))
+    }
 }

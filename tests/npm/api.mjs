@@ -433,6 +433,16 @@ export async function run(gpukit, label) {
   );
   const ones = gpu.tensor(new Float32Array(32).fill(1), [1, 32]);
   close(await ones.matmulQuant(qw).read(), [-16, 16], 1e-5, "matmulQuant");
+  // Rows by device ids, dequantised there: row 1, then row 0.
+  const qrows = qw.embeddingIds(gpu.tensor(new Float32Array([1, 0]), [2]).cast("u32"));
+  assert.deepEqual(qrows.shape, [2, 32]);
+  close(
+    await qrows.read(),
+    Array.from({ length: 64 }, (_, i) => (i % 32) - 16 + 1 - Math.floor(i / 32)),
+    0,
+    "embeddingIds of quantized rows",
+  );
+  assert.throws(() => qw.embeddingIds(ones), /u32|i32/);
 
   // The batch API and a compiled graph.
   const batch = gpu.batch();
