@@ -26,15 +26,7 @@ pub async fn topk_and_argmax(dev: &Device) {
             let (vals, idx) = t.topk_last(k).unwrap();
             assert_eq!(vals.shape(), &[rows, k]);
             let (gv, gi) = (vals.read().await.unwrap(), idx.read().await.unwrap());
-            let mut want_v = Vec::new();
-            let mut want_i = Vec::new();
-            for r in 0..rows {
-                let row = &x[r * cols..(r + 1) * cols];
-                let mut order: Vec<usize> = (0..cols).collect();
-                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-                want_i.extend(order[..k].iter().map(|&i| i as f32));
-                want_v.extend(order[..k].iter().map(|&i| row[i]));
-            }
+            let (want_v, want_i) = reference(&x, cols, k);
             let ctx = format!("topk k={k} of [{rows}, {cols}] seed {seed}");
             check(
                 &format!("{ctx} indices"),
@@ -119,15 +111,7 @@ pub async fn topk_long_rows(dev: &Device) {
     for k in [2usize, 50, 300] {
         let (vals, idx) = t.topk_last(k).unwrap();
         let (gv, gi) = (vals.read().await.unwrap(), idx.read().await.unwrap());
-        let mut want_v = Vec::new();
-        let mut want_i = Vec::new();
-        for r in 0..4 {
-            let row = &x[r * cols..(r + 1) * cols];
-            let mut order: Vec<usize> = (0..cols).collect();
-            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-            want_i.extend(order[..k].iter().map(|&i| i as f32));
-            want_v.extend(order[..k].iter().map(|&i| row[i]));
-        }
+        let (want_v, want_i) = reference(&x, cols, k);
         let ctx = format!("topk k={k} of [4, {cols}]");
         check(
             &format!("{ctx} indices"),
@@ -142,4 +126,17 @@ pub async fn topk_long_rows(dev: &Device) {
             &exact(&want_v),
         );
     }
+}
+
+/// The `k` largest of each row of `x` (rows of `cols`) and their indices as f32, by a full
+/// sort in `f32::total_cmp` order, ties to the lower index.
+fn reference(x: &[f32], cols: usize, k: usize) -> (Vec<f32>, Vec<f32>) {
+    let (mut values, mut indices) = (Vec::new(), Vec::new());
+    for row in x.chunks_exact(cols) {
+        let mut order: Vec<usize> = (0..cols).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        indices.extend(order[..k].iter().map(|&i| i as f32));
+        values.extend(order[..k].iter().map(|&i| row[i]));
+    }
+    (values, indices)
 }
