@@ -11,17 +11,6 @@
 // semantics as attention.cu's kernels (NaN or +inf scores give NaN, only -inf gives NaN, no
 // visible key gives zeros).
 
-// The keys query row i of batch entry b sees.
-__device__ __forceinline__ u64 visible_keys(const u32* lens, u64 b, u64 i, u64 sq, u64 sk,
-                                            u32 causal) {
-    u64 visible = lens ? (lens[b] < sk ? lens[b] : sk) : sk;
-    if (causal) {
-        const u64 last = i + 1 + (sk > sq ? sk - sq : 0);
-        visible = last < visible ? last : visible;
-    }
-    return visible;
-}
-
 extern "C" __global__ void attention_split(AttnLayout lay, const float* __restrict__ q,
                                            const float* __restrict__ k, const float* __restrict__ v,
                                            const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,
@@ -297,53 +286,80 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
     }
 }
 
-// Joins the partials of attention_split or attention_decode: a block a query row. The block
-// weighs the splits together (their maxima reduced, each split's weight in shared memory),
-// then each thread sums its output columns over the splits.
-#define MERGE_SPLITS 1024
-#define MERGE_BATCH 8
-extern "C" __global__ void attention_merge(AttnLayout lay, const float* __restrict__ partial,
-                                           const u32* __restrict__ lens, u64 hq, u64 sq, u64 sk,
-                                           u64 dv, u32 causal, u64 splits, u32 elem,
-                                           void* __restrict__ out) {
-    __shared__ float weight[MERGE_SPLITS];
-    __shared__ float scratch[32];
-    const u32 tid = threadIdx.x;
+// Joins the partials of attention_split, attention_decode and attention_rows (value widths up
+// to 256): a block of MERGE_WARPS warps a query row. Warp w folds splits w, w + MERGE_WARPS, ...
+// in batches of MERGE_BATCH, every load of a batch issued before any is used, keeping a
+// running maximum, sum and weighted row (a lane holds columns lane, lane + 32, ...); the warps'
+// results join in shared memory.
+#define MERGE_WARPS 8
+#define MERGE_BATCH 4
+#define MERGE_COLS 8
+extern "C" __global__ void __launch_bounds__(256) attention_merge(
+    AttnLayout lay, const float* __restrict__ partial, const u32* __restrict__ lens, u64 hq,
+    u64 sq, u64 sk, u64 dv, u32 causal, u64 splits, u32 elem, void* __restrict__ out) {
+    __shared__ float sm[MERGE_WARPS][2 + 32 * MERGE_COLS];
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u64 row = blockIdx.x, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
     const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
     const float* part = partial + row * splits * (dv + 2);
-    float mm = NEG_INF;
-    for (u64 s = tid; s < splits; s += blockDim.x) mm = nan_max(mm, part[s * (dv + 2)]);
-    mm = block_reduce(mm, 1, scratch);
-    float ll = 0.0f;
-    // Split s's weight (kept in shared memory for the first MERGE_SPLITS).
-    auto weigh = [&](u64 s) {
-        const float ms = part[s * (dv + 2)];
-        return (mm == NEG_INF || ms == NEG_INF) ? 0.0f : expf(ms - mm);
-    };
-    for (u64 s = tid; s < splits; s += blockDim.x) {
-        const float w = weigh(s);
-        if (s < MERGE_SPLITS) weight[s] = w;
-        ll += w == 0.0f ? 0.0f : part[s * (dv + 2) + 1] * w;
-    }
-    ll = block_reduce(ll, 0, scratch);
     const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
-    for (u64 c = tid; c < dv; c += blockDim.x) {
-        // MERGE_BATCH splits' loads issued together: one memory latency a batch, not a split.
-        float a = 0.0f;
-        for (u64 s0 = 0; s0 < splits; s0 += MERGE_BATCH) {
-            float x[MERGE_BATCH], w[MERGE_BATCH];
+    float mm = NEG_INF, ll = 0.0f, a[MERGE_COLS];
 #pragma unroll
-            for (u32 j = 0; j < MERGE_BATCH; ++j) {
-                const u64 s = s0 + j;
-                w[j] = s >= splits ? 0.0f : (s < MERGE_SPLITS ? weight[s] : weigh(s));
-                x[j] = s < splits ? part[s * (dv + 2) + 2 + c] : 0.0f;
-            }
+    for (u32 c = 0; c < MERGE_COLS; ++c) a[c] = 0.0f;
+    for (u64 s0 = warp; s0 < splits; s0 += MERGE_WARPS * MERGE_BATCH) {
+        float ms[MERGE_BATCH], ls[MERGE_BATCH], xs[MERGE_BATCH][MERGE_COLS];
 #pragma unroll
-            for (u32 j = 0; j < MERGE_BATCH; ++j) {
-                if (w[j] != 0.0f) a += x[j] * w[j];
+        for (u32 j = 0; j < MERGE_BATCH; ++j) {
+            const u64 s = s0 + j * MERGE_WARPS;
+            const float* ps = part + s * (dv + 2);
+            ms[j] = s < splits ? ps[0] : NEG_INF;
+            ls[j] = s < splits ? ps[1] : 0.0f;
+#pragma unroll
+            for (u32 c = 0; c < MERGE_COLS; ++c) {
+                const u64 col = lane + 32 * c;
+                xs[j][c] = s < splits && col < dv ? ps[2 + col] : 0.0f;
             }
         }
-        store_elem(out, o + c, elem, visible == 0 ? 0.0f : (mm == NEG_INF ? QNAN : a / ll));
+        float mb = mm;
+#pragma unroll
+        for (u32 j = 0; j < MERGE_BATCH; ++j) mb = nan_max(mb, ms[j]);
+        const float f = mm == NEG_INF ? 0.0f : expf(mm - mb);
+        ll *= f;
+#pragma unroll
+        for (u32 c = 0; c < MERGE_COLS; ++c) a[c] *= f;
+#pragma unroll
+        for (u32 j = 0; j < MERGE_BATCH; ++j) {
+            const float w = (mb == NEG_INF || ms[j] == NEG_INF) ? 0.0f : expf(ms[j] - mb);
+            if (w != 0.0f) {
+                ll += w * ls[j];
+#pragma unroll
+                for (u32 c = 0; c < MERGE_COLS; ++c) a[c] += w * xs[j][c];
+            }
+        }
+        mm = mb;
+    }
+    if (lane == 0) {
+        sm[warp][0] = mm;
+        sm[warp][1] = ll;
+    }
+#pragma unroll
+    for (u32 c = 0; c < MERGE_COLS; ++c) sm[warp][2 + lane + 32 * c] = a[c];
+    __syncthreads();
+    float m_all = NEG_INF, l_all = 0.0f, f[MERGE_WARPS];
+#pragma unroll
+    for (u32 w = 0; w < MERGE_WARPS; ++w) m_all = nan_max(m_all, sm[w][0]);
+#pragma unroll
+    for (u32 w = 0; w < MERGE_WARPS; ++w) {
+        f[w] = (m_all == NEG_INF || sm[w][0] == NEG_INF) ? 0.0f : expf(sm[w][0] - m_all);
+        if (f[w] != 0.0f) l_all += f[w] * sm[w][1];
+    }
+    for (u64 c = tid; c < dv; c += blockDim.x) {
+        float t = 0.0f;
+#pragma unroll
+        for (u32 w = 0; w < MERGE_WARPS; ++w) {
+            if (f[w] != 0.0f) t += f[w] * sm[w][2 + c];
+        }
+        store_elem(out, o + c, elem,
+                   visible == 0 ? 0.0f : (m_all == NEG_INF ? QNAN : t / l_all));
     }
 }

@@ -125,6 +125,17 @@ struct AttnLayout {
     u64 out_bshd; // the output is [b, sq, hq, dv] (else [b, hq, sq, dv])
 };
 
+// The keys query row i of batch entry b sees (attention's causal and length masks).
+__device__ __forceinline__ u64 visible_keys(const u32* lens, u64 b, u64 i, u64 sq, u64 sk,
+                                            u32 causal) {
+    u64 visible = lens ? (lens[b] < sk ? lens[b] : sk) : sk;
+    if (causal) {
+        const u64 last = i + 1 + (sk > sq ? sk - sq : 0);
+        visible = last < visible ? last : visible;
+    }
+    return visible;
+}
+
 // Element e of a buffer of f32 (elem 0), f16 (1) or bf16 (2) values, as f32; and the store.
 __device__ __forceinline__ float load_elem(const void* p, u64 e, u32 elem) {
     if (elem == 0) return ((const float*)p)[e];

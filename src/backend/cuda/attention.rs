@@ -91,7 +91,8 @@ pub(super) fn attention(
         Arg::F(a.scale),
     ];
     let rows = heads * a.sq;
-    // The partials of a split kernel joined into `out`: a block of 128 threads a query row.
+    // The partials of a split kernel joined into `out`: a block of 256 threads a query row
+    // (value widths up to 256, as every split kernel takes).
     let merge = |partial: &CudaStorage, splits: usize| {
         let merge = [
             Arg::Raw(bytemuck::bytes_of(&layout)),
@@ -106,7 +107,7 @@ pub(super) fn attention(
             Arg::I(elem),
             p(&out),
         ];
-        backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 128, 0, &merge)
+        backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 256, 0, &merge)
     };
     // A split kernel: `extra` arguments after the common ones, partials (m, l, acc[dv]) per
     // row and split, merged when there are several.
@@ -126,20 +127,53 @@ pub(super) fn attention(
         }
         Ok(())
     };
-    // Decoding: every query row of a KV head's group (at most 16) in one block, so each key
-    // and value is read once; the keys split into chunks (multiples of 32) for about four
-    // blocks an SM, at most 1024 of them. f16 and bf16 caches are read as stored.
+    // Decoding, up to 4 query rows a KV head of width 32, 64, 128 or 256 with 16-byte aligned
+    // rows: keys and values read straight into registers (8 columns a lane, a round of loads
+    // in flight a warp), the keys split for about four blocks an SM.
     let group = a.hq / a.hkv.max(1) * a.sq;
     let kv_blocks = a.batch * a.hkv.max(1);
-    if a.sq <= 4 && group <= 16 && a.d <= 256 && a.dv <= 256 && kv_blocks <= 65535 {
+    // Keys a decoding block takes: a multiple of `round` giving about four blocks an SM, at
+    // most 1024 splits.
+    let chunk_of = |round: usize| {
         let want = (4 * backend.multiprocessors as usize)
             .div_ceil(kv_blocks)
             .max(1);
-        let chunk =
-            a.sk.div_ceil(want)
-                .max(a.sk.div_ceil(1024))
-                .next_multiple_of(32)
-                .max(32);
+        a.sk.div_ceil(want)
+            .max(a.sk.div_ceil(1024))
+            .next_multiple_of(round)
+            .max(round)
+    };
+    let vec = 16 / a.storage.size();
+    let aligned = |s: RowStrides, ptr: u64| {
+        [s.offset, s.batch, s.head, s.seq]
+            .iter()
+            .all(|x| x.is_multiple_of(vec))
+            && ptr.is_multiple_of(16)
+    };
+    if a.sq <= 4
+        && group <= 4
+        && a.d == a.dv
+        && matches!(a.d, 32 | 64 | 128 | 256)
+        && kv_blocks <= 65535
+        && a.sk <= u32::MAX as usize
+        && aligned(a.k, k.ptr())
+        && aligned(a.v, v.ptr())
+    {
+        // Keys a block takes a round (attention_rows.cu): 4 warps x 32 / (d / 8) keys a read
+        // x 2 reads (f32) or 4 (halves).
+        let round = 4 * (256 / a.d) * if elem == 0 { 2 } else { 4 };
+        let chunk = chunk_of(round);
+        let splits = a.sk.div_ceil(chunk).max(1);
+        let grid = (splits as u32, kv_blocks as u32, 1);
+        let entry = Entry::AttentionRows { half: elem != 0 };
+        split(entry, grid, 128, 0, splits, &[u(chunk), Arg::I(elem)])?;
+        return Ok(out);
+    }
+    // Decoding: every query row of a KV head's group (at most 16) in one block, so each key
+    // and value is read once; the keys split into chunks (multiples of 32) for about four
+    // blocks an SM, at most 1024 of them. f16 and bf16 caches are read as stored.
+    if a.sq <= 4 && group <= 16 && a.d <= 256 && a.dv <= 256 && kv_blocks <= 65535 {
+        let chunk = chunk_of(32);
         let splits = a.sk.div_ceil(chunk).max(1);
         let shared = (group * a.d + 32 * (a.d + 1) + 32 * a.dv + group * 32 + 3 * group) * 4;
         if shared <= backend.shared_optin as usize {

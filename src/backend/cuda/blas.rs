@@ -389,7 +389,21 @@ pub(super) fn matmul_quant(
         be.zero(&out, (m * n) as u64 * 4)?;
         return Ok(out);
     }
-    const WARPS: usize = 8;
+    // Blocks of 4 warps in groups of `kw` warps that split a row's quant blocks (32 a warp
+    // a round); a group takes 8 outputs (4 for Q8_0). See qgemv in quant.cu. (Raising kw for
+    // short rows, to spread small GEMVs over more blocks, made SmolLM2's decoding slower.)
+    let blocks = k / 32;
+    let rows = if w.format == crate::QuantFormat::Q8_0 {
+        4
+    } else {
+        8
+    };
+    let kw: usize = match blocks {
+        0..=32 => 1,
+        33..=64 => 2,
+        _ => 4,
+    };
+    let per_block = 4 / kw * rows;
     let args = [
         Arg::I(w.format as u32),
         p(w.scales),
@@ -399,9 +413,19 @@ pub(super) fn matmul_quant(
         u(m),
         u(n),
         u(k),
+        Arg::I(kw as u32),
         p(&out),
     ];
-    let grid = (n.div_ceil(WARPS) as u32, m.clamp(1, 65535) as u32, 1);
-    be.launch(Entry::Qgemv, grid, (WARPS * 32) as u32, 0, &args)?;
+    let grid = (
+        u32::try_from(n.div_ceil(per_block)).map_err(|_| Error::LimitExceeded {
+            what: "quantized matrix rows".into(),
+            limit: "CUDA grid x dimension",
+            needed: n as u64,
+            max: (i32::MAX as u64) * per_block as u64,
+        })?,
+        m.clamp(1, 65535) as u32,
+        1,
+    );
+    be.launch(Entry::Qgemv, grid, 128, 0, &args)?;
     Ok(out)
 }

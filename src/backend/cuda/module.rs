@@ -27,6 +27,8 @@ pub(crate) enum Source {
     Attention,
     /// Attention for a few query rows: the split kernels and their merge.
     AttentionDecode,
+    /// Decode attention with keys and values read into registers.
+    AttentionRows,
     /// Tensor-core flash attention (compute capability 8.0 and later only).
     AttentionMma,
     Embedding,
@@ -52,6 +54,7 @@ impl Source {
             Source::Pool => "shaders/cuda/pool.cu",
             Source::Attention => "shaders/cuda/attention.cu",
             Source::AttentionDecode => "shaders/cuda/attention_decode.cu",
+            Source::AttentionRows => "shaders/cuda/attention_rows.cu",
             Source::AttentionMma => "shaders/cuda/attention_mma.cu",
             Source::Embedding => "shaders/cuda/embedding.cu",
             Source::Rope => "shaders/cuda/rope.cu",
@@ -75,6 +78,7 @@ impl Source {
             Source::Pool => include_str!("../../../shaders/cuda/pool.cu"),
             Source::Attention => include_str!("../../../shaders/cuda/attention.cu"),
             Source::AttentionDecode => include_str!("../../../shaders/cuda/attention_decode.cu"),
+            Source::AttentionRows => include_str!("../../../shaders/cuda/attention_rows.cu"),
             Source::AttentionMma => include_str!("../../../shaders/cuda/attention_mma.cu"),
             Source::Embedding => include_str!("../../../shaders/cuda/embedding.cu"),
             Source::Rope => include_str!("../../../shaders/cuda/rope.cu"),
@@ -121,6 +125,10 @@ pub(crate) enum Entry {
     FlashAttention128,
     AttentionSplit,
     AttentionDecode,
+    /// Decoding with keys and values read into registers: f32, or halves.
+    AttentionRows {
+        half: bool,
+    },
     AttentionMerge,
     /// Tensor-core flash attention for a head width (32, 64 or 128) and half dtype.
     FlashMma {
@@ -163,6 +171,8 @@ impl Entry {
             FlashAttention128 => (Source::Attention, "flash_attention_128"),
             AttentionSplit => (Source::AttentionDecode, "attention_split"),
             AttentionDecode => (Source::AttentionDecode, "attention_decode"),
+            AttentionRows { half: false } => (Source::AttentionRows, "attention_rows_f32"),
+            AttentionRows { half: true } => (Source::AttentionRows, "attention_rows_half"),
             AttentionMerge => (Source::AttentionDecode, "attention_merge"),
             FlashMma { width, bf16 } => (
                 Source::AttentionMma,
@@ -411,6 +421,8 @@ mod tests {
             FlashAttention128,
             AttentionSplit,
             AttentionDecode,
+            AttentionRows { half: false },
+            AttentionRows { half: true },
             AttentionMerge,
         ] {
             let (source, name) = e.location();

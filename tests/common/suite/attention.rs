@@ -22,7 +22,7 @@ pub async fn attention(dev: &Device) {
     // wider ones a row at a time: the cases cover all three, partial blocks and key tiles, d not
     // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
     // takes 64 query rows and 64 keys at a time: several of each, partial, causal and not.
-    let cases: [Case; 19] = [
+    let cases: [Case; 21] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -44,6 +44,10 @@ pub async fn attention(dev: &Device) {
         (1, 4, 1, 1, 5000, 128, 128, true, None),
         (1, 2, 1, 2, 70, 256, 200, true, Some(vec![3])),
         (3, 2, 2, 1, 65, 33, 17, false, Some(vec![0, 64, 65])),
+        // CUDA reads up to 4 rows' keys straight into registers (here 8 lanes a key, several
+        // splits, a partial round); more rows take the shared-memory kernel.
+        (2, 4, 2, 2, 333, 32, 32, true, Some(vec![333, 100])),
+        (1, 8, 1, 1, 200, 64, 64, false, None),
     ];
     for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
         let seed = 9400 + ci as u64;

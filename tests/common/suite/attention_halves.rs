@@ -24,7 +24,7 @@ pub async fn attention_halves(dev: &Device) {
         bool,
         bool,
     );
-    let cases: [Case; 8] = [
+    let cases: [Case; 9] = [
         (1, 2, 1, 130, 150, 64, true, None, false, false),
         (
             2,
@@ -44,6 +44,7 @@ pub async fn attention_halves(dev: &Device) {
         (1, 2, 2, 70, 70, 96, true, None, false, false),
         (1, 1, 1, 17, 9, 128, true, None, false, false),
         (2, 2, 2, 3, 129, 32, false, Some(vec![65, 129]), true, true),
+        (1, 6, 2, 1, 1000, 256, false, Some(vec![999]), true, false),
     ];
     for dtype in [DType::F16, DType::BF16] {
         let round = |x: f32| match dtype {

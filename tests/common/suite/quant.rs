@@ -17,6 +17,11 @@ pub async fn quantized(dev: &Device) {
             (5, 1, 64),
             // 37 blocks: rows of words that are not a multiple of the 32 lanes.
             (2, 9, 1184),
+            // 130 blocks: CUDA's GEMV takes 128 a round.
+            (2, 3, 4160),
+            // Many rows of one quant block and of 37 (CUDA's GEMV: one warp a row, two).
+            (1, 8500, 32),
+            (1, 4300, 1184),
             // More rows than a GEMV takes (wgpu and CUDA dequantise, then multiply).
             (9, 7, 32),
             (37, 65, 160),
