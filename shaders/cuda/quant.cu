@@ -95,31 +95,31 @@ struct QgRound {
                     d1 = fmaf(xv[4 * c + 3], code_at(b, 3) - 8388736.0f, d1);
                 }
                 acc[r] += sc[r] * (d0 + d1);
-                continue;
-            }
-            // Word c holds elements 8c .. 8c + 7, element 8c + e at nibble e.
-#pragma unroll
-            for (u32 c = 0; c < 4; ++c) {
-                const u32 lo = wr[c] & 0x0f0f0f0fu, hi = (wr[c] >> 4) & 0x0f0f0f0fu;
-#pragma unroll
-                for (u32 b = 0; b < 4; ++b) {
-                    d0 = fmaf(xv[8 * c + 2 * b], code_at(lo, b) - 8388608.0f, d0);
-                    d1 = fmaf(xv[8 * c + 2 * b + 1], code_at(hi, b) - 8388608.0f, d1);
-                }
-            }
-            if (fabsf(sx) < POS_INF) {
-                const float base = FORMAT == 2 ? mn[r] : -8.0f * sc[r];
-                acc[r] += sc[r] * (d0 + d1) + base * sx;
             } else {
-                // An infinite or NaN x: weight by weight, as the reference does (a zero code
-                // times inf is not the weight's product).
-                float a = 0.0f;
+                // Word c holds elements 8c .. 8c + 7, element 8c + e at nibble e.
 #pragma unroll
-                for (u32 e = 0; e < 32; ++e) {
-                    const float c = (float)((wr[e / 8] >> (4 * (e % 8))) & 0xfu);
-                    a += xv[e] * (FORMAT == 2 ? sc[r] * c + mn[r] : sc[r] * (c - 8.0f));
+                for (u32 c = 0; c < 4; ++c) {
+                    const u32 lo = wr[c] & 0x0f0f0f0fu, hi = (wr[c] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+                    for (u32 b = 0; b < 4; ++b) {
+                        d0 = fmaf(xv[8 * c + 2 * b], code_at(lo, b) - 8388608.0f, d0);
+                        d1 = fmaf(xv[8 * c + 2 * b + 1], code_at(hi, b) - 8388608.0f, d1);
+                    }
                 }
-                acc[r] += a;
+                if (fabsf(sx) < POS_INF) {
+                    const float base = FORMAT == 2 ? mn[r] : -8.0f * sc[r];
+                    acc[r] += sc[r] * (d0 + d1) + base * sx;
+                } else {
+                    // An infinite or NaN x: weight by weight, as the reference does (a zero code
+                    // times inf is not the weight's product).
+                    float a = 0.0f;
+#pragma unroll
+                    for (u32 e = 0; e < 32; ++e) {
+                        const float c = (float)((wr[e / 8] >> (4 * (e % 8))) & 0xfu);
+                        a += xv[e] * (FORMAT == 2 ? sc[r] * c + mn[r] : sc[r] * (c - 8.0f));
+                    }
+                    acc[r] += a;
+                }
             }
         }
     }
@@ -180,3 +180,4 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const flo
     else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, out);
     else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, out);
 }
+

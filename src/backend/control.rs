@@ -96,6 +96,25 @@ impl BackendImpl {
         }
     }
 
+    /// Whether the matmul takes a weight of `dtype` (f16 or bf16) as stored under f32 rows
+    /// and output: the CPU's few-row product where the CPU has AVX-512F (rows up to 32, k at
+    /// least 128, the weight `[n, k]` and read transposed, one product). Elsewhere the weight
+    /// is converted to f32 for the product.
+    pub(crate) fn matmul_takes_half_weights(
+        &self,
+        dtype: crate::DType,
+        dims: &crate::ops::matmul::MatmulDims,
+        transpose_a: bool,
+        transpose_b: bool,
+    ) -> bool {
+        matches!(self, BackendImpl::Cpu(_))
+            && matches!(dtype, crate::DType::F16 | crate::DType::BF16)
+            && !transpose_a
+            && transpose_b
+            && dims.batch == 1
+            && super::cpu::CpuBackend::takes_half_weights(dims.m, dims.k)
+    }
+
     /// Whether attention takes q, k and v of `dtype` (f16 or bf16) as stored, with the output
     /// in that dtype: the tensor-core kernel on CUDA (see
     /// `CudaBackend::attention_takes_halves` for the shapes it takes). Elsewhere half-precision

@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::models::WordPiece;
 use crate::ops::{Activation, AttentionOptions};
-use crate::{Device, Tensor};
+use crate::{DType, Device, Tensor};
 
 /// The shape of a BERT encoder, as its `config.json` gives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,6 +113,24 @@ struct Weights {
     layers: Vec<Layer>,
 }
 
+/// How an [`Embedder`] holds its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EmbedderOptions {
+    /// The dtype of the linear layers' weights (the other tensors stay f32): `F32` (the
+    /// default), or `F16`/`BF16` for half the memory. A half weight is kept only where the
+    /// backend multiplies f32 rows by it as stored (the CPU with AVX-512), so it also streams
+    /// half the bytes; elsewhere the weights are f32 ([`Embedder::weight_dtype`] says which).
+    pub weights: DType,
+}
+
+impl Default for EmbedderOptions {
+    fn default() -> Self {
+        EmbedderOptions {
+            weights: DType::F32,
+        }
+    }
+}
+
 impl Embedder {
     /// An embedder from a model's `config.json`, `tokenizer.json` and `model.safetensors`
     /// (the whole file), on `device`.
@@ -122,6 +140,29 @@ impl Embedder {
         tokenizer_json: &str,
         weights: &[u8],
     ) -> Result<Embedder> {
+        Embedder::from_bytes_with(
+            device,
+            config_json,
+            tokenizer_json,
+            weights,
+            EmbedderOptions::default(),
+        )
+    }
+
+    /// [`Embedder::from_bytes`] with options (the linear weights' dtype).
+    pub fn from_bytes_with(
+        device: &Device,
+        config_json: &str,
+        tokenizer_json: &str,
+        weights: &[u8],
+        options: EmbedderOptions,
+    ) -> Result<Embedder> {
+        if !matches!(options.weights, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(invalid(
+                "EmbedderOptions::weights",
+                format!("{} is not f32, f16 or bf16", options.weights.name()),
+            ));
+        }
         let config = BertConfig::from_json(config_json)?;
         let tokenizer = WordPiece::from_json(tokenizer_json, config.max_positions)?;
         let prefix = |name: &str| name.strip_prefix("bert.").unwrap_or(name).to_string();
@@ -140,10 +181,33 @@ impl Embedder {
                     format!("{name} is {:?}, not {shape:?}", t.shape()),
                 ));
             }
-            // Weights compute in f32 here; f16 and bf16 files are widened once, at load.
-            t.cast(crate::DType::F32)
+            // Weights compute in f32 here; f16 and bf16 files are widened once, at load (the
+            // linears' weights are then rounded to `linear` below).
+            t.cast(DType::F32)
         };
         let (h, f) = (config.hidden, config.intermediate);
+        // A linear layer's weight in the dtype asked for, where the backend reads it as stored.
+        let keep_half = options.weights != DType::F32
+            && device.backend().matmul_takes_half_weights(
+                options.weights,
+                &crate::ops::matmul::MatmulDims {
+                    batch: 1,
+                    m: 1,
+                    k: h.min(f),
+                    n: h,
+                    a_stride: 0,
+                    b_stride: 0,
+                },
+                false,
+                true,
+            );
+        let linear = |t: Tensor| -> Result<Tensor> {
+            if keep_half {
+                t.cast(options.weights)
+            } else {
+                Ok(t)
+            }
+        };
         let vocab = tokenizer.vocab_size();
         let word = take("embeddings.word_embeddings.weight", &[vocab, h])?;
         let positions = take(
@@ -176,17 +240,20 @@ impl Embedder {
                     take(&format!("{p}.attention.self.value.bias"), &[h])?,
                 );
                 Ok(Layer {
-                    qkv_w: Tensor::concat(&[&q.0, &k.0, &v.0], 0)?,
+                    qkv_w: linear(Tensor::concat(&[&q.0, &k.0, &v.0], 0)?)?,
                     qkv_b: Tensor::concat(&[&q.1, &k.1, &v.1], 0)?,
-                    out_w: take(&format!("{p}.attention.output.dense.weight"), &[h, h])?,
+                    out_w: linear(take(
+                        &format!("{p}.attention.output.dense.weight"),
+                        &[h, h],
+                    )?)?,
                     out_b: take(&format!("{p}.attention.output.dense.bias"), &[h])?,
                     ln1: (
                         take(&format!("{p}.attention.output.LayerNorm.weight"), &[h])?,
                         take(&format!("{p}.attention.output.LayerNorm.bias"), &[h])?,
                     ),
-                    ff1_w: take(&format!("{p}.intermediate.dense.weight"), &[f, h])?,
+                    ff1_w: linear(take(&format!("{p}.intermediate.dense.weight"), &[f, h])?)?,
                     ff1_b: take(&format!("{p}.intermediate.dense.bias"), &[f])?,
-                    ff2_w: take(&format!("{p}.output.dense.weight"), &[h, f])?,
+                    ff2_w: linear(take(&format!("{p}.output.dense.weight"), &[h, f])?)?,
                     ff2_b: take(&format!("{p}.output.dense.bias"), &[h])?,
                     ln2: (
                         take(&format!("{p}.output.LayerNorm.weight"), &[h])?,
@@ -214,6 +281,16 @@ impl Embedder {
     /// file is an error naming it.
     #[cfg(native)]
     pub fn load(device: &Device, dir: impl AsRef<std::path::Path>) -> Result<Embedder> {
+        Embedder::load_with(device, dir, EmbedderOptions::default())
+    }
+
+    /// [`Embedder::load`] with options (the linear weights' dtype).
+    #[cfg(native)]
+    pub fn load_with(
+        device: &Device,
+        dir: impl AsRef<std::path::Path>,
+        options: EmbedderOptions,
+    ) -> Result<Embedder> {
         let dir = dir.as_ref();
         let read = |name: &str| {
             std::fs::read(dir.join(name)).map_err(|e| {
@@ -225,12 +302,21 @@ impl Embedder {
         };
         let text =
             |name: &str| String::from_utf8(read(name)?).map_err(|_| invalid(name, "not UTF-8"));
-        Embedder::from_bytes(
+        Embedder::from_bytes_with(
             device,
             &text("config.json")?,
             &text("tokenizer.json")?,
             &read("model.safetensors")?,
+            options,
         )
+    }
+
+    /// The dtype the linear layers' weights are held in (see [`EmbedderOptions::weights`]).
+    pub fn weight_dtype(&self) -> DType {
+        self.weights
+            .layers
+            .first()
+            .map_or(DType::F32, |l| l.qkv_w.dtype())
     }
 
     /// The width of an embedding.

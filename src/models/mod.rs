@@ -13,7 +13,7 @@ mod linear;
 pub mod llama;
 pub mod wordpiece;
 
-pub use bert::{BertConfig, EmbedSession, Embedder};
+pub use bert::{BertConfig, EmbedSession, Embedder, EmbedderOptions};
 pub use bpe::Bpe;
 pub use generate::{Finish, GenerateOptions, Generation, Token};
 pub use gguf::Gguf;

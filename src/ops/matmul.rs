@@ -194,6 +194,9 @@ pub(crate) struct MatmulSpec {
     /// The dtype A, B and the output are stored in: f32, or f16/bf16 where the backend takes
     /// half-precision storage directly ([`BackendImpl::matmul_stores_halves`]).
     pub storage: DType,
+    /// The dtype B is stored in: `storage`, or f16/bf16 under f32 A and output where the
+    /// backend multiplies such weights as stored ([`BackendImpl::matmul_takes_half_weights`]).
+    pub weight: DType,
 }
 
 /// The sizes of one matmul, as the backends receive them.
@@ -291,6 +294,21 @@ impl Tensor {
         }
         let mut inputs = vec![self, rhs];
         inputs.extend(options.bias);
+        // An f16 or bf16 weight under f32 rows goes as stored to a backend that widens it as
+        // it reads (the CPU's few-row product), rather than converted on every call.
+        let weight = if self.dtype() == DType::F32
+            && rhs.dtype().size() == 2
+            && options.bias.is_none_or(|b| b.dtype() == DType::F32)
+            && options.precision == Precision::F32
+            && self
+                .device()
+                .backend()
+                .matmul_takes_half_weights(rhs.dtype(), &dims, ta, tb)
+        {
+            rhs.dtype()
+        } else {
+            DType::F32
+        };
         // Half-precision operands of one dtype go to a backend that multiplies them as they
         // are stored (cuBLAS on CUDA); elsewhere they are converted around an f32 product.
         let halves = self.dtype().size() == 2 && rhs.dtype() == self.dtype();
@@ -306,7 +324,12 @@ impl Tensor {
         } else {
             DType::F32
         };
-        if storage == DType::F32 {
+        let weight = if storage == DType::F32 {
+            weight
+        } else {
+            storage
+        };
+        if storage == DType::F32 && weight == DType::F32 {
             if let Some(out) = Tensor::promoted("matmul", &inputs, |t| {
                 let bias = options.bias.map(|_| t[2]);
                 t[0].matmul_with(t[1], MatmulOptions { bias, ..options })
@@ -322,6 +345,7 @@ impl Tensor {
             precision: options.precision,
             tile: options.tile,
             storage,
+            weight,
         };
         if let Some(tile) = options.tile {
             tile.check()?;

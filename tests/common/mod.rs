@@ -19,7 +19,7 @@ macro_rules! with_suite_tests {
             norms,
             // suite/matmul.rs
             matmul_random, matmul_edges, matmul_options, matmul_tiles_and_f16, matmul_long_k,
-            matmul_f16_small_rows,
+            matmul_f16_small_rows, matmul_half_weights,
             // suite/conv.rs, pool.rs, attention.rs
             conv, pool, attention, attention_special_values, attention_input_errors,
             attention_layouts, attention_halves,

@@ -126,6 +126,53 @@ fn round_bf16(v: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// `[m, n]` = `a [m, k]` times the f16 or bf16 weight `[n, k]` (packed two to a word)
+/// transposed, with the bias and activation of `spec`: the shapes
+/// `BackendImpl::matmul_takes_half_weights` admits.
+pub(super) fn matmul_half_weight(
+    a: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    spec: MatmulSpec,
+) -> Result<Vec<f32>> {
+    let d = spec.dims;
+    let halves: &[u16] = bytemuck::cast_slice(w);
+    if d.batch != 1
+        || spec.transpose_a
+        || !spec.transpose_b
+        || a.len() < d.m * d.k
+        || halves.len() < d.n * d.k
+    {
+        return Err(internal("half-weight matmul shape"));
+    }
+    let mut out = vec![0.0f32; d.m * d.n];
+    if let Some(bias) = bias {
+        for row in out.chunks_exact_mut(d.n) {
+            row.copy_from_slice(&bias[..d.n]);
+        }
+    }
+    if d.m * d.n > 0 {
+        let bf16 = spec.weight == crate::DType::BF16;
+        super::matmul_rows::product_half(
+            d.m,
+            d.n,
+            d.k,
+            a,
+            d.k,
+            halves,
+            d.k,
+            bf16,
+            &mut out,
+            d.n,
+            bias.is_some(),
+        );
+    }
+    if let Some(act) = spec.activation {
+        unary_in_place(act.as_unary(), &mut out);
+    }
+    Ok(out)
+}
+
 /// `[batch, m, n]` products with the bias and activation of `spec`.
 pub(super) fn matmul(
     a: &[f32],

@@ -191,11 +191,85 @@ pub(super) fn product(
     accumulate: bool,
 ) {
     let run = kernel();
+    tiles(m, n, c, ldc, accumulate, |j0, out| {
+        run(a, ars, m, w, wrs, j0, k, out)
+    });
+}
+
+/// Whether [`product_half`] runs on this CPU: it needs AVX-512F (x86-64).
+pub(super) fn takes_half_weights() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`product`] with the weight's elements f16 (`bf16` false) or bf16 bits, widened as they are
+/// loaded, so the weight streams at half the bytes. The caller has checked
+/// [`takes_half_weights`].
+#[allow(clippy::too_many_arguments)]
+pub(super) fn product_half(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    ars: usize,
+    w: &[u16],
+    wrs: usize,
+    bf16: bool,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if takes_half_weights() {
+        use super::matmul_rows_avx512::{block, Bf16, F16};
+        tiles(m, n, c, ldc, accumulate, |j0, out| {
+            // SAFETY: the CPU has AVX-512F; the caller checked every row lies inside its
+            // slice. F16 and Bf16 are transparent over u16.
+            unsafe {
+                if bf16 {
+                    let w: &[Bf16] = std::slice::from_raw_parts(w.as_ptr().cast(), w.len());
+                    block(a, ars, m, w, wrs, j0, k, out)
+                } else {
+                    let w: &[F16] = std::slice::from_raw_parts(w.as_ptr().cast(), w.len());
+                    block(a, ars, m, w, wrs, j0, k, out)
+                }
+            }
+        });
+        return;
+    }
+    // Elsewhere (never chosen: `takes_half_weights` is false), widen and multiply.
+    let widen = |h: u16| {
+        if bf16 {
+            f32::from_bits(u32::from(h) << 16)
+        } else {
+            half::f16::from_bits(h).to_f32()
+        }
+    };
+    let wf: Vec<f32> = w.iter().map(|&h| widen(h)).collect();
+    product(m, n, k, a, ars, &wf, wrs, c, ldc, accumulate);
+}
+
+/// Runs `block(j0, out)` over weight-row tiles split across the threads (`out` the transposed
+/// `[rows][m]` block of weight rows from `j0`), then writes (or adds) the transpose into `c`.
+fn tiles(
+    m: usize,
+    n: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    block: impl Fn(usize, &mut [f32]) + Sync,
+) {
     let mut t = vec![0.0f32; n * m];
     // One task per thread (each wakes once), in whole weight tiles.
     let per = n.div_ceil(par::threads()).div_ceil(TW) * TW;
     par::chunks_mut(&mut t, per.max(TASK) * m / 4, |start, out| {
-        run(a, ars, m, w, wrs, start / m, k, out)
+        block(start / m, out)
     });
     for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
         for (j, v) in row[..n].iter_mut().enumerate() {
@@ -208,6 +282,46 @@ pub(super) fn product(
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    /// Half-precision weights read as stored give exactly the product of the widened weights
+    /// (the same fused multiply-adds in the same order), f16 and bf16, at edge tiles and tails.
+    #[test]
+    fn half_weights_match_widened_ones() {
+        if !takes_half_weights() {
+            return;
+        }
+        for (m, n, k) in [(1, 3, 128), (5, 9, 131), (13, 6, 384), (32, 17, 200)] {
+            let a: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 31 % 97) as f32 - 48.0) / 40.0)
+                .collect();
+            for bf16 in [false, true] {
+                let bits: Vec<u16> = (0..n * k)
+                    .map(|i| {
+                        let v = ((i * 17 % 89) as f32 - 44.0) / 30.0;
+                        if bf16 {
+                            half::bf16::from_f32(v).to_bits()
+                        } else {
+                            half::f16::from_f32(v).to_bits()
+                        }
+                    })
+                    .collect();
+                let wide: Vec<f32> = bits
+                    .iter()
+                    .map(|&h| {
+                        if bf16 {
+                            half::bf16::from_bits(h).to_f32()
+                        } else {
+                            half::f16::from_bits(h).to_f32()
+                        }
+                    })
+                    .collect();
+                let (mut got, mut want) = (vec![0.5f32; m * n], vec![0.5f32; m * n]);
+                product_half(m, n, k, &a, k, &bits, k, bf16, &mut got, n, true);
+                product(m, n, k, &a, k, &wide, k, &mut want, n, true);
+                assert_eq!(got, want, "m {m} n {n} k {k} bf16 {bf16}");
+            }
+        }
+    }
 
     /// The AVX-512 intrinsics block gives the portable block's values at edge tiles (rows and
     /// weight rows not multiples of 4) and row tails (k not a multiple of 16), with strided rows.

@@ -1,8 +1,69 @@
 //! `matmul_rows`'s block in AVX-512 intrinsics: the same tiles of 4 rows by 4 weight rows,
 //! sixteen accumulators of 16 lanes held in registers explicitly (the portable body left
-//! them to LLVM, which spilled), each row's tail past the last 16 summed in scalars.
+//! them to LLVM, which spilled), each row's tail past the last 16 summed in scalars. Weights
+//! may be f32, or f16 or bf16 bits (widened 16 at a time as they are loaded: half the bytes
+//! streamed).
 
 use std::arch::x86_64::*;
+
+/// A weight element the block reads: f32, [`F16`] or [`Bf16`].
+pub(super) trait Weight: Copy {
+    /// 0 f32, 1 f16, 2 bf16.
+    const KIND: u8;
+    /// The element as f32.
+    fn value(self) -> f32;
+}
+
+impl Weight for f32 {
+    const KIND: u8 = 0;
+    fn value(self) -> f32 {
+        self
+    }
+}
+
+/// The bits of an f16 weight.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(super) struct F16(pub u16);
+
+impl Weight for F16 {
+    const KIND: u8 = 1;
+    fn value(self) -> f32 {
+        half::f16::from_bits(self.0).to_f32()
+    }
+}
+
+/// The bits of a bf16 weight.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(super) struct Bf16(pub u16);
+
+impl Weight for Bf16 {
+    const KIND: u8 = 2;
+    fn value(self) -> f32 {
+        f32::from_bits(u32::from(self.0) << 16)
+    }
+}
+
+/// 16 weights from `p` as f32 lanes.
+///
+/// # Safety
+/// AVX-512F must be present and 16 elements readable at `p`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load16<W: Weight>(p: *const W) -> __m512 {
+    // SAFETY: the caller's contract; f16 and bf16 elements are 2 bytes, f32 ones 4.
+    unsafe {
+        match W::KIND {
+            0 => _mm512_loadu_ps(p as *const f32),
+            1 => _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)),
+            _ => _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i)),
+                16,
+            )),
+        }
+    }
+}
 
 /// See `matmul_rows::block`: `out[j * m + i] = a_i . w_j` for `m` rows of `a` and the weight
 /// rows `j0..j0 + out.len() / m`.
@@ -12,11 +73,11 @@ use std::arch::x86_64::*;
 /// at stride `wrs`, each `k` long) lies inside its slice.
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn block(
+pub(super) unsafe fn block<W: Weight>(
     a: &[f32],
     ars: usize,
     m: usize,
-    w: &[f32],
+    w: &[W],
     wrs: usize,
     j0: usize,
     k: usize,
@@ -24,21 +85,22 @@ pub(super) unsafe fn block(
 ) {
     let nb = out.len() / m.max(1);
     let kv = k - k % 16;
-    let row = |s: &[f32], r: usize, rs: usize| -> *const f32 { s[r * rs..r * rs + k].as_ptr() };
+    let row = |r: usize| -> *const f32 { a[r * ars..r * ars + k].as_ptr() };
+    let wrow = |r: usize| -> *const W { w[r * wrs..r * wrs + k].as_ptr() };
     let mut j = 0;
     while j < nb {
         let tw = 4.min(nb - j);
-        let ws: [*const f32; 4] = std::array::from_fn(|t| row(w, j0 + j + t.min(tw - 1), wrs));
+        let ws: [*const W; 4] = std::array::from_fn(|t| wrow(j0 + j + t.min(tw - 1)));
         let mut i = 0;
         while i < m {
             let tr = 4.min(m - i);
-            let xs: [*const f32; 4] = std::array::from_fn(|r| row(a, i + r.min(tr - 1), ars));
+            let xs: [*const f32; 4] = std::array::from_fn(|r| row(i + r.min(tr - 1)));
             let mut acc = [[_mm512_setzero_ps(); 4]; 4];
             let mut c = 0;
             while c < kv {
                 // SAFETY: c + 16 <= kv <= k, inside every row (this function's contract).
                 unsafe {
-                    let wv = ws.map(|p| _mm512_loadu_ps(p.add(c)));
+                    let wv = ws.map(|p| load16(p.add(c)));
                     for (acc, x) in acc.iter_mut().zip(xs) {
                         let xv = _mm512_loadu_ps(x.add(c));
                         for (a, wv) in acc.iter_mut().zip(wv) {
@@ -53,7 +115,7 @@ pub(super) unsafe fn block(
                     let mut s = _mm512_reduce_add_ps(acc[r][t]);
                     for e in kv..k {
                         // SAFETY: e < k, inside both rows.
-                        s = unsafe { (*xs[r].add(e)).mul_add(*ws[t].add(e), s) };
+                        s = unsafe { (*xs[r].add(e)).mul_add((*ws[t].add(e)).value(), s) };
                     }
                     out[(j + t) * m + i + r] = s;
                 }

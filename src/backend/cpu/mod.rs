@@ -75,6 +75,12 @@ impl CpuStorage {
 pub(crate) struct CpuBackend;
 
 impl CpuBackend {
+    /// Whether an `m x k` by half-precision `[n, k]` weight product runs with the weight as
+    /// stored (`matmul_rows::product_half`).
+    pub(crate) fn takes_half_weights(m: usize, k: usize) -> bool {
+        m <= matmul_rows::MAX_ROWS && k >= matmul_rows::MIN_K && matmul_rows::takes_half_weights()
+    }
+
     pub(crate) fn info(selection: String) -> DeviceInfo {
         DeviceInfo {
             backend: Backend::Cpu,
@@ -247,7 +253,11 @@ impl BackendOps for CpuBackend {
         bias: Option<&CpuStorage>,
         spec: MatmulSpec,
     ) -> Result<CpuStorage> {
-        matmul::matmul(&a.0, &b.0, bias.map(|b| &b.0[..]), spec).map(CpuStorage)
+        let bias = bias.map(|b| &b.0[..]);
+        if spec.weight != spec.storage {
+            return matmul::matmul_half_weight(&a.0, &b.0, bias, spec).map(CpuStorage);
+        }
+        matmul::matmul(&a.0, &b.0, bias, spec).map(CpuStorage)
     }
 
     fn norm(

@@ -416,16 +416,21 @@ pub(super) fn matmul_quant(
         Arg::I(kw as u32),
         p(&out),
     ];
-    let grid = (
-        u32::try_from(n.div_ceil(per_block)).map_err(|_| Error::LimitExceeded {
+    let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);
+    be.launch(Entry::Qgemv, grid, 128, 0, &args)?;
+    Ok(out)
+}
+
+/// Blocks of `per_block` quantized rows covering `n` rows: the grid's x dimension.
+fn grid_x(n: usize, per_block: usize) -> Result<u32> {
+    let blocks = n.div_ceil(per_block);
+    u32::try_from(blocks)
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| Error::LimitExceeded {
             what: "quantized matrix rows".into(),
             limit: "CUDA grid x dimension",
             needed: n as u64,
             max: (i32::MAX as u64) * per_block as u64,
-        })?,
-        m.clamp(1, 65535) as u32,
-        1,
-    );
-    be.launch(Entry::Qgemv, grid, 128, 0, &args)?;
-    Ok(out)
+        })
 }

@@ -19,13 +19,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let super::embed::ModelArgs {
         device,
         model,
+        options,
         json,
         rest,
     } = super::embed::parse(args, "bench-embed")?;
     if let Some(extra) = rest.first() {
         return Err(format!("unexpected argument {extra:?} for bench-embed"));
     }
-    let embedder = Embedder::load(&device, &model).map_err(|e| e.to_string())?;
+    let embedder = Embedder::load_with(&device, &model, options).map_err(|e| e.to_string())?;
     let mut session = embedder.session();
     // Each workload eagerly, then replayed through the session's compiled graph per bucket.
     let mut time = |texts: &[&str], warm: usize, runs: usize| -> Result<(f64, f64), String> {
@@ -86,12 +87,14 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             .iter()
             .map(|(id, w, v, unit)| serde_json::json!({"id": id, "workload": w, "value": v, "unit": unit}))
             .collect();
-        let out = serde_json::json!({"backend": info.backend.to_string(), "adapter": info.adapter, "rows": rows});
+        let out = serde_json::json!({"backend": info.backend.to_string(), "adapter": info.adapter, "weights": embedder.weight_dtype().name(), "rows": rows});
         println!("{out}");
     } else {
         println!(
-            "all-minilm-l6-v2 (f32) on {} ({})",
-            info.backend, info.adapter
+            "all-minilm-l6-v2 ({} linear weights) on {} ({})",
+            embedder.weight_dtype().name(),
+            info.backend,
+            info.adapter
         );
         for (id, w, v, unit) in rows {
             println!("{id:<4} {w:<56} {v:>10.3} {unit}");

@@ -1,16 +1,17 @@
 //! `gpukit embed`: sentence embeddings of the TEXT arguments with all-MiniLM-L6-v2.
 
-use gpukit::models::Embedder;
+use gpukit::models::{Embedder, EmbedderOptions};
 use gpukit::{Backend, Device};
 
 /// The folder `scripts/fetch-models.sh` fills.
 const DEFAULT_MODEL: &str = "target/models/all-minilm-l6-v2";
 
-/// The options `embed` and `bench-embed` share: the device, the model folder, `--json`, and
-/// the other arguments (the texts).
+/// The options `embed` and `bench-embed` share: the device, the model folder, the linear
+/// weights' dtype (`--weights f16`), `--json`, and the other arguments (the texts).
 pub(crate) struct ModelArgs {
     pub(crate) device: Device,
     pub(crate) model: String,
+    pub(crate) options: EmbedderOptions,
     pub(crate) json: bool,
     pub(crate) rest: Vec<String>,
 }
@@ -18,6 +19,7 @@ pub(crate) struct ModelArgs {
 pub(crate) fn parse(args: &[String], command: &str) -> Result<ModelArgs, String> {
     let (mut backend, mut model, mut json, mut rest) =
         (None, DEFAULT_MODEL.to_string(), false, Vec::new());
+    let mut options = EmbedderOptions::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -27,6 +29,15 @@ pub(crate) fn parse(args: &[String], command: &str) -> Result<ModelArgs, String>
                 backend = Some(name.parse::<Backend>().map_err(|e| e.to_string())?);
             }
             "--model" => model = it.next().ok_or("--model needs a folder")?.clone(),
+            "--weights" => {
+                let name = it.next().ok_or("--weights needs f32, f16 or bf16")?;
+                options.weights = match name.as_str() {
+                    "f32" => gpukit::DType::F32,
+                    "f16" => gpukit::DType::F16,
+                    "bf16" => gpukit::DType::BF16,
+                    _ => return Err(format!("--weights {name:?}: f32, f16 or bf16")),
+                };
+            }
             "--" => rest.extend(it.by_ref().cloned()),
             other if other.starts_with("--") => {
                 return Err(format!("unknown option {other:?} for {command}"))
@@ -51,6 +62,7 @@ pub(crate) fn parse(args: &[String], command: &str) -> Result<ModelArgs, String>
     Ok(ModelArgs {
         device,
         model,
+        options,
         json,
         rest,
     })
@@ -60,13 +72,17 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let ModelArgs {
         device,
         model,
+        options,
         json,
         rest: texts,
     } = parse(args, "embed")?;
     if texts.is_empty() {
-        return Err("usage: gpukit embed [--backend B] [--model DIR] [--json] TEXT...".into());
+        return Err(
+            "usage: gpukit embed [--backend B] [--model DIR] [--weights f16] [--json] TEXT..."
+                .into(),
+        );
     }
-    let embedder = Embedder::load(&device, &model).map_err(|e| e.to_string())?;
+    let embedder = Embedder::load_with(&device, &model, options).map_err(|e| e.to_string())?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let t0 = std::time::Instant::now();
     let embeddings = embedder.embed_blocking(&refs).map_err(|e| e.to_string())?;

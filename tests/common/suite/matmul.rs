@@ -212,13 +212,7 @@ pub async fn matmul_options(dev: &Device) {
     .into_iter()
     .enumerate()
     {
-        let rows: usize = lead.iter().product();
-        let mut rng = Rng::new(8400 + ci as u64);
-        let (x, w, c) = (
-            rng.vec(rows * k, -1.0, 1.0),
-            rng.vec(n * k, -1.0, 1.0),
-            rng.vec(n, -1.0, 1.0),
-        );
+        let (rows, x, w, c) = linear_inputs(8400 + ci as u64, &lead, k, n);
         let mut shape = lead.clone();
         shape.push(k);
         let tx = dev.tensor(&x, &shape).unwrap();
@@ -419,4 +413,73 @@ pub async fn matmul_f16_small_rows(dev: &Device) {
     };
     let got = x.matmul_with(&w, exact).unwrap().read().await.unwrap();
     assert_eq!(got, vec![70003.0; 3]);
+}
+
+/// An f16 or bf16 weight under f32 rows (as a model keeps its linears in half precision):
+/// the product of the rounded weight, whether the backend reads the weight as stored (the
+/// CPU's few-row product with AVX-512: up to 32 rows, k from 128) or widens it first; edge
+/// tiles, row tails past 16, a bias and an activation, and 40 rows past the few-row path.
+pub async fn matmul_half_weights(dev: &Device) {
+    use gpukit::{Activation, DType};
+    for dtype in [DType::F16, DType::BF16] {
+        let round = |x: f32| match dtype {
+            DType::F16 => half::f16::from_f32(x).to_f32(),
+            _ => half::bf16::from_f32(x).to_f32(),
+        };
+        for (ci, (lead, k, n)) in [
+            (vec![1usize], 128usize, 7usize),
+            (vec![5], 131, 9),
+            (vec![2, 7], 384, 33),
+            (vec![32], 200, 5),
+            (vec![40], 128, 3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (rows, x, w, c) = linear_inputs(8500 + ci as u64, &lead, k, n);
+            let mut shape = lead.clone();
+            shape.push(k);
+            let tx = dev.tensor(&x, &shape).unwrap();
+            let tw = dev.tensor(&w, &[n, k]).unwrap().cast(dtype).unwrap();
+            let tc = dev.tensor(&c, &[n]).unwrap();
+            let (with_bias, act) = match ci % 3 {
+                0 => (false, None),
+                1 => (true, None),
+                _ => (true, Some(Activation::Silu)),
+            };
+            let y = tx.linear(&tw, with_bias.then_some(&tc), act).unwrap();
+            assert_eq!(y.dtype(), DType::F32);
+            let got = y.read().await.unwrap();
+            let rounded: Vec<f32> = w.iter().map(|&v| round(v)).collect();
+            let want = oracle::matmul_with(
+                &x,
+                &rounded,
+                (rows, k, n),
+                (false, true),
+                with_bias.then_some(&c[..]),
+                act.map(|_| gpukit::UnaryOp::Silu),
+            );
+            check(
+                &format!("{} weight: {lead:?} x {k} by [{n}, {k}]^T", dtype.name()),
+                &|i| format!("out[{}][{}]", i / n, i % n),
+                &got,
+                &want,
+            );
+        }
+    }
+}
+
+/// A linear layer's random operands for rows of shape `lead` (their count, x, the `[n, k]`
+/// weight, the bias).
+fn linear_inputs(
+    seed: u64,
+    lead: &[usize],
+    k: usize,
+    n: usize,
+) -> (usize, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let rows: usize = lead.iter().product();
+    let mut rng = Rng::new(seed);
+    let x = rng.vec(rows * k, -1.0, 1.0);
+    let w = rng.vec(n * k, -1.0, 1.0);
+    (rows, x, w, rng.vec(n, -1.0, 1.0))
 }

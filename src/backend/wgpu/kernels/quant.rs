@@ -38,6 +38,7 @@ impl WgpuBackend {
                 precision: Precision::F32,
                 tile: None,
                 storage: crate::DType::F32,
+                weight: crate::DType::F32,
             };
             return self.encode_matmul(x, &weights, None, spec);
         }
