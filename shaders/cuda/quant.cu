@@ -173,11 +173,18 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const flo
                                                          const float* __restrict__ mins,
                                                          const u32* __restrict__ words,
                                                          const float* __restrict__ x, u64 m,
-                                                         u64 n, u64 k, u32 kw,
+                                                         u64 n, u64 k, u32 kw, u32 few,
                                                          float* __restrict__ out) {
     __shared__ float red[4][8];
+    // `few`: 2 outputs a group, for matrices too small to fill the GPU with groups of 8 (a
+    // small GEMV waits on its slowest warp's arithmetic).
+    if (few) {
+        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, out);
+        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, out);
+        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, out);
+        return;
+    }
     if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, out);
     else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, out);
     else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, out);
 }
-

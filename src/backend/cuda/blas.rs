@@ -390,10 +390,16 @@ pub(super) fn matmul_quant(
         return Ok(out);
     }
     // Blocks of 4 warps in groups of `kw` warps that split a row's quant blocks (32 a warp
-    // a round); a group takes 8 outputs (4 for Q8_0). See qgemv in quant.cu. (Raising kw for
-    // short rows, to spread small GEMVs over more blocks, made SmolLM2's decoding slower.)
+    // a round); a group takes 8 outputs (4 for Q8_0), or 2. See qgemv in quant.cu. (Raising
+    // kw for short rows, to spread small GEMVs over more blocks, made SmolLM2's decoding
+    // slower.)
     let blocks = k / 32;
-    let rows = if w.format == crate::QuantFormat::Q8_0 {
+    // Matrices under 4096 rows (a small model's layers) take 2 outputs a group: more warps,
+    // each with less arithmetic before the result.
+    let few = n < 4096;
+    let rows = if few {
+        2
+    } else if w.format == crate::QuantFormat::Q8_0 {
         4
     } else {
         8
@@ -414,6 +420,7 @@ pub(super) fn matmul_quant(
         u(n),
         u(k),
         Arg::I(kw as u32),
+        Arg::I(few as u32),
         p(&out),
     ];
     let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);
