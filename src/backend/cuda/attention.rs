@@ -129,13 +129,13 @@ pub(super) fn attention(
     };
     // Decoding, up to 4 query rows a KV head of width 32, 64, 128 or 256 with 16-byte aligned
     // rows: keys and values read straight into registers (8 columns a lane, a round of loads
-    // in flight a warp), the keys split for about four blocks an SM.
+    // in flight a warp), the keys split across blocks.
     let group = a.hq / a.hkv.max(1) * a.sq;
     let kv_blocks = a.batch * a.hkv.max(1);
-    // Keys a decoding block takes: a multiple of `round` giving about four blocks an SM, at
-    // most 1024 splits.
-    let chunk_of = |round: usize| {
-        let want = (4 * backend.multiprocessors as usize)
+    // Keys a decoding block takes: a multiple of `round` giving about `per_sm` blocks an SM,
+    // at most 1024 splits.
+    let chunk_of = |round: usize, per_sm: usize| {
+        let want = (per_sm * backend.multiprocessors as usize)
             .div_ceil(kv_blocks)
             .max(1);
         a.sk.div_ceil(want)
@@ -162,7 +162,10 @@ pub(super) fn attention(
         // Keys a block takes a round (attention_rows.cu): 4 warps x 32 / (d / 8) keys a read
         // x 2 reads (f32) or 4 (halves).
         let round = 4 * (256 / a.d) * if elem == 0 { 2 } else { 4 };
-        let chunk = chunk_of(round);
+        // About four rounds a block at A3's shape: 4 blocks an SM for f32, 2 for halves (whose
+        // rounds take twice the keys); on an H100 A3 f16 took 30.1 us at 4 and 21.7 at 2, f32
+        // 22.1 at 4 and 25.0 at 2.
+        let chunk = chunk_of(round, if elem == 0 { 4 } else { 2 });
         let splits = a.sk.div_ceil(chunk).max(1);
         let grid = (splits as u32, kv_blocks as u32, 1);
         let entry = Entry::AttentionRows { half: elem != 0 };
@@ -173,7 +176,7 @@ pub(super) fn attention(
     // and value is read once; the keys split into chunks (multiples of 32) for about four
     // blocks an SM, at most 1024 of them. f16 and bf16 caches are read as stored.
     if a.sq <= 4 && group <= 16 && a.d <= 256 && a.dv <= 256 && kv_blocks <= 65535 {
-        let chunk = chunk_of(32);
+        let chunk = chunk_of(32, 4);
         let splits = a.sk.div_ceil(chunk).max(1);
         let shared = (group * a.d + 32 * (a.d + 1) + 32 * a.dv + group * 32 + 3 * group) * 4;
         if shared <= backend.shared_optin as usize {
