@@ -5,6 +5,7 @@
 //! tensors do not carry the tokenizers and loaders.
 
 pub mod bert;
+mod bert_config;
 pub mod bpe;
 mod decode;
 pub mod generate;

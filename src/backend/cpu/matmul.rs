@@ -147,9 +147,7 @@ pub(super) fn matmul_half_weight(
     }
     let mut out = vec![0.0f32; d.m * d.n];
     if let Some(bias) = bias {
-        for row in out.chunks_exact_mut(d.n) {
-            row.copy_from_slice(&bias[..d.n]);
-        }
+        fill_rows(&mut out, bias, d.n);
     }
     if d.m * d.n > 0 {
         let bf16 = spec.weight == crate::DType::BF16;
@@ -171,6 +169,16 @@ pub(super) fn matmul_half_weight(
         unary_in_place(act.as_unary(), &mut out);
     }
     Ok(out)
+}
+
+/// Every `n`-wide row of `out` set to `bias` (the accumulator the product adds to).
+fn fill_rows(out: &mut [f32], bias: &[f32], n: usize) {
+    if n == 0 {
+        return;
+    }
+    for row in out.chunks_exact_mut(n) {
+        row.copy_from_slice(&bias[..n]);
+    }
 }
 
 /// `[batch, m, n]` products with the bias and activation of `spec`.
@@ -203,9 +211,7 @@ pub(super) fn matmul(
         return Ok(out);
     }
     if let Some(bias) = bias {
-        for row in out.chunks_exact_mut(d.n) {
-            row.copy_from_slice(&bias[..d.n]);
-        }
+        fill_rows(&mut out, bias, d.n);
     }
     let entry = |e: usize, c: &mut [f32], threads: usize| {
         let va = View {

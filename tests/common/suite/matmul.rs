@@ -418,7 +418,8 @@ pub async fn matmul_f16_small_rows(dev: &Device) {
 /// An f16 or bf16 weight under f32 rows (as a model keeps its linears in half precision):
 /// the product of the rounded weight, whether the backend reads the weight as stored (the
 /// CPU's few-row product with AVX-512: up to 32 rows, k from 128) or widens it first; edge
-/// tiles, row tails past 16, a bias and an activation, and 40 rows past the few-row path.
+/// tiles, row tails past 16, a bias and an activation, 40 rows past the few-row path, and an
+/// empty weight.
 pub async fn matmul_half_weights(dev: &Device) {
     use gpukit::{Activation, DType};
     for dtype in [DType::F16, DType::BF16] {
@@ -432,6 +433,8 @@ pub async fn matmul_half_weights(dev: &Device) {
             (vec![2, 7], 384, 33),
             (vec![32], 200, 5),
             (vec![40], 128, 3),
+            // No output columns (an empty weight), with a bias.
+            (vec![3], 128, 0),
         ]
         .into_iter()
         .enumerate()
