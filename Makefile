@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama bench-tjs gpu-stage
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama bench-tjs gpu-web
 
 deps:
 	@bash scripts/deps.sh
@@ -115,3 +115,10 @@ bench-wllama: www
 ## throughput on the CPU and on WebGPU, one thread each.
 bench-tjs: www
 	node scripts/peers/transformers_js.mjs
+
+## The browser path on a real GPU: stages into .gpu/ what an NVIDIA Linux machine without Node
+## or Rust needs to run the op suite on WebGPU through Dawn (Chrome's WebGPU, the npm package
+## `webgpu` in Node) and the benchmark workloads beside raw WebGPU and tfjs-webgpu there, with
+## native Vulkan alongside. Run it there: `bash .gpu/on-gpu.sh bash .gpu/web/run.sh`.
+gpu-web: www
+	bash scripts/dawn/stage.sh

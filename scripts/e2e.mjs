@@ -147,14 +147,14 @@ try {
     const backend = await page.evaluate(() => document.body.dataset.backend);
     check(backend === "webgpu", `bench: backend is WebGPU (${backend})`);
     const rows = await page.evaluate(() => window.gpukitBench || []);
-    check(rows.length === 11, `bench: ${rows.length} workloads ran`);
+    check(rows.length === 13, `bench: ${rows.length} workloads ran`);
     for (const r of rows) {
       const fmt = (x) =>
         x ? (x.ok ? `${x.ms.toFixed(2)} ms` : `failed: ${x.error || x.err}`) : "n/a";
       console.log(`     ${r.id}: gpukit ${fmt(r.gpukit)}, raw ${fmt(r.raw)}, tfjs ${fmt(r.tfjs)}`);
       check(r.gpukit?.ok, `bench: ${r.id} gpukit result verified`);
-      // Raw WebGPU has no softmax, conv2d or attention kernel.
-      if (!["W3", "C1", "A1"].includes(r.id))
+      // Raw WebGPU has no softmax, GEMV, conv2d or attention kernel.
+      if (!["W3", "S1", "G1", "C1", "A1"].includes(r.id))
         check(r.raw?.ok, `bench: ${r.id} raw WebGPU result verified`);
     }
     const tuning = await page.evaluate(() => window.gpukitTuning || []);

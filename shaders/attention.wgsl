@@ -409,3 +409,174 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         }
     }
 }
+
+// main_flash: blocks of 64 query rows for heads up to 64 wide, in the manner of flash attention.
+// 256 invocations, four a query row. Each keeps its row of q in registers (16 vec4), scores 8
+// keys of every 32-key tile (keys c, c + 4, .., c + 28, where c is its place among the row's
+// four) and owns 16 output columns (vec4 groups c, c + 4, c + 8, c + 12). For each tile:
+//   1. the tile's key and value rows go to workgroup memory;
+//   2. each invocation scores its 8 keys (masked and scaled as in `main`) and shares their
+//      maximum with the row's other three, which gives the row's new running maximum;
+//   3. each turns its scores into probabilities against it, rescales its accumulators and its
+//      share of the denominator, and writes the probabilities to workgroup memory;
+//   4. each adds the tile's 32 probabilities times the value rows to its 16 columns.
+// The four shares of the denominator are added at the end. About 26 KB of workgroup memory,
+// under the 32 KB that browsers give on desktop GPUs.
+const FR: u32 = 64u; // query rows a block
+const FK: u32 = 32u; // keys a tile
+const FK4: u32 = 17u; // vec4s a row of k_flash: 16, and one of padding so that the four keys
+// a warp reads at once fall in different banks
+const FPS: u32 = 33u; // p_flash's row stride, padded for the same reason
+
+var<workgroup> k_flash: array<vec4<f32>, FK * FK4>;
+var<workgroup> v_flash: array<vec4<f32>, FK * 16u>;
+var<workgroup> p_flash: array<f32, FR * FPS>;
+var<workgroup> share_flash: array<f32, WG>;
+
+@compute @workgroup_size(256)
+fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i0 = wid.x * FR;
+    let h = wid.y;
+    let b = wid.z;
+    let d = params.d;
+    let dv = params.dv;
+    let d4 = (d + 3u) / 4u;
+    let dv4 = (dv + 3u) / 4u;
+    let kvh = h / (params.hq / params.hkv);
+    let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
+    let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
+    let neg_inf = bitcast<f32>(neg_inf_bits);
+    let r = lid / 4u;
+    let c = lid % 4u;
+    let i = i0 + r;
+    let mine = visible_keys(i, b);
+    if (lid == 0u) {
+        // Visible keys grow with the row: the block's last row sees the most.
+        visible_shared = visible_keys(min(i0 + FR, params.sq) - 1u, b);
+    }
+    let keys = workgroupUniformLoad(&visible_shared);
+
+    var qr: array<vec4<f32>, 16>;
+    if (i < params.sq) {
+        let qb = q_row_at(b, h, i);
+        for (var e4 = 0u; e4 < 16u; e4 = e4 + 1u) {
+            var x = vec4<f32>(0.0);
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                if (e4 * 4u + j < d) {
+                    x[j] = q[qb + e4 * 4u + j];
+                }
+            }
+            qr[e4] = x;
+        }
+    }
+    var acc: array<vec4<f32>, 4>;
+    var m = neg_inf;
+    var l = 0.0;
+    for (var tile = 0u; tile < keys; tile = tile + FK) {
+        let n = min(FK, params.sk - tile);
+        for (var t = lid; t < FK * 64u; t = t + WG) {
+            let key = t / 64u;
+            let e = t % 64u;
+            var kx = 0.0;
+            var vx = 0.0;
+            if (key < n) {
+                if (e < d) {
+                    kx = k[k_base + (tile + key) * params.k_ss + e];
+                }
+                if (e < dv) {
+                    vx = v[v_base + (tile + key) * params.v_ss + e];
+                }
+            }
+            k_flash[key * FK4 + e / 4u][e % 4u] = kx;
+            v_flash[key * 16u + e / 4u][e % 4u] = vx;
+        }
+        workgroupBarrier();
+
+        var s: array<f32, 8>;
+        var top = neg_inf;
+        for (var u = 0u; u < 8u; u = u + 1u) {
+            let key = c + 4u * u;
+            var dot_ = 0.0;
+            for (var e4 = 0u; e4 < 16u; e4 = e4 + 1u) {
+                if (e4 < d4) {
+                    dot_ = dot_ + dot(qr[e4], k_flash[key * FK4 + e4]);
+                }
+            }
+            var x = neg_inf;
+            if (tile + key < mine) {
+                x = score(dot_);
+            }
+            s[u] = x;
+            top = max(top, x);
+        }
+        share_flash[lid] = top;
+        workgroupBarrier();
+        let row = r * 4u;
+        let tile_max = max(
+            max(share_flash[row], share_flash[row + 1u]),
+            max(share_flash[row + 2u], share_flash[row + 3u])
+        );
+        let m_new = max(m, tile_max);
+        // A row with no finite maximum yet keeps its zeros (-inf: nothing seen, which also
+        // avoids -inf - -inf; +inf: the row ends NaN).
+        var scale = 1.0;
+        var sum = 0.0;
+        if (is_finite(m_new)) {
+            scale = select(0.0, exp(m - m_new), is_finite(m));
+            for (var u = 0u; u < 8u; u = u + 1u) {
+                let p = exp(s[u] - m_new);
+                s[u] = p;
+                sum = sum + p;
+            }
+        } else {
+            for (var u = 0u; u < 8u; u = u + 1u) {
+                s[u] = 0.0;
+            }
+        }
+        m = m_new;
+        l = l * scale + sum;
+        for (var u = 0u; u < 8u; u = u + 1u) {
+            p_flash[r * FPS + c + 4u * u] = s[u];
+        }
+        for (var t = 0u; t < 4u; t = t + 1u) {
+            acc[t] = acc[t] * scale;
+        }
+        workgroupBarrier();
+
+        for (var j = 0u; j < FK; j = j + 1u) {
+            let p = p_flash[r * FPS + j];
+            for (var t = 0u; t < 4u; t = t + 1u) {
+                let g = c + 4u * t;
+                if (g < dv4) {
+                    acc[t] = fma(vec4<f32>(p), v_flash[j * 16u + g], acc[t]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    // The row's denominator: the sum of its four shares.
+    share_flash[lid] = l;
+    workgroupBarrier();
+    let row = r * 4u;
+    let denom = (share_flash[row] + share_flash[row + 1u]) + (share_flash[row + 2u] + share_flash[row + 3u]);
+    if (i < params.sq) {
+        // A row with no visible key gets zeros; one whose maximum is not finite, NaN.
+        let finite = is_finite(m);
+        let seen = mine > 0u;
+        let o = out_row_at(b, h, i);
+        for (var t = 0u; t < 4u; t = t + 1u) {
+            let g = c + 4u * t;
+            for (var j = 0u; j < 4u; j = j + 1u) {
+                let col = g * 4u + j;
+                if (col < dv) {
+                    var x = 0.0;
+                    if (seen) {
+                        x = select(bitcast<f32>(nan_bits), acc[t][j] / denom, finite);
+                    }
+                    out[o + col] = x;
+                }
+            }
+        }
+    }
+}

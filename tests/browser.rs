@@ -8,52 +8,14 @@
 #[macro_use]
 mod common;
 
-use std::cell::RefCell;
-
-use gpukit::{Backend, Device, DispatchPolicy};
+use common::web::webgpu;
+use gpukit::{Backend, Device};
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-thread_local! {
-    static WEBGPU: RefCell<Option<Device>> = const { RefCell::new(None) };
-}
-
-/// The browser's WebGPU device, opened once (so the matmul tuner's in-memory record is shared).
-async fn webgpu() -> Device {
-    if let Some(d) = WEBGPU.with(|d| d.borrow().clone()) {
-        return d;
-    }
-    let d = Device::with_backend(Backend::WebGpu)
-        .await
-        .unwrap_or_else(|e| panic!("the browser suite needs a WebGPU adapter: {e}"));
-    WEBGPU.with(|cell| *cell.borrow_mut() = Some(d.clone()));
-    d
-}
-
-/// The hybrid of WebGPU and the CPU with crossovers small enough that the suite's sizes run
-/// on both sides: the browser's path, where inputs already on the adapter stay there.
-async fn hybrid() -> Device {
-    let policy = DispatchPolicy::fixed("browser suite", Some(4096), Some(64));
-    Device::hybrid(&webgpu().await, policy).expect("a hybrid of the browser's adapter")
-}
-
-macro_rules! browser_suite {
-    ($module:ident, $device:ident, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[wasm_bindgen_test]
-                async fn $test() {
-                    common::suite::$test(&$device().await).await;
-                }
-            )*
-        }
-    };
-}
-
-with_suite_tests!(browser_suite!(webgpu, webgpu,));
-with_suite_tests!(browser_suite!(hybrid, hybrid,));
+with_suite_tests!(web_suite!(webgpu, webgpu,));
+with_suite_tests!(web_suite!(hybrid, hybrid,));
 
 /// The device really is the browser's WebGPU adapter (SwiftShader in headless Chromium), with
 /// its limits, named from the browser's `GPUAdapter.info` (vendor and architecture), which wgpu

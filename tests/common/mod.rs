@@ -6,6 +6,10 @@ pub mod oracle;
 
 pub mod suite;
 
+#[cfg(target_arch = "wasm32")]
+#[macro_use]
+pub mod web;
+
 /// Calls `$callback!($args.. [every test of the op suite])`: the one list of the suite's
 /// tests, which each harness (native backends, Node, the browser) turns into tests its way.
 macro_rules! with_suite_tests {

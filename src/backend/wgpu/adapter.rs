@@ -292,18 +292,17 @@ pub(crate) async fn ranked(
     (usable, rejected)
 }
 
-/// In a browser, the name and vendor of the adapter from `GPUAdapter.info`, where wgpu gives
-/// none: wgpu keeps only its `description`, which browsers leave empty to limit
-/// fingerprinting, while `vendor` and `architecture` ("google", "swiftshader"; "nvidia",
-/// "hopper") are given. The browser's default adapter is the one wgpu opened (gpukit asks for
-/// no other). Leaves `info` as it is where the browser says nothing more.
+/// In a browser, the name and vendor of the adapter from `GPUAdapter.info`: wgpu keeps only
+/// its `description`, which browsers leave empty to limit fingerprinting or fill with the
+/// driver's version (Dawn in Node: "NVIDIA: 580.159.04 ..."), and no vendor, while `vendor`,
+/// `architecture` and `device` ("google", "swiftshader"; "nvidia", "hopper") are given. The
+/// name becomes those three; a description wgpu took for the name moves to `driver` when that
+/// is empty. The browser's default adapter is the one wgpu opened (gpukit asks for no other).
+/// Leaves `info` as it is where the browser says nothing more.
 #[cfg(target_arch = "wasm32")]
 pub(crate) async fn name_from_browser(info: &mut DeviceInfo) {
     use js_sys::{Function, Promise, Reflect};
     use wasm_bindgen::{JsCast, JsValue};
-    if !info.adapter.is_empty() && info.adapter != UNNAMED {
-        return;
-    }
     let get = |v: &JsValue, k: &str| Reflect::get(v, &JsValue::from_str(k)).ok();
     let Some(gpu) = get(&js_sys::global(), "navigator").and_then(|n| get(&n, "gpu")) else {
         return;
@@ -333,7 +332,10 @@ pub(crate) async fn name_from_browser(info: &mut DeviceInfo) {
         .cloned()
         .collect();
     if !name.is_empty() {
-        info.adapter = name.join(" ");
+        let described = std::mem::replace(&mut info.adapter, name.join(" "));
+        if info.driver.is_empty() && !described.is_empty() && described != UNNAMED {
+            info.driver = described;
+        }
         info.software |= is_software_name(&info.adapter);
     }
     if let Some(v) = vendor {

@@ -15,6 +15,8 @@ pub(crate) mod pool;
 mod recorder;
 pub(crate) mod shaders;
 pub(crate) mod tuner;
+#[cfg(web)]
+mod web_features;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -204,7 +206,8 @@ impl WgpuBackend {
             crate::future::block_on(adapter.request_device(&descriptor))
         });
         #[cfg(web)]
-        let requested = adapter.request_device(&descriptor).await;
+        let requested =
+            web_features::requesting_subgroups(|| adapter.request_device(&descriptor)).await;
         let (device, queue) = requested.map_err(|e| Error::BackendUnavailable {
             backend,
             reason: format!("device request failed: {e}"),
@@ -241,9 +244,15 @@ impl WgpuBackend {
             batch: None,
         };
         let shader_f16 = device.features().contains(wgpu::Features::SHADER_F16);
-        let subgroup_kernels = cfg!(native)
-            && device.features().contains(wgpu::Features::SUBGROUP)
-            && adapter.get_info().subgroup_min_size >= 4;
+        #[cfg(native)]
+        let subgroup_kernels = device.features().contains(wgpu::Features::SUBGROUP);
+        #[cfg(web)]
+        let subgroup_kernels = web_features::subgroup_kernels(&device);
+        #[cfg(web)]
+        {
+            info.features.subgroups = web_features::has_subgroups(&device);
+        }
+        let subgroup_kernels = subgroup_kernels && adapter.get_info().subgroup_min_size >= 4;
         let core = Core {
             device,
             queue,

@@ -53,6 +53,9 @@ pub(crate) enum AttentionBlocks {
     Wide,
     /// `main`, one row: wider heads.
     Row,
+    /// `main_flash`, 64 rows, four invocations a row: heads up to 64 wide with at least 32
+    /// query rows, where the adapter has the workgroup memory (`FLASH_WORKGROUP_BYTES`).
+    Flash,
 }
 
 impl AttentionBlocks {
@@ -71,9 +74,15 @@ impl AttentionBlocks {
             AttentionBlocks::Narrow => 16,
             AttentionBlocks::Wide => 8,
             AttentionBlocks::Row => 1,
+            AttentionBlocks::Flash => 64,
         }
     }
 }
+
+/// Workgroup memory `main_flash` declares (its key, value and probability tiles and the rows'
+/// shares): under the 32 KB browsers give on desktop GPUs.
+pub(crate) const FLASH_WORKGROUP_BYTES: u32 =
+    32 * 17 * 16 + 32 * 16 * 16 + 64 * 33 * 4 + 256 * 4 + 4;
 
 /// One pipeline: a kernel and its specialisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -194,7 +203,14 @@ impl Kernel {
     /// Whether the kernel's indices and loops were audited to stay in bounds without runtime
     /// checks (see `create_module`).
     fn audited(self) -> bool {
-        matches!(self, Kernel::Matmul { .. })
+        matches!(
+            self,
+            Kernel::Matmul { .. }
+                | Kernel::Attention {
+                    blocks: AttentionBlocks::Flash,
+                    ..
+                }
+        )
     }
 
     /// Which shader module the kernel's pipeline is made from.
@@ -207,6 +223,7 @@ impl Kernel {
                 ..
             } => ModuleKey::Matmul(tile, arith, vectors),
             Kernel::Fused { id, .. } => ModuleKey::Fused(id),
+            other if other.audited() => ModuleKey::Audited(other.shader()),
             other => ModuleKey::File(other.shader()),
         }
     }
@@ -224,6 +241,12 @@ impl Kernel {
                 shader: "fused kernel",
                 detail: "generated sources are registered with the pipeline cache".into(),
             }),
+            #[cfg(web)]
+            Kernel::Gemv { subgroup: true, .. } => Ok(Cow::Owned(format!(
+                "{}{}",
+                super::web_features::ENABLE_SUBGROUPS,
+                self.shader().source()
+            ))),
             other => Ok(Cow::Borrowed(other.shader().source())),
         }
     }
@@ -256,6 +279,10 @@ impl Kernel {
             Kernel::StridedBinary(_) => "binary",
             Kernel::WriteRows => "write_rows",
             Kernel::TopKSelect => "main_select",
+            Kernel::Attention {
+                blocks: AttentionBlocks::Flash,
+                ..
+            } => "main_flash",
             Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -367,6 +394,8 @@ impl Kernel {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum ModuleKey {
     File(Shader),
+    /// A file's module made without runtime checks, for the audited entry points in it.
+    Audited(Shader),
     Matmul(MatmulTile, Arith, bool),
     Fused(u64),
 }
@@ -485,8 +514,13 @@ impl PipelineCache {
 /// constants and invocation ids below the tile sizes, bound every storage access by explicit
 /// comparisons with the sizes they were dispatched for, and loop a bounded number of times;
 /// without the checks the driver unrolls and schedules their inner loops, 1.4x faster at
-/// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Buffer accesses keep whatever robustness
-/// the driver itself provides. In the browser the checks are the browser's to keep.
+/// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Flash attention
+/// (`main_flash`) indexes its workgroup and private arrays with constants and invocation ids
+/// below their sizes (64 rows, 32 keys, 16 vec4 of q), reads q, k and v only at rows below sq
+/// and sk and columns below d and dv, whose extents were checked against the bindings, and its
+/// tile loop ends at the key count; with the checks its private arrays left registers.
+/// Buffer accesses keep whatever robustness the driver itself provides. In the browser the
+/// checks are the browser's to keep.
 fn create_module(
     device: &wgpu::Device,
     desc: wgpu::ShaderModuleDescriptor<'_>,

@@ -18,11 +18,11 @@ pub async fn attention(dev: &Device) {
         bool,
         Option<Vec<u32>>,
     );
-    // On wgpu, heads up to 64 wide run on blocks of 16 query rows, up to 128 on blocks of 8,
-    // wider ones a row at a time: the cases cover all three, partial blocks and key tiles, d not
+    // On wgpu, heads up to 64 wide run on blocks of 64 query rows from 32 rows on (16 below),
+    // up to 128 on blocks of 8, wider ones a row at a time: the cases cover all four, partial blocks and key tiles, d not
     // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
     // takes 64 query rows and 64 keys at a time: several of each, partial, causal and not.
-    let cases: [Case; 21] = [
+    let cases: [Case; 22] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -38,6 +38,7 @@ pub async fn attention(dev: &Device) {
         (1, 2, 2, 7, 19, 160, 130, false, None),
         (1, 2, 1, 130, 150, 64, 64, true, None),
         (2, 3, 3, 70, 70, 32, 32, false, Some(vec![65, 3])),
+        (1, 3, 1, 67, 90, 33, 57, true, Some(vec![80])),
         // Decoding (CUDA splits the keys of up to 4 query rows across blocks): grouped heads
         // with a length, a long causal row in many splits, wide heads, two rows and a batch.
         (1, 9, 3, 1, 257, 64, 64, false, Some(vec![200])),
@@ -114,11 +115,12 @@ pub async fn attention(dev: &Device) {
 
 /// Attention gives the CPU's NaN for a NaN in q or k, a +inf score, and a row whose visible
 /// scores are all -inf; a row with no visible key stays zero; other rows are unaffected. Head
-/// widths cover wgpu's three kernels (16-row blocks, 8-row blocks, a row at a time).
+/// widths and row counts cover wgpu's four kernels (64-row flash blocks, 16-row blocks, 8-row
+/// blocks, a row at a time).
 pub async fn attention_special_values(dev: &Device) {
-    for d in [8usize, 96, 160] {
-        let (sq, sk) = (5, 3);
-        let mut rng = Rng::new(9700 + d as u64);
+    for (d, sq) in [(8usize, 5usize), (96, 5), (160, 5), (8, 40), (64, 37)] {
+        let sk = 3;
+        let mut rng = Rng::new(9700 + (d * sq) as u64);
         let mut q = rng.vec(sq * d, 0.1, 1.0);
         let mut k = rng.vec(sk * d, 0.1, 1.0);
         let v = rng.vec(sk * d, -1.0, 1.0);
@@ -224,7 +226,7 @@ pub async fn attention_special_values(dev: &Device) {
             .read()
             .await
             .unwrap();
-        // Causal with sq = 5 > sk = 3: row i sees keys 0 ..= i; key 1 holds the NaN.
+        // Causal with sq > sk = 3: row i sees keys 0 ..= i; key 1 holds the NaN.
         for i in 0..sq {
             let r = &got[i * d..(i + 1) * d];
             match i {
@@ -371,6 +373,7 @@ pub async fn attention_layouts(dev: &Device) {
         (1, 3, 3, 19, 64, false, None),
         (2, 2, 1, 9, 96, true, None),
         (1, 2, 1, 5, 160, true, Some(vec![3])),
+        (2, 2, 1, 45, 40, true, Some(vec![30, 45])),
     ];
     for (ci, (b, hq, hkv, s, d, causal, lens)) in cases.into_iter().enumerate() {
         let seed = 9450 + ci as u64;

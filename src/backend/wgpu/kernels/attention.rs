@@ -1,6 +1,6 @@
 //! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
 
-use super::super::pipelines::AttentionBlocks;
+use super::super::pipelines::{AttentionBlocks, FLASH_WORKGROUP_BYTES};
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
 use super::{whole, Kernel};
 use crate::error::{Error, Result};
@@ -103,10 +103,18 @@ impl Shared {
         // Heads up to 128 wide take blocks of query rows (one load of a key serves the block);
         // a few rows (decoding) take the row kernel, which scores 256 keys at a time instead
         // of walking tiles of 8 or 16 for a block of rows it mostly does not have.
+        // Heads up to 64 wide with enough rows to fill its blocks take the flash kernel, where
+        // the adapter has its workgroup memory.
+        let width = d.max(dv);
         let blocks = if sq <= 4 {
             AttentionBlocks::Row
+        } else if sq >= 32
+            && width <= 64
+            && self.limits.max_compute_workgroup_storage_size >= FLASH_WORKGROUP_BYTES
+        {
+            AttentionBlocks::Flash
         } else {
-            AttentionBlocks::for_width(d.max(dv))
+            AttentionBlocks::for_width(width)
         };
         let kernel = Kernel::Attention {
             causal: a.causal,

@@ -49,6 +49,11 @@ fn every_kernel() -> Vec<Kernel> {
             lens: true,
             blocks: AttentionBlocks::Wide,
         },
+        Kernel::Attention {
+            causal: true,
+            lens: true,
+            blocks: AttentionBlocks::Flash,
+        },
     ]);
     for activation in [
         None,
