@@ -2,9 +2,11 @@
 //
 // A row's statistics are (m, s): its maximum and the sum of exp(x - m). Pairs merge exactly
 // (the online-softmax rule), so a long row is split into chunks:
-// `stats`: one workgroup per (row, chunk) writes the chunk's (m, s) pair;
+// `stats`: one workgroup per (row, chunk) writes the chunk's (m, s) pair (each invocation
+// pushes its elements into a pair with one exponential each, then the pairs merge);
 // `combine`: one workgroup per row merges its chunks' pairs (skipped with one chunk per row);
-// `apply`: one invocation per element writes exp(x - m) / s, or x - m - log(s) when LOG.
+// `apply`: one invocation per element writes exp(x - m) / s, or x - m - log(s) when LOG;
+// `rows`: rows of one chunk, all of that in one workgroup a row and one dispatch.
 // Pairs are stored as two consecutive f32. NaN propagates through m; -inf entries add 0.
 
 // Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
@@ -35,6 +37,8 @@ struct Params {
 
 var<workgroup> shared_m: array<f32, WG>;
 var<workgroup> shared_s: array<f32, WG>;
+var<workgroup> round_m: array<f32, 16>;
+var<workgroup> round_s: array<f32, 16>;
 
 // @include nan
 
@@ -54,19 +58,47 @@ fn merge(p: vec2<f32>, q: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(m, rescale(p, m) + rescale(q, m));
 }
 
+// Adds element x to a running pair with one exponential: a new maximum rescales the sum, any
+// other value adds exp(x - m). NaN sticks in m; -inf adds nothing.
+fn push(p: vec2<f32>, x: f32) -> vec2<f32> {
+    if (is_nan(x) || is_nan(p.x)) {
+        return vec2<f32>(bitcast<f32>(nan_bits), p.y);
+    }
+    if (bitcast<u32>(x) == neg_inf_bits) {
+        return p;
+    }
+    if (x > p.x) {
+        // The old sum counted against the old maximum (none yet when it is -inf).
+        let kept = select(p.y * exp(p.x - x), 0.0, bitcast<u32>(p.x) == neg_inf_bits);
+        return vec2<f32>(x, kept + 1.0);
+    }
+    return vec2<f32>(p.x, p.y + exp(x - p.x));
+}
+
+// Merges the workgroup's pairs in two rounds of 16 (two barriers, where a halving tree takes
+// nine: barriers are what a software adapter such as SwiftShader pays for most). The result is
+// invocation 0's; the others get their own pair back.
 fn merge_workgroup(lid: u32, v: vec2<f32>) -> vec2<f32> {
     shared_m[lid] = v.x;
     shared_s[lid] = v.y;
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            let r = merge(vec2<f32>(shared_m[lid], shared_s[lid]), vec2<f32>(shared_m[lid + s], shared_s[lid + s]));
-            shared_m[lid] = r.x;
-            shared_s[lid] = r.y;
+    if (lid < 16u) {
+        var acc = vec2<f32>(shared_m[lid * 16u], shared_s[lid * 16u]);
+        for (var j = 1u; j < 16u; j = j + 1u) {
+            acc = merge(acc, vec2<f32>(shared_m[lid * 16u + j], shared_s[lid * 16u + j]));
         }
-        workgroupBarrier();
+        round_m[lid] = acc.x;
+        round_s[lid] = acc.y;
     }
-    return vec2<f32>(shared_m[0], shared_s[0]);
+    workgroupBarrier();
+    var r = v;
+    if (lid == 0u) {
+        r = vec2<f32>(round_m[0], round_s[0]);
+        for (var j = 1u; j < 16u; j = j + 1u) {
+            r = merge(r, vec2<f32>(round_m[j], round_s[j]));
+        }
+    }
+    return r;
 }
 
 @compute @workgroup_size(256)
@@ -85,7 +117,7 @@ fn stats(
     let base = row * params.cols;
     var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
     for (var i = start + lid; i < end; i = i + WG) {
-        acc = merge(acc, vec2<f32>(a[base + i], 1.0));
+        acc = push(acc, a[base + i]);
     }
     let r = merge_workgroup(lid, acc);
     if (lid == 0u) {
@@ -116,6 +148,18 @@ fn combine(
     }
 }
 
+// A value of a row whose statistics are (m, s). A row with a NaN, a +inf maximum (inf - inf) or
+// only -inf (0 / 0) is all NaN. Said explicitly: WGSL leaves arithmetic on NaN and inf to the
+// driver, and SwiftShader's exp and log do not propagate them.
+fn value(x: f32, m: f32, s: f32) -> f32 {
+    if (is_nan(m) || is_nan(s) || s == 0.0 || bitcast<u32>(m) == inf_bits) {
+        return bitcast<f32>(nan_bits);
+    } else if (LOG) {
+        return x - m - log(s);
+    }
+    return exp(x - m) / s;
+}
+
 @compute @workgroup_size(256)
 fn apply(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
@@ -123,17 +167,35 @@ fn apply(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
         return;
     }
     let row = i / params.cols;
-    let m = b[2u * row];
-    let s = b[2u * row + 1u];
-    let x = a[i];
-    // A row with a NaN, a +inf maximum (inf - inf) or only -inf (0 / 0) is all NaN. Said
-    // explicitly: WGSL leaves arithmetic on NaN and inf to the driver, and SwiftShader's exp
-    // and log do not propagate them.
-    if (is_nan(m) || is_nan(s) || s == 0.0 || bitcast<u32>(m) == inf_bits) {
-        out[i] = bitcast<f32>(nan_bits);
-    } else if (LOG) {
-        out[i] = x - m - log(s);
-    } else {
-        out[i] = exp(x - m) / s;
+    out[i] = value(a[i], b[2u * row], b[2u * row + 1u]);
+}
+
+// `rows`: rows of one chunk, one workgroup a row: the row's pair as in `stats`, shared through
+// workgroup memory, then its values as in `apply`, in one dispatch.
+@compute @workgroup_size(256)
+fn rows(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= params.rows) {
+        return;
+    }
+    let base = row * params.cols;
+    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
+    for (var i = lid; i < params.cols; i = i + WG) {
+        acc = push(acc, a[base + i]);
+    }
+    let r = merge_workgroup(lid, acc);
+    if (lid == 0u) {
+        shared_m[0] = r.x;
+        shared_s[0] = r.y;
+    }
+    workgroupBarrier();
+    let m = shared_m[0];
+    let s = shared_s[0];
+    for (var i = lid; i < params.cols; i = i + WG) {
+        out[base + i] = value(a[base + i], m, s);
     }
 }

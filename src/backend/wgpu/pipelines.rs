@@ -110,6 +110,10 @@ pub(crate) enum Kernel {
     SoftmaxApply {
         log: bool,
     },
+    /// Softmax of rows of one chunk, statistics and values in one dispatch.
+    SoftmaxRows {
+        log: bool,
+    },
     Matmul {
         tile: MatmulTile,
         arith: Arith,
@@ -173,9 +177,10 @@ impl Kernel {
             Kernel::BinaryBroadcast(_) => Shader::ElementwiseBroadcast,
             Kernel::Where => Shader::ElementwiseWhere,
             Kernel::ReducePartial { .. } | Kernel::ReduceFinish(_) => Shader::Reduce,
-            Kernel::SoftmaxStats | Kernel::SoftmaxCombine | Kernel::SoftmaxApply { .. } => {
-                Shader::Softmax
-            }
+            Kernel::SoftmaxStats
+            | Kernel::SoftmaxCombine
+            | Kernel::SoftmaxApply { .. }
+            | Kernel::SoftmaxRows { .. } => Shader::Softmax,
             Kernel::Matmul {
                 arith: Arith::F16Coop | Arith::F16CoopHalves,
                 ..
@@ -289,6 +294,7 @@ impl Kernel {
             Kernel::SoftmaxStats => "stats",
             Kernel::SoftmaxCombine => "combine",
             Kernel::SoftmaxApply { .. } => "apply",
+            Kernel::SoftmaxRows { .. } => "rows",
         }
     }
 
@@ -318,6 +324,7 @@ impl Kernel {
             | Kernel::SoftmaxStats
             | Kernel::SoftmaxCombine
             | Kernel::SoftmaxApply { .. }
+            | Kernel::SoftmaxRows { .. }
             | Kernel::Compare
             | Kernel::Embedding
             | Kernel::WriteRows => Layout::TwoInputs,
@@ -385,7 +392,9 @@ impl Kernel {
                 ("HAS_WEIGHT", weight as u32 as f64),
                 ("HAS_BIAS", bias as u32 as f64),
             ],
-            Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
+            Kernel::SoftmaxApply { log } | Kernel::SoftmaxRows { log } => {
+                vec![("LOG", log as u32 as f64)]
+            }
         }
     }
 }

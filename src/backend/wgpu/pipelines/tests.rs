@@ -29,6 +29,8 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::SoftmaxCombine,
         Kernel::SoftmaxApply { log: false },
         Kernel::SoftmaxApply { log: true },
+        Kernel::SoftmaxRows { log: false },
+        Kernel::SoftmaxRows { log: true },
         Kernel::Copy,
         Kernel::Embedding,
         Kernel::WriteRows,
@@ -172,9 +174,10 @@ fn variant(k: Kernel) -> usize {
         Kernel::StridedUnary(_) => 24,
         Kernel::StridedBinary(_) => 25,
         Kernel::TopKSelect => 26,
+        Kernel::SoftmaxRows { .. } => 27,
     }
 }
-const VARIANTS: usize = 27;
+const VARIANTS: usize = 28;
 
 #[test]
 fn every_kernel_variant_is_checked() {
