@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # On the NVIDIA host, from the project root, after scripts/dawn/stage.sh:
-#   bash .gpu/on-gpu.sh bash .gpu/web/run.sh [suite|bench|native]...   (default: all three)
+#   bash .gpu/on-gpu.sh bash .gpu/web/run.sh [suite|bench|native|models]...
+# (default: suite bench native)
 # BENCH_ARGS adds options to the bench step (for example `--only D2-2048,A1`).
 # suite: the op suite on WebGPU through Dawn; bench: the page's workloads beside raw WebGPU and
 # tfjs-webgpu; native: `gpukit bench --backend vulkan` on the same GPU. Output goes to $OUT
 # (or .gpu/web/out): dawn-suite.txt, dawn-bench.{txt,json}, vulkan-bench.json.
+# models: puts together the model chunks (stage.sh with GPU_WEB_MODELS=1 makes .gpu/models/1
+# .. 4; one call each carries a folder and copies it to $MODELS, default /root/gpukit-models:
+# `mkdir -p /root/gpukit-models && cp .gpu/models/N/* /root/gpukit-models/`) and runs
+# all-MiniLM-L6-v2 and SmolLM2 in the web build through Dawn (dawn-models.{txt,json}) and
+# natively on Vulkan (vulkan-embed.json, vulkan-chat.json).
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$dir/out}
@@ -32,6 +38,22 @@ for step in $steps; do
       echo "== gpukit bench on native Vulkan, same GPU"
       "$dir/../bin/gpukit" bench --backend vulkan --json >"$out/vulkan-bench.json" 2>"$out/vulkan-bench.err" || status=1
       tail -3 "$out/vulkan-bench.err"
+      ;;
+    models)
+      m=${MODELS:-/root/gpukit-models}
+      mkdir -p "$m/minilm"
+      [ -f "$m/minilm/model.safetensors" ] || cat "$m"/minilm.part* >"$m/minilm/model.safetensors"
+      cp "$m/config.json" "$m/tokenizer.json" "$m/minilm/"
+      [ -f "$m/smollm.gguf" ] || cat "$m"/smollm.part* >"$m/smollm.gguf"
+      echo "== the models in the web build through Dawn"
+      node "$dir/models.mjs" --www "$dir/www" --minilm "$m/minilm" --smollm "$m/smollm.gguf" \
+        --text "$dir/bench_text.txt" --json "$out/dawn-models.json" 2>&1 |
+        tee "$out/dawn-models.txt" || status=1
+      echo "== the same natively on Vulkan"
+      "$dir/../bin/gpukit" bench-embed --backend vulkan --model "$m/minilm" --json \
+        >"$out/vulkan-embed.json" 2>&1 || status=1
+      "$dir/../bin/gpukit" bench-chat --backend vulkan --model "$m/smollm.gguf" --json \
+        >"$out/vulkan-chat.json" 2>&1 || status=1
       ;;
     *) echo "unknown step $step" >&2; status=1 ;;
   esac

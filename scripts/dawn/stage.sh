@@ -39,9 +39,28 @@ pack "$dawn" dawn.node
 pack "$(command -v wasm-bindgen-test-runner)" wasm-bindgen-test-runner
 xz -T2 -1 -f .gpu/bin/gpukit
 cp "$suite" "$out/dawn-suite.wasm"
-cp scripts/dawn/setup.cjs scripts/dawn/bench.mjs scripts/dawn/run.sh "$out/"
+cp scripts/dawn/setup.cjs scripts/dawn/bench.mjs scripts/dawn/models.mjs scripts/dawn/run.sh \
+  scripts/peers/bench_text.txt "$out/"
 cp www/common.js www/bench-workloads.js www/bench-refs.js www/raw-webgpu.js "$out/www/"
 cp www/pkg/gpukit.js www/pkg/gpukit_bg.wasm "$out/www/pkg/"
+mkdir -p "$out/www/pkg/models"
+cp www/pkg/models/gpukit.js www/pkg/models/gpukit_bg.wasm "$out/www/pkg/models/"
 cp www/vendor/tf-core.min.js www/vendor/tf-backend-webgpu.min.js "$out/www/vendor/"
 echo '{"type":"module"}' > "$out/www/package.json"
-du -shL .gpu/web .gpu/bin .gpu/debs | awk '{print "staged " $2 ": " $1}'
+# The model files (GPU_WEB_MODELS=1): too big for one call together, so in four folders of
+# under 50 MB, .gpu/models/1 .. 4, each carried by its own call and copied to
+# /root/gpukit-models there (files outside the copy outlive a call while the machine stays
+# warm); `run.sh models` puts them together.
+if [ "${GPU_WEB_MODELS:-0}" = 1 ]; then
+  rm -rf .gpu/models
+  mkdir -p .gpu/models/1 .gpu/models/2 .gpu/models/3 .gpu/models/4
+  m=target/models/all-minilm-l6-v2
+  cp "$m/config.json" "$m/tokenizer.json" .gpu/models/1/
+  split -n 2 -d "$m/model.safetensors" /tmp/gpukit-minilm.part
+  mv /tmp/gpukit-minilm.part00 .gpu/models/1/minilm.part00
+  mv /tmp/gpukit-minilm.part01 .gpu/models/2/minilm.part01
+  split -n 2 -d target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/gpukit-smollm.part
+  mv /tmp/gpukit-smollm.part00 .gpu/models/3/smollm.part00
+  mv /tmp/gpukit-smollm.part01 .gpu/models/4/smollm.part01
+fi
+du -shL .gpu/web .gpu/bin .gpu/debs .gpu/models/* 2>/dev/null | awk '{print "staged " $2 ": " $1}'
