@@ -56,6 +56,11 @@ pub(crate) enum AttentionBlocks {
     /// `main_flash`, 64 rows, four invocations a row: heads up to 64 wide with at least 32
     /// query rows, where the adapter has the workgroup memory (`FLASH_WORKGROUP_BYTES`).
     Flash,
+    /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
+    /// query rows that read it (decoding: the GQA group times sq, at most 8), writing partials.
+    Split,
+    /// `main_merge`: a row's partials from `Split` folded into its output.
+    Merge,
 }
 
 impl AttentionBlocks {
@@ -75,6 +80,7 @@ impl AttentionBlocks {
             AttentionBlocks::Wide => 8,
             AttentionBlocks::Row => 1,
             AttentionBlocks::Flash => 64,
+            AttentionBlocks::Split | AttentionBlocks::Merge => 1,
         }
     }
 }
@@ -191,6 +197,10 @@ impl Kernel {
             Kernel::StridedUnary(_) | Kernel::StridedBinary(_) => Shader::ElementwiseStrided,
             Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
+            Kernel::Attention {
+                blocks: AttentionBlocks::Split | AttentionBlocks::Merge,
+                ..
+            } => Shader::AttentionSplit,
             Kernel::Attention { .. } => Shader::Attention,
             Kernel::TopK | Kernel::TopKSelect => Shader::TopK,
             Kernel::QMatmul { .. } => Shader::Quant,
@@ -288,6 +298,14 @@ impl Kernel {
                 blocks: AttentionBlocks::Flash,
                 ..
             } => "main_flash",
+            Kernel::Attention {
+                blocks: AttentionBlocks::Split,
+                ..
+            } => "main_split",
+            Kernel::Attention {
+                blocks: AttentionBlocks::Merge,
+                ..
+            } => "main_merge",
             Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
@@ -369,11 +387,15 @@ impl Kernel {
                 lens,
                 blocks,
             } => {
-                vec![
+                let mut c = vec![
                     ("CAUSAL", causal as u32 as f64),
                     ("HAS_LENS", lens as u32 as f64),
-                    ("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64),
-                ]
+                ];
+                // attention_split.wgsl has no WIDE.
+                if !matches!(blocks, AttentionBlocks::Split | AttentionBlocks::Merge) {
+                    c.push(("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64));
+                }
+                c
             }
             Kernel::Matmul {
                 transpose_a,

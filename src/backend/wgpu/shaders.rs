@@ -18,6 +18,7 @@ pub(crate) enum Shader {
     Embedding,
     Rope,
     Attention,
+    AttentionSplit,
     TopK,
     Quant,
     Conv,
@@ -29,7 +30,7 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 22] = [
+    pub(crate) const ALL: [Shader; 23] = [
         Shader::Cast,
         Shader::Compare,
         Shader::ElementwiseUnary,
@@ -44,6 +45,7 @@ impl Shader {
         Shader::Embedding,
         Shader::Rope,
         Shader::Attention,
+        Shader::AttentionSplit,
         Shader::TopK,
         Shader::Quant,
         Shader::Conv,
@@ -70,6 +72,7 @@ impl Shader {
             Shader::Embedding => "embedding.wgsl",
             Shader::Rope => "rope.wgsl",
             Shader::Attention => "attention.wgsl",
+            Shader::AttentionSplit => "attention_split.wgsl",
             Shader::TopK => "topk.wgsl",
             Shader::Quant => "quant.wgsl",
             Shader::Conv => "conv.wgsl",
@@ -112,6 +115,9 @@ impl Shader {
             Shader::Embedding => include_str!(concat!(env!("OUT_DIR"), "/shaders/embedding.wgsl")),
             Shader::Rope => include_str!(concat!(env!("OUT_DIR"), "/shaders/rope.wgsl")),
             Shader::Attention => include_str!(concat!(env!("OUT_DIR"), "/shaders/attention.wgsl")),
+            Shader::AttentionSplit => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/attention_split.wgsl"))
+            }
             Shader::TopK => include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl")),
             Shader::Quant => include_str!(concat!(env!("OUT_DIR"), "/shaders/quant.wgsl")),
             Shader::Conv => include_str!(concat!(env!("OUT_DIR"), "/shaders/conv.wgsl")),

@@ -22,7 +22,7 @@ pub async fn attention(dev: &Device) {
     // up to 128 on blocks of 8, wider ones a row at a time: the cases cover all four, partial blocks and key tiles, d not
     // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
     // takes 64 query rows and 64 keys at a time: several of each, partial, causal and not.
-    let cases: [Case; 22] = [
+    let cases: [Case; 24] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -39,6 +39,10 @@ pub async fn attention(dev: &Device) {
         (1, 2, 1, 130, 150, 64, 64, true, None),
         (2, 3, 3, 70, 70, 32, 32, false, Some(vec![65, 3])),
         (1, 3, 1, 67, 90, 33, 57, true, Some(vec![80])),
+        // Decoding over 512 keys or more splits the keys into chunks on wgpu: GQA groups
+        // times rows up to 8, odd widths, lengths inside the last chunk, the widest heads.
+        (2, 6, 2, 2, 777, 40, 24, true, Some(vec![700, 777])),
+        (1, 2, 2, 3, 1030, 256, 200, false, None),
         // Decoding (CUDA splits the keys of up to 4 query rows across blocks): grouped heads
         // with a length, a long causal row in many splits, wide heads, two rows and a batch.
         (1, 9, 3, 1, 257, 64, 64, false, Some(vec![200])),

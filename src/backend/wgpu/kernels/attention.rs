@@ -7,6 +7,9 @@ use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use bytemuck::{Pod, Zeroable};
 
+/// Keys from which a few query rows take the split kernel rather than the row kernel.
+const SPLIT_MIN_KEYS: u64 = 512;
+
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
 struct AttentionParams {
@@ -103,6 +106,47 @@ impl Shared {
         // Heads up to 128 wide take blocks of query rows (one load of a key serves the block);
         // a few rows (decoding) take the row kernel, which scores 256 keys at a time instead
         // of walking tiles of 8 or 16 for a block of rows it mostly does not have.
+        // Decoding over many keys: chunks of 256 keys of a KV head, each for every query row
+        // that reads the head, then a merge per row (see attention_split.wgsl).
+        if sq <= 4 && (hq / hkv) * sq <= 8 && sk >= SPLIT_MIN_KEYS && d <= 256 && dv <= 256 {
+            let chunks = sk.div_ceil(256);
+            if let Some(&over) = [chunks, hkv].iter().find(|&&g| g > max) {
+                return Err(Error::LimitExceeded {
+                    what: "attention's key chunks or KV heads".into(),
+                    limit: "max_compute_workgroups_per_dimension",
+                    needed: over,
+                    max,
+                });
+            }
+            let partials_len = b * hq * sq * chunks * (dv + 2);
+            self.check_binding("attention's partial results", partials_len)?;
+            let partials = self.alloc(st, partials_len * 4)?;
+            let mut split_binds = binds.clone();
+            split_binds[4] = whole(&partials, partials_len);
+            let kernel = |blocks| Kernel::Attention {
+                causal: a.causal,
+                lens: lens.is_some(),
+                blocks,
+            };
+            self.dispatch_grid(
+                st,
+                kernel(AttentionBlocks::Split),
+                bytemuck::bytes_of(&p),
+                &split_binds,
+                [chunks as u32, hkv as u32, b as u32],
+            )?;
+            let mut merge_binds = binds;
+            merge_binds[0] = whole(&partials, partials_len);
+            self.dispatch_grid(
+                st,
+                kernel(AttentionBlocks::Merge),
+                bytemuck::bytes_of(&p),
+                &merge_binds,
+                [sq as u32, hq as u32, b as u32],
+            )?;
+            st.retire(partials);
+            return Ok(());
+        }
         // Heads up to 64 wide with enough rows to fill its blocks take the flash kernel, where
         // the adapter has its workgroup memory.
         let width = d.max(dv);

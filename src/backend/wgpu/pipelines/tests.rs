@@ -56,6 +56,16 @@ fn every_kernel() -> Vec<Kernel> {
             lens: true,
             blocks: AttentionBlocks::Flash,
         },
+        Kernel::Attention {
+            causal: true,
+            lens: true,
+            blocks: AttentionBlocks::Split,
+        },
+        Kernel::Attention {
+            causal: false,
+            lens: false,
+            blocks: AttentionBlocks::Merge,
+        },
     ]);
     for activation in [
         None,

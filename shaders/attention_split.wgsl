@@ -1,0 +1,168 @@
+// Decoding attention split along the keys (flash-decoding): a few query rows against a long
+// key/value cache. `main_split` takes one chunk of 256 keys of one KV head for every query row
+// that reads that head (the GQA group times sq, at most 8 rows), so each key and value row is
+// read once for all of them, and writes each row's partial (m, l, acc) for the chunk;
+// `main_merge` folds a row's partials into its output. One chunk per workgroup puts
+// chunks x KV heads x batch workgroups to work where the row kernel (`main` in attention.wgsl)
+// had one per query row and head.
+//
+// In `main_split`, invocation t takes key t of the chunk: it scores it for every row (q rows
+// in workgroup memory), the rows' maxima come from two rounds over workgroup memory, its
+// probabilities go to workgroup memory, and invocations below dv add probability times value
+// for their column over the chunk's keys (and the denominators alongside). A probability of 0
+// adds nothing, so a masked value row never reaches the sum. Partials of row g and chunk c
+// start at (g * chunks + c) * (dv + 2): m, l, then dv accumulators; a chunk a row sees nothing
+// of holds m = -inf, l = 0.
+
+// @include attention_common
+
+const ROWS: u32 = 8u; // query rows a workgroup, at most
+const DMAX: u32 = 256u; // widest head
+
+var<workgroup> q_split: array<f32, ROWS * DMAX>;
+var<workgroup> p_split: array<f32, ROWS * WG>;
+var<workgroup> part_split: array<f32, ROWS * 32u>;
+var<workgroup> max_split: array<f32, ROWS>;
+
+// Query row r of a KV head's group: its head and position.
+fn split_row(r: u32, kvh: u32) -> vec2<u32> {
+    let group = params.hq / params.hkv;
+    return vec2<u32>(kvh * group + r / params.sq, r % params.sq);
+}
+
+@compute @workgroup_size(256)
+fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let c = wid.x; // chunk
+    let kvh = wid.y;
+    let b = wid.z;
+    let chunks = (params.sk + WG - 1u) / WG;
+    let rows = (params.hq / params.hkv) * params.sq;
+    let d = params.d;
+    let dv = params.dv;
+    let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
+    let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
+    let neg_inf = bitcast<f32>(neg_inf_bits);
+    for (var t = lid; t < rows * d; t = t + WG) {
+        let r = t / d;
+        let hi = split_row(r, kvh);
+        q_split[r * DMAX + t % d] = q[q_row_at(b, hi.x, hi.y) + t % d];
+    }
+    workgroupBarrier();
+
+    // Scores of key j for every row (-inf where the row does not see it).
+    let j = c * WG + lid;
+    var s: array<f32, ROWS>;
+    var k_seen = 0u; // the most keys any row sees
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        s[r] = neg_inf;
+        if (r < rows) {
+            let seen = visible_keys(split_row(r, kvh).y, b);
+            k_seen = max(k_seen, seen);
+            if (j < seen) {
+                var dot_ = 0.0;
+                let kj = k_base + j * params.k_ss;
+                for (var e = 0u; e < d; e = e + 1u) {
+                    dot_ = fma(q_split[r * DMAX + e], k[kj + e], dot_);
+                }
+                s[r] = score(dot_);
+            }
+        }
+        p_split[r * WG + lid] = s[r];
+    }
+    workgroupBarrier();
+    // Each row's maximum over the chunk: 32 invocations a row take 8 scores each, then one
+    // invocation a row takes the 32.
+    {
+        let r = lid / 32u;
+        let part = lid % 32u;
+        var m = neg_inf;
+        for (var t = 0u; t < 8u; t = t + 1u) {
+            m = max(m, p_split[r * WG + part * 8u + t]);
+        }
+        part_split[r * 32u + part] = m;
+    }
+    workgroupBarrier();
+    if (lid < ROWS) {
+        var m = neg_inf;
+        for (var t = 0u; t < 32u; t = t + 1u) {
+            m = max(m, part_split[lid * 32u + t]);
+        }
+        max_split[lid] = m;
+    }
+    workgroupBarrier();
+    // Probabilities against the chunk's maximum; a row whose maximum is not finite keeps zeros
+    // (-inf: nothing seen; +inf: its merge gives NaN).
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        let m = max_split[r];
+        var p = 0.0;
+        if (is_finite(m) && bitcast<u32>(s[r]) != neg_inf_bits) {
+            p = exp(s[r] - m);
+        }
+        p_split[r * WG + lid] = p;
+    }
+    workgroupBarrier();
+
+    let count = min(WG, k_seen - min(k_seen, c * WG));
+    if (lid < dv) {
+        var acc: array<f32, ROWS>;
+        var l: array<f32, ROWS>;
+        for (var t = 0u; t < count; t = t + 1u) {
+            let x = v[v_base + (c * WG + t) * params.v_ss + lid];
+            for (var r = 0u; r < ROWS; r = r + 1u) {
+                let p = p_split[r * WG + t];
+                acc[r] = select(acc[r], fma(p, x, acc[r]), p != 0.0);
+                l[r] = l[r] + p;
+            }
+        }
+        for (var r = 0u; r < rows; r = r + 1u) {
+            let hi = split_row(r, kvh);
+            let g = (b * params.hq + hi.x) * params.sq + hi.y;
+            let base = (g * chunks + c) * (dv + 2u);
+            if (lid == 0u) {
+                out[base] = max_split[r];
+                out[base + 1u] = l[r];
+            }
+            out[base + 2u + lid] = acc[r];
+        }
+    }
+}
+
+// `main_merge`: one workgroup per query row (position, head, batch entry), invocation e < dv
+// for column e. The partials (bound as q) of the row's chunks rescale to their largest
+// maximum: out = sum acc_c e^(m_c - M) / sum l_c e^(m_c - M). No visible key gives zeros; a
+// maximum that is not finite (a NaN or +inf score, or only -inf scores) gives NaN.
+@compute @workgroup_size(256)
+fn main_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = wid.x;
+    let h = wid.y;
+    let b = wid.z;
+    let dv = params.dv;
+    if (lid >= dv) {
+        return;
+    }
+    let chunks = (params.sk + WG - 1u) / WG;
+    let g = (b * params.hq + h) * params.sq + i;
+    let first = g * chunks * (dv + 2u);
+    var m = bitcast<f32>(neg_inf_bits);
+    for (var c = 0u; c < chunks; c = c + 1u) {
+        m = max(m, q[first + c * (dv + 2u)]);
+    }
+    var l = 0.0;
+    var acc = 0.0;
+    if (is_finite(m)) {
+        for (var c = 0u; c < chunks; c = c + 1u) {
+            let base = first + c * (dv + 2u);
+            let mc = q[base];
+            if (bitcast<u32>(mc) != neg_inf_bits) {
+                let w = exp(mc - m);
+                l = l + q[base + 1u] * w;
+                acc = acc + q[base + 2u + lid] * w;
+            }
+        }
+    }
+    var r = 0.0;
+    if (visible_keys(i, b) > 0u) {
+        r = select(bitcast<f32>(nan_bits), acc / l, is_finite(m));
+    }
+    out[out_row_at(b, h, i) + lid] = r;
+}
