@@ -17,6 +17,9 @@
 // @include attention_common
 
 const ROWS: u32 = 8u; // query rows a workgroup, at most
+// The rows this pipeline handles: the GQA group times sq rounded up to 1, 2, 4 or 8, so that
+// every loop over rows has a constant bound and its arrays stay in registers.
+override GROUP_ROWS: u32 = 8u;
 const DMAX: u32 = 256u; // widest head
 
 var<workgroup> q_split: array<f32, ROWS * DMAX>;
@@ -49,23 +52,32 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
     workgroupBarrier();
 
-    // Scores of key j for every row (-inf where the row does not see it).
+    // Scores of key j for every row (-inf where the row does not see it). Each element of
+    // the key is loaded once and multiplied into all the rows' dot products.
     let j = c * WG + lid;
-    var s: array<f32, ROWS>;
+    var seen: array<u32, ROWS>;
     var k_seen = 0u; // the most keys any row sees
-    for (var r = 0u; r < ROWS; r = r + 1u) {
-        s[r] = neg_inf;
+    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
         if (r < rows) {
-            let seen = visible_keys(split_row(r, kvh).y, b);
-            k_seen = max(k_seen, seen);
-            if (j < seen) {
-                var dot_ = 0.0;
-                let kj = k_base + j * params.k_ss;
-                for (var e = 0u; e < d; e = e + 1u) {
-                    dot_ = fma(q_split[r * DMAX + e], k[kj + e], dot_);
-                }
-                s[r] = score(dot_);
+            seen[r] = visible_keys(split_row(r, kvh).y, b);
+            k_seen = max(k_seen, seen[r]);
+        }
+    }
+    var dots: array<f32, ROWS>;
+    if (j < k_seen) {
+        let kj = k_base + j * params.k_ss;
+        for (var e = 0u; e < d; e = e + 1u) {
+            let x = k[kj + e];
+            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                dots[r] = fma(q_split[r * DMAX + e], x, dots[r]);
             }
+        }
+    }
+    var s: array<f32, ROWS>;
+    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+        s[r] = neg_inf;
+        if (j < seen[r]) {
+            s[r] = score(dots[r]);
         }
         p_split[r * WG + lid] = s[r];
     }
@@ -82,7 +94,7 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         part_split[r * 32u + part] = m;
     }
     workgroupBarrier();
-    if (lid < ROWS) {
+    if (lid < GROUP_ROWS) {
         var m = neg_inf;
         for (var t = 0u; t < 32u; t = t + 1u) {
             m = max(m, part_split[lid * 32u + t]);
@@ -92,7 +104,7 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     workgroupBarrier();
     // Probabilities against the chunk's maximum; a row whose maximum is not finite keeps zeros
     // (-inf: nothing seen; +inf: its merge gives NaN).
-    for (var r = 0u; r < ROWS; r = r + 1u) {
+    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
         let m = max_split[r];
         var p = 0.0;
         if (is_finite(m) && bitcast<u32>(s[r]) != neg_inf_bits) {
@@ -108,7 +120,7 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         var l: array<f32, ROWS>;
         for (var t = 0u; t < count; t = t + 1u) {
             let x = v[v_base + (c * WG + t) * params.v_ss + lid];
-            for (var r = 0u; r < ROWS; r = r + 1u) {
+            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
                 let p = p_split[r * WG + t];
                 acc[r] = select(acc[r], fma(p, x, acc[r]), p != 0.0);
                 l[r] = l[r] + p;

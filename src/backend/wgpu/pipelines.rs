@@ -57,8 +57,9 @@ pub(crate) enum AttentionBlocks {
     /// query rows, where the adapter has the workgroup memory (`FLASH_WORKGROUP_BYTES`).
     Flash,
     /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
-    /// query rows that read it (decoding: the GQA group times sq, at most 8), writing partials.
-    Split,
+    /// query rows that read it (decoding: the GQA group times sq, at most 8, rounded up to
+    /// `rows`, a power of two), writing partials.
+    Split { rows: u8 },
     /// `main_merge`: a row's partials from `Split` folded into its output.
     Merge,
 }
@@ -80,7 +81,7 @@ impl AttentionBlocks {
             AttentionBlocks::Wide => 8,
             AttentionBlocks::Row => 1,
             AttentionBlocks::Flash => 64,
-            AttentionBlocks::Split | AttentionBlocks::Merge => 1,
+            AttentionBlocks::Split { .. } | AttentionBlocks::Merge => 1,
         }
     }
 }
@@ -198,7 +199,7 @@ impl Kernel {
             Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention {
-                blocks: AttentionBlocks::Split | AttentionBlocks::Merge,
+                blocks: AttentionBlocks::Split { .. } | AttentionBlocks::Merge,
                 ..
             } => Shader::AttentionSplit,
             Kernel::Attention { .. } => Shader::Attention,
@@ -222,7 +223,9 @@ impl Kernel {
             self,
             Kernel::Matmul { .. }
                 | Kernel::Attention {
-                    blocks: AttentionBlocks::Flash,
+                    blocks: AttentionBlocks::Flash
+                        | AttentionBlocks::Split { .. }
+                        | AttentionBlocks::Merge,
                     ..
                 }
         )
@@ -299,7 +302,7 @@ impl Kernel {
                 ..
             } => "main_flash",
             Kernel::Attention {
-                blocks: AttentionBlocks::Split,
+                blocks: AttentionBlocks::Split { .. },
                 ..
             } => "main_split",
             Kernel::Attention {
@@ -392,8 +395,10 @@ impl Kernel {
                     ("HAS_LENS", lens as u32 as f64),
                 ];
                 // attention_split.wgsl has no WIDE.
-                if !matches!(blocks, AttentionBlocks::Split | AttentionBlocks::Merge) {
-                    c.push(("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64));
+                match blocks {
+                    AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
+                    AttentionBlocks::Merge => {}
+                    _ => c.push(("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64)),
                 }
                 c
             }
@@ -549,7 +554,10 @@ impl PipelineCache {
 /// (`main_flash`) indexes its workgroup and private arrays with constants and invocation ids
 /// below their sizes (64 rows, 32 keys, 16 vec4 of q), reads q, k and v only at rows below sq
 /// and sk and columns below d and dv, whose extents were checked against the bindings, and its
-/// tile loop ends at the key count; with the checks its private arrays left registers.
+/// tile loop ends at the key count; with the checks its private arrays left registers. The
+/// split decode kernels (attention_split.wgsl) index their arrays with constants, invocation
+/// ids and rows below 8, read keys and values below the rows' visible counts, and write
+/// partials below the buffer's length (b * hq * sq * chunks * (dv + 2), checked).
 /// Buffer accesses keep whatever robustness the driver itself provides. In the browser the
 /// checks are the browser's to keep.
 fn create_module(

@@ -128,9 +128,11 @@ impl Shared {
                 lens: lens.is_some(),
                 blocks,
             };
+            // The rows rounded up to 1, 2, 4 or 8: one pipeline each.
+            let rows = ((hq / hkv) * sq).next_power_of_two() as u8;
             self.dispatch_grid(
                 st,
-                kernel(AttentionBlocks::Split),
+                kernel(AttentionBlocks::Split { rows }),
                 bytemuck::bytes_of(&p),
                 &split_binds,
                 [chunks as u32, hkv as u32, b as u32],

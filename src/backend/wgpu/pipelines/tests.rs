@@ -59,7 +59,7 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Split,
+            blocks: AttentionBlocks::Split { rows: 4 },
         },
         Kernel::Attention {
             causal: false,
