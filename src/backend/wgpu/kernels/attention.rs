@@ -121,7 +121,7 @@ impl Shared {
             let partials_len = b * hq * sq * chunks * (dv + 2);
             self.check_binding("attention's partial results", partials_len)?;
             let partials = self.alloc(st, partials_len * 4)?;
-            let mut split_binds = binds.clone();
+            let mut split_binds = binds;
             split_binds[4] = whole(&partials, partials_len);
             let kernel = |blocks| Kernel::Attention {
                 causal: a.causal,
