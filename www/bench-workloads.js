@@ -210,18 +210,14 @@ export function workloads(gpu, raw, tf, sizes) {
       bytes: D1 * 12,
       resident: true,
       ref: () => Array.from(dA.subarray(0, 1024), (v, i) => v + dB[i]),
-      gpukit: resident(() => {
-        const x = gpu.tensor(dA, [D1]),
-          y = gpu.tensor(dB, [D1]);
-        return {
-          step: () => x.add(y),
-          sync: () => gpu.synchronize(),
-          free: () => {
-            x.dispose();
-            y.dispose();
-          },
-        };
-      }),
+      gpukit: onGpukit(
+        gpu,
+        [
+          [dA, [D1]],
+          [dB, [D1]],
+        ],
+        (x, y) => x.add(y),
+      ),
       raw: resident(() => {
         const x = raw.buffer(dA),
           y = raw.buffer(dB),
@@ -237,20 +233,14 @@ export function workloads(gpu, raw, tf, sizes) {
           free: () => [x, y, z].forEach((v) => v.destroy()),
         };
       }),
-      tfjs:
-        tf &&
-        resident(() => {
-          const x = tf.tensor1d(dA),
-            y = tf.tensor1d(dB);
-          return {
-            step: () => tf.add(x, y),
-            sync: null,
-            free: () => {
-              x.dispose();
-              y.dispose();
-            },
-          };
-        }),
+      tfjs: onTfjs(
+        tf,
+        [
+          [dA, [D1]],
+          [dB, [D1]],
+        ],
+        (x, y) => tf.add(x, y),
+      ),
     },
     ...D2.map((n) => matmulResident(gpu, raw, tf, n, D2.length > 1 ? `D2-${n}` : "D2")),
     {
@@ -259,20 +249,8 @@ export function workloads(gpu, raw, tf, sizes) {
       bytes: SM[0] * SM[1] * 8,
       resident: true,
       ref: () => softmaxRef(sm, SM[1], 1024),
-      gpukit: resident(() => {
-        const x = gpu.tensor(sm, SM);
-        return {
-          step: () => x.softmax(),
-          sync: () => gpu.synchronize(),
-          free: () => x.dispose(),
-        };
-      }),
-      tfjs:
-        tf &&
-        resident(() => {
-          const x = tf.tensor2d(sm, SM);
-          return { step: () => tf.softmax(x), sync: null, free: () => x.dispose() };
-        }),
+      gpukit: onGpukit(gpu, [[sm, SM]], (x) => x.softmax()),
+      tfjs: onTfjs(tf, [[sm, SM]], (x) => tf.softmax(x)),
     },
     {
       id: "G1",
@@ -281,26 +259,22 @@ export function workloads(gpu, raw, tf, sizes) {
       bytes: G * G * 4,
       resident: true,
       ref: () => Array.from(matmulRef(gx, transpose(gw, G), G, Math.min(G, 1024))),
-      gpukit: resident(() => {
-        const x = gpu.tensor(gx, [1, G]),
-          w = gpu.tensor(gw, [G, G]);
-        return {
-          step: () => x.linear(w),
-          sync: () => gpu.synchronize(),
-          free: () => [x, w].forEach((t) => t.dispose()),
-        };
-      }),
-      tfjs:
-        tf &&
-        resident(() => {
-          const x = tf.tensor2d(gx, [1, G]),
-            w = tf.tensor2d(gw, [G, G]);
-          return {
-            step: () => tf.matMul(x, w, false, true),
-            sync: null,
-            free: () => [x, w].forEach((t) => t.dispose()),
-          };
-        }),
+      gpukit: onGpukit(
+        gpu,
+        [
+          [gx, [1, G]],
+          [gw, [G, G]],
+        ],
+        (x, w) => x.linear(w),
+      ),
+      tfjs: onTfjs(
+        tf,
+        [
+          [gx, [1, G]],
+          [gw, [G, G]],
+        ],
+        (x, w) => tf.matMul(x, w, false, true),
+      ),
     },
     {
       id: "D3",
@@ -334,18 +308,14 @@ export function workloads(gpu, raw, tf, sizes) {
       flops: 2 * CB * CC * CS * CS * CC * 9,
       resident: true,
       ref: () => convRef(cx, cw, sizes.conv, 1024),
-      gpukit: resident(() => {
-        const x = gpu.tensor(cx, [CB, CC, CS, CS]),
-          w = gpu.tensor(cw, [CC, CC, 3, 3]);
-        return {
-          step: () => x.conv2d(w, { padding: [1, 1] }),
-          sync: () => gpu.synchronize(),
-          free: () => {
-            x.dispose();
-            w.dispose();
-          },
-        };
-      }),
+      gpukit: onGpukit(
+        gpu,
+        [
+          [cx, [CB, CC, CS, CS]],
+          [cw, [CC, CC, 3, 3]],
+        ],
+        (x, w) => x.conv2d(w, { padding: [1, 1] }),
+      ),
     },
     {
       id: "A1",
@@ -353,33 +323,24 @@ export function workloads(gpu, raw, tf, sizes) {
       flops: 2 * AH * AS * AS * AD,
       resident: true,
       ref: () => attnRef(aq, ak, av, sizes.attn, 1024),
-      gpukit: resident(() => {
-        const [q, k, v] = [aq, ak, av].map((d) => gpu.tensor(d, [1, AH, AS, AD]));
-        return {
-          step: () => q.attention(k, v, { causal: true }),
-          sync: () => gpu.synchronize(),
-          free: () => [q, k, v].forEach((t) => t.dispose()),
-        };
-      }),
+      gpukit: onGpukit(
+        gpu,
+        [aq, ak, av].map((d) => [d, [1, AH, AS, AD]]),
+        (q, k, v) => q.attention(k, v, { causal: true }),
+      ),
       // tfjs has no attention op: matmul, scale, causal mask, softmax, matmul (the score
       // matrix goes through memory).
-      tfjs:
-        tf &&
-        resident(() => {
-          const [q, k, v] = [aq, ak, av].map((d) => tf.tensor3d(d, [AH, AS, AD]));
-          const bias = new Float32Array(AS * AS);
-          for (let i = 0; i < AS; i++) bias.fill(-1e30, i * AS + i + 1, (i + 1) * AS);
-          const mask = tf.tensor2d(bias, [AS, AS]);
-          const scale = 1 / Math.sqrt(AD);
-          return {
-            step: () =>
-              tf.tidy(() =>
-                tf.matMul(tf.softmax(tf.add(tf.mul(tf.matMul(q, k, false, true), scale), mask)), v),
-              ),
-            sync: null,
-            free: () => [q, k, v, mask].forEach((t) => t.dispose()),
-          };
-        }),
+      tfjs: onTfjs(
+        tf,
+        [...[aq, ak, av].map((d) => [d, [AH, AS, AD]]), [causalBias(AS), [AS, AS]]],
+        (q, k, v, mask) =>
+          tf.tidy(() =>
+            tf.matMul(
+              tf.softmax(tf.add(tf.mul(tf.matMul(q, k, false, true), 1 / Math.sqrt(AD)), mask)),
+              v,
+            ),
+          ),
+      ),
     },
   ];
 }
@@ -394,18 +355,14 @@ function matmulResident(gpu, raw, tf, n, id) {
     flops: 2 * n ** 3,
     resident: true,
     ref: () => Array.from(matmulRef(q1, q2, n, 1024)),
-    gpukit: resident(() => {
-      const x = gpu.tensor(q1, [n, n]),
-        y = gpu.tensor(q2, [n, n]);
-      return {
-        step: () => x.matmul(y),
-        sync: () => gpu.synchronize(),
-        free: () => {
-          x.dispose();
-          y.dispose();
-        },
-      };
-    }),
+    gpukit: onGpukit(
+      gpu,
+      [
+        [q1, [n, n]],
+        [q2, [n, n]],
+      ],
+      (x, y) => x.matmul(y),
+    ),
     raw: resident(() => {
       const x = raw.buffer(q1),
         y = raw.buffer(q2),
@@ -421,26 +378,51 @@ function matmulResident(gpu, raw, tf, n, id) {
         free: () => [x, y, z].forEach((v) => v.destroy()),
       };
     }),
-    tfjs:
-      tf &&
-      resident(() => {
-        const x = tf.tensor2d(q1, [n, n]),
-          y = tf.tensor2d(q2, [n, n]);
-        return {
-          step: () => tf.matMul(x, y),
-          sync: null,
-          free: () => {
-            x.dispose();
-            y.dispose();
-          },
-        };
-      }),
+    tfjs: onTfjs(
+      tf,
+      [
+        [q1, [n, n]],
+        [q2, [n, n]],
+      ],
+      (x, y) => tf.matMul(x, y),
+    ),
   };
 }
 
 // A device-resident workload: `setup()` makes the inputs once; each step enqueues the work.
 function resident(setup) {
   return { resident: true, setup };
+}
+
+// A device-resident gpukit workload: `inputs` ([data, shape] pairs) uploaded once, `op` on them
+// each step.
+function onGpukit(gpu, inputs, op) {
+  return resident(() => {
+    const ts = inputs.map(([d, shape]) => gpu.tensor(d, shape));
+    return {
+      step: () => op(...ts),
+      sync: () => gpu.synchronize(),
+      free: () => ts.forEach((t) => t.dispose()),
+    };
+  });
+}
+
+// The same on tfjs, which has no wait without a read (`sync` null), or null without tfjs.
+function onTfjs(tf, inputs, op) {
+  return (
+    tf &&
+    resident(() => {
+      const ts = inputs.map(([d, shape]) => tf.tensor(d, shape));
+      return { step: () => op(...ts), sync: null, free: () => ts.forEach((t) => t.dispose()) };
+    })
+  );
+}
+
+// Attention's causal mask as an additive bias: 0 on and below the diagonal, -1e30 above.
+function causalBias(n) {
+  const bias = new Float32Array(n * n);
+  for (let i = 0; i < n; i++) bias.fill(-1e30, i * n + i + 1, (i + 1) * n);
+  return bias;
 }
 
 // The first 1024 outputs of a resident step's result (gpukit tensor, tfjs tensor or raw buffer).
