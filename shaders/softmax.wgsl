@@ -101,6 +101,16 @@ fn merge_workgroup(lid: u32, v: vec2<f32>) -> vec2<f32> {
     return r;
 }
 
+// The pair of elements start .. end of the row at `base`: each invocation pushes its elements,
+// then the workgroup's pairs merge (invocation 0 holds the result).
+fn span_pair(lid: u32, base: u32, start: u32, end: u32) -> vec2<f32> {
+    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
+    for (var i = start + lid; i < end; i = i + WG) {
+        acc = push(acc, a[base + i]);
+    }
+    return merge_workgroup(lid, acc);
+}
+
 @compute @workgroup_size(256)
 fn stats(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -114,12 +124,7 @@ fn stats(
     let row = g / params.chunks;
     let start = (g % params.chunks) * params.chunk_len;
     let end = min(start + params.chunk_len, params.cols);
-    let base = row * params.cols;
-    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
-    for (var i = start + lid; i < end; i = i + WG) {
-        acc = push(acc, a[base + i]);
-    }
-    let r = merge_workgroup(lid, acc);
+    let r = span_pair(lid, row * params.cols, start, end);
     if (lid == 0u) {
         out[2u * g] = r.x;
         out[2u * g + 1u] = r.y;
@@ -183,11 +188,7 @@ fn rows(
         return;
     }
     let base = row * params.cols;
-    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
-    for (var i = lid; i < params.cols; i = i + WG) {
-        acc = push(acc, a[base + i]);
-    }
-    let r = merge_workgroup(lid, acc);
+    let r = span_pair(lid, base, 0u, params.cols);
     if (lid == 0u) {
         shared_m[0] = r.x;
         shared_s[0] = r.y;

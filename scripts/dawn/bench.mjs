@@ -5,27 +5,14 @@
 // DIR holds common.js, bench-workloads.js, raw-webgpu.js, pkg/ (the web build) and vendor/
 // (tfjs), as `make www` leaves www/ and `make gpu-web` stages it. setup.cjs (beside this file)
 // installs Dawn first; DAWN_NODE names its addon.
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
 import vm from "node:vm";
-import { pathToFileURL } from "node:url";
-
-const require = createRequire(import.meta.url);
-require("./setup.cjs");
-
-const args = process.argv.slice(2);
-const opt = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const www = path.resolve(opt("--www") ?? new URL("../../www", import.meta.url).pathname);
-const load = (f) => import(pathToFileURL(path.join(www, f)).href);
+import { require, args, opt, www, load, loadPackage } from "./env.mjs";
 
 const adapter = await navigator.gpu.requestAdapter();
 if (!adapter) throw new Error("Dawn found no WebGPU adapter");
-const pkg = await load("pkg/gpukit.js");
-await pkg.default({ module_or_path: fs.readFileSync(path.join(www, "pkg/gpukit_bg.wasm")) });
+const pkg = await loadPackage("pkg");
 const gpu = await pkg.Gpu.create({ backend: "webgpu" });
 const { RawWebGpu } = await load("raw-webgpu.js");
 const raw = await RawWebGpu.create();

@@ -6,24 +6,11 @@
 //   C2: prefill tokens/s of a 512-token prompt (its time to the first new token).
 // The same workloads as `gpukit bench-embed` and `gpukit bench-chat` natively.
 //   node scripts/dawn/models.mjs --www DIR --minilm DIR --smollm FILE --text FILE [--json FILE]
-import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
-import { pathToFileURL } from "node:url";
+import { opt, loadPackage } from "./env.mjs";
 
-const require = createRequire(import.meta.url);
-require("./setup.cjs");
-
-const args = process.argv.slice(2);
-const opt = (name) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : undefined;
-};
-const www = path.resolve(opt("--www") ?? new URL("../../www", import.meta.url).pathname);
-const pkg = await import(pathToFileURL(path.join(www, "pkg/models/gpukit.js")).href);
-await pkg.default({
-  module_or_path: fs.readFileSync(path.join(www, "pkg/models/gpukit_bg.wasm")),
-});
+const pkg = await loadPackage("pkg/models");
 const gpu = await pkg.Gpu.create({ backend: "webgpu" });
 const cpu = await pkg.Gpu.create({ backend: "cpu" });
 console.log(`gpukit models on ${gpu.info.adapter} (${gpu.info.backend}), checked against wasm CPU`);

@@ -39,7 +39,7 @@ pack "$dawn" dawn.node
 pack "$(command -v wasm-bindgen-test-runner)" wasm-bindgen-test-runner
 xz -T2 -1 -f .gpu/bin/gpukit
 cp "$suite" "$out/dawn-suite.wasm"
-cp scripts/dawn/setup.cjs scripts/dawn/bench.mjs scripts/dawn/models.mjs scripts/dawn/run.sh \
+cp scripts/dawn/setup.cjs scripts/dawn/env.mjs scripts/dawn/bench.mjs scripts/dawn/models.mjs scripts/dawn/run.sh \
   scripts/peers/bench_text.txt "$out/"
 cp www/common.js www/bench-workloads.js www/bench-refs.js www/raw-webgpu.js "$out/www/"
 cp www/pkg/gpukit.js www/pkg/gpukit_bg.wasm "$out/www/pkg/"

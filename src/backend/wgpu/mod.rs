@@ -246,12 +246,12 @@ impl WgpuBackend {
         let shader_f16 = device.features().contains(wgpu::Features::SHADER_F16);
         #[cfg(native)]
         let subgroup_kernels = device.features().contains(wgpu::Features::SUBGROUP);
+        // wgpu's web backend reports no subgroups: the device's own features say.
         #[cfg(web)]
-        let subgroup_kernels = web_features::subgroup_kernels(&device);
-        #[cfg(web)]
-        {
+        let subgroup_kernels = {
             info.features.subgroups = web_features::has_subgroups(&device);
-        }
+            info.features.subgroups && web_features::has_subgroup_id()
+        };
         let subgroup_kernels = subgroup_kernels && adapter.get_info().subgroup_min_size >= 4;
         let core = Core {
             device,

@@ -37,13 +37,6 @@ pub(crate) fn requesting_subgroups<T>(call: impl FnOnce() -> T) -> T {
     out
 }
 
-/// Whether the kernels written with subgroup builtins can run on `device`: it was given the
-/// `subgroups` feature and the browser's WGSL has the `subgroup_id` language feature (the
-/// builtins `subgroup_id` and `num_subgroups` those kernels index partial sums with).
-pub(crate) fn subgroup_kernels(device: &wgpu::Device) -> bool {
-    has_subgroups(device) && wgsl_language_feature("subgroup_id")
-}
-
 /// Whether the device was given the `subgroups` feature.
 pub(crate) fn has_subgroups(device: &wgpu::Device) -> bool {
     device
@@ -60,6 +53,12 @@ fn adapter_prototype() -> Option<JsValue> {
     Reflect::get(&class, &JsValue::from_str("prototype"))
         .ok()
         .filter(JsValue::is_object)
+}
+
+/// Whether the browser's WGSL has the `subgroup_id` language feature: the builtins
+/// `subgroup_id` and `num_subgroups` that the subgroup kernels index partial sums with.
+pub(crate) fn has_subgroup_id() -> bool {
+    wgsl_language_feature("subgroup_id")
 }
 
 fn wgsl_language_feature(name: &str) -> bool {
