@@ -5,7 +5,8 @@
 // repeats an element along its axis.
 //
 // UNARY is a `UnaryKind` code (src/ops/elementwise.rs) for `unary`; BINARY a `BinaryOp` code
-// for `binary`. Each pipeline is specialised for one (override constants).
+// for `binary`; `gated` takes both, binary(unary(a), b) (SwiGLU: silu(a) * b). Each pipeline
+// is specialised for its codes (override constants).
 
 override UNARY: u32 = 0u;
 override BINARY: u32 = 0u;
@@ -79,4 +80,14 @@ fn binary(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
     }
     let at = offsets(i);
     out[i] = binary_op(a[at.x], b[at.y]);
+}
+
+@compute @workgroup_size(256)
+fn gated(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = element(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let at = offsets(i);
+    out[i] = binary_op(unary_op(UNARY, vec4<f32>(a[at.x]), params.p0, params.p1).x, b[at.y]);
 }

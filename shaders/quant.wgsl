@@ -6,9 +6,11 @@
 // 32 apart per step). A lane unpacks a whole word (4 bytes of Q8_0, 8 nibbles of Q4),
 // dequantises it into one or two vec4s with the block's scale (and min) exactly as `weight`
 // does, and takes their dot products with the matching vec4s of x; then a 5-step sum.
-// `dequant`: one invocation per weight element.
+// HAS_RESIDUAL: `main` adds residual[r, c] to each output (a projection and the residual
+// connection around it, one dispatch). `dequant`: one invocation per weight element.
 
 override FORMAT: u32 = 0u;
+override HAS_RESIDUAL: bool = false;
 
 const WG: u32 = 256u;
 
@@ -25,7 +27,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read> scales: array<f32>;
 @group(0) @binding(3) var<storage, read> mins: array<f32>;
 @group(0) @binding(4) var<storage, read> words: array<u32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+// Read only when HAS_RESIDUAL (another input stands in otherwise).
+@group(0) @binding(5) var<storage, read> residual: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
 
 var<workgroup> partial: array<f32, WG>;
 
@@ -128,7 +132,12 @@ fn main(
         workgroupBarrier();
     }
     if (lane == 0u && c < params.n) {
-        out[r * params.n + c] = partial[lid];
+        let at = r * params.n + c;
+        var v = partial[lid];
+        if (HAS_RESIDUAL) {
+            v = v + residual[at];
+        }
+        out[at] = v;
     }
 }
 

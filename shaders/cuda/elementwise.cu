@@ -67,9 +67,9 @@ struct StridedParams {
     u64 shape[STRIDED_RANK], a_strides[STRIDED_RANK], b_strides[STRIDED_RANK];
 };
 
-// out[i] = unary(a[..]) when `binary` is 0xffffffff, else a[..] op b[..]: operands that are
-// views or broadcast along any axis, read in place.
-extern "C" __global__ void strided(StridedParams p, u32 kind, u32 binary, float p0, float p1,
+// out[i] = unary(a[..]) when `binary` is 0xffffffff, else a[..] op b[..] (unary(a[..]) op b[..]
+// when `gate`: SwiGLU): operands that are views or broadcast along any axis, read in place.
+extern "C" __global__ void strided(StridedParams p, u32 kind, u32 binary, u32 gate, float p0, float p1,
                                    const float* __restrict__ a, const float* __restrict__ b,
                                    float* __restrict__ out) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n;
@@ -81,7 +81,11 @@ extern "C" __global__ void strided(StridedParams p, u32 kind, u32 binary, float 
             ia += c * p.a_strides[d];
             ib += c * p.b_strides[d];
         }
-        out[i] = binary == 0xffffffffu ? unary_op(kind, a[ia], p0, p1)
-                                       : binary_op(binary, a[ia], b[ib]);
+        if (binary == 0xffffffffu) {
+            out[i] = unary_op(kind, a[ia], p0, p1);
+        } else {
+            const float x = gate ? unary_op(kind, a[ia], p0, p1) : a[ia];
+            out[i] = binary_op(binary, x, b[ib]);
+        }
     }
 }

@@ -130,7 +130,9 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
                                            const float* __restrict__ mins,
                                            const u32* __restrict__ words,
                                            const float* __restrict__ x, u64 m, u64 n, u64 k,
-                                           u32 kw, float (*red)[8], float* __restrict__ out) {
+                                           u32 kw, float (*red)[8],
+                                           const float* __restrict__ residual,
+                                           float* __restrict__ out) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 g = warp / kw, part = warp % kw;
     const u64 j0 = ((u64)blockIdx.x * (4 / kw) + g) * ROWS;
@@ -150,7 +152,10 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
         if (kw == 1) {
 #pragma unroll
             for (u32 r = 0; r < ROWS; ++r) {
-                if (lane == 0 && j0 + r < n) out[i * n + j0 + r] = acc[r];
+                if (lane == 0 && j0 + r < n) {
+                    const u64 at = i * n + j0 + r;
+                    out[at] = residual ? acc[r] + residual[at] : acc[r];
+                }
             }
             continue;
         }
@@ -162,29 +167,32 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
         if (part == 0 && lane < ROWS && j0 + lane < n) {
             float t = 0.0f;
             for (u32 p = 0; p < kw; ++p) t += red[warp + p][lane];
-            out[i * n + j0 + lane] = t;
+            const u64 at = i * n + j0 + lane;
+            out[at] = residual ? t + residual[at] : t;
         }
         __syncthreads();
     }
 }
 
-// Format 0 Q8_0, 1 Q4_0, 2 Q4_1 (mins present); kw warps (1, 2 or 4) share a group's row.
+// Format 0 Q8_0, 1 Q4_0, 2 Q4_1 (mins present); kw warps (1, 2 or 4) share a group's row;
+// `residual` (or null), of out's shape, is added to each output.
 extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const float* __restrict__ scales,
                                                          const float* __restrict__ mins,
                                                          const u32* __restrict__ words,
                                                          const float* __restrict__ x, u64 m,
                                                          u64 n, u64 k, u32 kw, u32 few,
+                                                         const float* __restrict__ residual,
                                                          float* __restrict__ out) {
     __shared__ float red[4][8];
     // `few`: 2 outputs a group, for matrices too small to fill the GPU with groups of 8 (a
     // small GEMV waits on its slowest warp's arithmetic).
     if (few) {
-        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, out);
-        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, out);
-        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, out);
+        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, out);
+        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, out);
+        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, out);
         return;
     }
-    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, out);
-    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, out);
-    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, out);
+    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, out);
+    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, out);
+    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, out);
 }

@@ -135,12 +135,13 @@ pub(crate) trait BackendOps {
     ) -> Result<Self::Storage>;
     /// See [`TopkSpec`].
     fn topk(&self, x: &Self::Storage, spec: TopkSpec) -> Result<(Self::Storage, Self::Storage)>;
-    /// `x x w^T` with `w` quantized (see [`QuantMatmulSpec`]; `w` as [`QuantSpec::parts`]
-    /// reads it).
+    /// `x x w^T (+ residual)` with `w` quantized (see [`QuantMatmulSpec`]; `w` as
+    /// [`QuantSpec::parts`] reads it).
     fn matmul_quant(
         &self,
         x: &Self::Storage,
         w: &[&Self::Storage],
+        residual: Option<&Self::Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Self::Storage>;
     /// The f32 matrix of quantized blocks (see [`QuantSpec`]).
@@ -496,9 +497,10 @@ impl BackendImpl {
         &self,
         x: &Storage,
         w: &[&Storage],
+        residual: Option<&Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Storage> {
-        dispatch!(self.matmul_quant(one x, list w; spec), spec)
+        dispatch!(self.matmul_quant(one x, list w, opt residual; spec), spec)
     }
 
     pub(crate) fn dequantize(&self, w: &[&Storage], spec: QuantSpec) -> Result<Storage> {

@@ -217,25 +217,88 @@ impl Batch {
     where
         W: std::ops::Deref<Target = QuantTensor> + 'static,
     {
-        // The weight is real data, so the shape rule is checked here rather than on a
-        // shape-only tensor.
-        if !w.device.same(&self.device) {
-            return Err(Error::DeviceMismatch { op: "matmul_quant" });
+        let shape = self.matmul_quant_shape(x, &w, "matmul_quant")?;
+        let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| t[0].matmul_quant(&w));
+        self.push_apply("matmul_quant", &[x], shape, DType::F32, f)
+    }
+
+    /// SwiGLU over the halves of the last axis (see [`Tensor::swiglu`]).
+    pub fn swiglu(&mut self, x: Value) -> Result<Value> {
+        let mut shape = self.shape_of(x, "swiglu")?;
+        match shape.last_mut() {
+            Some(last) if *last % 2 == 0 => *last /= 2,
+            _ => {
+                return Err(Error::shape(
+                    "swiglu",
+                    &shape,
+                    &[2],
+                    "(the last axis holds two halves, so its length must be even)",
+                ))
+            }
         }
-        let mut shape = self.shape_of(x, "matmul_quant")?;
+        let f: super::apply::ApplyFn = Rc::new(|t: &[&Tensor]| t[0].swiglu());
+        self.push_apply("swiglu", &[x], shape, DType::F32, f)
+    }
+
+    /// `residual + x x w^T` in one kernel (see [`Tensor::matmul_quant_add`]).
+    pub fn matmul_quant_add(
+        &mut self,
+        x: Value,
+        w: Rc<QuantTensor>,
+        residual: Value,
+    ) -> Result<Value> {
+        self.matmul_quant_add_by(x, w, residual)
+    }
+
+    /// [`Batch::matmul_quant_add`] with the weight behind any owning pointer.
+    pub(crate) fn matmul_quant_add_by<W>(
+        &mut self,
+        x: Value,
+        w: W,
+        residual: Value,
+    ) -> Result<Value>
+    where
+        W: std::ops::Deref<Target = QuantTensor> + 'static,
+    {
+        let product = self.matmul_quant_shape(x, &w, "matmul_quant_add")?;
+        let shape = self.shape_of(residual, "matmul_quant_add")?;
+        if shape != product {
+            return Err(Error::shape(
+                "matmul_quant_add",
+                &shape,
+                &product,
+                "(the residual has the product's shape)",
+            ));
+        }
+        let f: super::apply::ApplyFn =
+            Rc::new(move |t: &[&Tensor]| t[0].matmul_quant_add(&w, t[1]));
+        self.push_apply("matmul_quant_add", &[x, residual], shape, DType::F32, f)
+    }
+
+    /// The shape of `x x w^T`. The weight is real data, so the shape rule is checked here
+    /// rather than on a shape-only tensor.
+    fn matmul_quant_shape(
+        &self,
+        x: Value,
+        w: &QuantTensor,
+        op: &'static str,
+    ) -> Result<Vec<usize>> {
+        if !w.device.same(&self.device) {
+            return Err(Error::DeviceMismatch { op });
+        }
+        let mut shape = self.shape_of(x, op)?;
         match shape.last_mut() {
             Some(k) if *k == w.cols => *k = w.rows,
             _ => {
                 return Err(Error::shape(
-                    "matmul_quant",
+                    op,
                     &shape,
                     &w.shape(),
                     "(the last axis must equal the weight's cols)",
                 ))
             }
         }
-        let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| t[0].matmul_quant(&w));
-        self.push_apply("matmul_quant", &[x], shape, DType::F32, f)
+        Ok(shape)
     }
 
     /// Rows `ids` of a quantized table on the batch's device, dequantised (see

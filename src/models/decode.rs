@@ -196,16 +196,12 @@ impl Decoder {
                 t[0].attention(t[1], t[2], options)
             })?;
             let att = b.reshape(att, &[1, c.hidden])?;
-            let o = linear(&mut b, &l.o, att)?;
-            x = b.add(x, o)?;
+            x = linear_add(&mut b, &l.o, att, x)?;
             let norm = b.tensor(&l.ffn_norm)?;
             let h = b.rms_norm(x, Some(norm), None, c.eps)?;
-            let gate = linear(&mut b, &l.gate, h)?;
-            let gate = b.silu(gate)?;
-            let up = linear(&mut b, &l.up, h)?;
-            let gated = b.mul(gate, up)?;
-            let down = linear(&mut b, &l.down, gated)?;
-            x = b.add(x, down)?;
+            let gate_up = linear(&mut b, &l.gate_up, h)?;
+            let gated = b.swiglu(gate_up)?;
+            x = linear_add(&mut b, &l.down, gated, x)?;
         }
         let norm = b.tensor(&model.out_norm)?;
         let h = b.rms_norm(x, Some(norm), None, c.eps)?;
@@ -287,6 +283,17 @@ fn linear(b: &mut Batch, w: &Linear, x: Value) -> Result<Value> {
         Linear::Dense(t) => {
             let w = b.tensor(t)?;
             b.linear(x, w, None, None)
+        }
+    }
+}
+
+/// Records `residual + x x w^T` for a linear layer's weight: one kernel for a quantized one.
+fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
+    match w {
+        Linear::Quant(q) => b.matmul_quant_add_by(x, q.clone(), residual),
+        Linear::Dense(_) => {
+            let y = linear(b, w, x)?;
+            b.add(residual, y)
         }
     }
 }

@@ -30,6 +30,14 @@ impl Linear {
         }
     }
 
+    /// `residual + x x w^T`: one kernel for a quantized weight's few-row product.
+    pub(crate) fn apply_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        match self {
+            Linear::Quant(w) => x.matmul_quant_add(w, residual),
+            Linear::Dense(_) => residual.add(&self.apply(x)?),
+        }
+    }
+
     /// Bytes the weight holds on the device.
     pub(crate) fn device_bytes(kind: TensorType, n: usize) -> usize {
         match kind {

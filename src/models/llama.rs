@@ -103,8 +103,8 @@ pub(crate) struct Layer {
     pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     pub(crate) ffn_norm: Tensor,
-    pub(crate) gate: Linear,
-    pub(crate) up: Linear,
+    /// The gate and up projections as one weight, gate rows first: `[2 * ffn, hidden]`.
+    pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
 }
 
@@ -258,8 +258,12 @@ impl Llm {
                 )?,
                 o: linear(&n("attn_output"), c.hidden, c.hidden)?,
                 ffn_norm: vector(&n("ffn_norm"))?,
-                gate: linear(&n("ffn_gate"), c.ffn, c.hidden)?,
-                up: linear(&n("ffn_up"), c.ffn, c.hidden)?,
+                gate_up: fused(
+                    device,
+                    &g,
+                    &[(&n("ffn_gate"), c.ffn), (&n("ffn_up"), c.ffn)],
+                    c.hidden,
+                )?,
                 down: linear(&n("ffn_down"), c.hidden, c.ffn)?,
             });
         }
@@ -466,10 +470,10 @@ impl Model {
             let (k, v) = (cached.slice(2, 0..kv)?, cached.slice(2, kv..2 * kv)?);
             let q = qkv.slice(2, 0..h)?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
-            x = x.add(&l.o.apply(&att)?)?;
+            x = l.o.apply_add(&att, &x)?;
             let normed = x.rms_norm(Some(&l.ffn_norm), None, c.eps)?;
-            let gated = l.gate.apply(&normed)?.silu()?.mul(&l.up.apply(&normed)?)?;
-            x = x.add(&l.down.apply(&gated)?)?;
+            let gated = l.gate_up.apply(&normed)?.swiglu()?;
+            x = l.down.apply_add(&gated, &x)?;
         }
         cache.len += n;
         let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };

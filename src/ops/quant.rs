@@ -295,21 +295,41 @@ impl Tensor {
     /// `self x w^T` with `w` quantized `[n, k]` (a linear layer's weight): `self` is `[.., k]`,
     /// the result `[.., n]`. The weights are dequantised inside the kernel.
     pub fn matmul_quant(&self, w: &QuantTensor) -> Result<Tensor> {
+        self.quant_product("matmul_quant", w, None)
+    }
+
+    /// `residual + self x w^T` with `w` quantized `[n, k]`: a projection and the residual
+    /// connection around it (a transformer's attention output and down projection) in one
+    /// kernel where the backend has one (the GEMV of a few rows on wgpu and CUDA; elsewhere
+    /// the product, then an add). `residual` has the result's shape, `[.., n]`.
+    pub fn matmul_quant_add(&self, w: &QuantTensor, residual: &Tensor) -> Result<Tensor> {
+        self.quant_product("matmul_quant_add", w, Some(residual))
+    }
+
+    fn quant_product(
+        &self,
+        op: &'static str,
+        w: &QuantTensor,
+        residual: Option<&Tensor>,
+    ) -> Result<Tensor> {
         if !self.device().same(&w.device) {
-            return Err(Error::DeviceMismatch { op: "matmul_quant" });
+            return Err(Error::DeviceMismatch { op });
         }
-        if let Some(out) = Tensor::promoted("matmul_quant", &[self], |t| t[0].matmul_quant(w))? {
+        if let Some(r) = residual {
+            self.same_device(r, op)?;
+        }
+        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].quant_product(op, w, residual))? {
             return Ok(out);
         }
         let Some((&k, lead)) = self.shape().split_last() else {
             return Err(Error::InvalidArgument {
-                op: "matmul_quant",
+                op,
                 reason: "a tensor of shape [] has no last axis".into(),
             });
         };
         if k != w.cols {
             return Err(Error::shape(
-                "matmul_quant",
+                op,
                 self.shape(),
                 &w.shape(),
                 "(the last axis must equal the weight's cols)",
@@ -318,15 +338,32 @@ impl Tensor {
         let m: usize = lead.iter().product();
         let mut shape = lead.to_vec();
         shape.push(w.rows);
-        self.device().check_output("matmul_quant", &shape)?;
+        if let Some(r) = residual {
+            if r.shape() != shape.as_slice() {
+                return Err(Error::shape(
+                    op,
+                    r.shape(),
+                    &shape,
+                    "(the residual has the product's shape)",
+                ));
+            }
+            if r.dtype() != crate::DType::F32 {
+                // The kernels add f32 residuals; others are converted first.
+                return self.quant_product(op, w, Some(&r.cast(crate::DType::F32)?));
+            }
+        }
+        self.device().check_output(op, &shape)?;
         let spec = QuantMatmulSpec {
             m,
             weight: w.spec(),
+            residual: residual.is_some(),
         };
-        let storage = self
-            .device()
-            .op(&spec)
-            .matmul_quant(self.storage(), &w.storages(), spec)?;
+        let storage = self.device().op(&spec).matmul_quant(
+            self.storage(),
+            &w.storages(),
+            residual.map(Tensor::storage),
+            spec,
+        )?;
         Ok(self.with_storage(storage, shape))
     }
 }
@@ -402,16 +439,22 @@ impl OpSpec for QuantSpec {
     }
 }
 
-/// `x [m, cols] x w^T` with `w` the quantized `[rows, cols]` matrix of `weight`: `[m, rows]`.
+/// `x [m, cols] x w^T` with `w` the quantized `[rows, cols]` matrix of `weight`: `[m, rows]`,
+/// plus a residual `[m, rows]` when `residual` (its storage travels beside the weight's).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QuantMatmulSpec {
     pub m: usize,
     pub weight: QuantSpec,
+    pub residual: bool,
 }
 
 impl OpSpec for QuantMatmulSpec {
     fn name(&self) -> &'static str {
-        "matmul_quant"
+        if self.residual {
+            "matmul_quant_add"
+        } else {
+            "matmul_quant"
+        }
     }
 
     fn work(&self) -> Work {

@@ -201,6 +201,10 @@ impl JsTensor {
     pub fn silu(&self) -> JsResult<JsTensor> {
         self.op(Tensor::silu)
     }
+    /// `silu(a) * b` with the last axis split into halves `a` and `b`: [.., 2h] -> [.., h].
+    pub fn swiglu(&self) -> JsResult<JsTensor> {
+        self.op(Tensor::swiglu)
+    }
     pub fn gelu(&self) -> JsResult<JsTensor> {
         self.op(Tensor::gelu)
     }
@@ -481,6 +485,16 @@ impl JsTensor {
     #[wasm_bindgen(js_name = matmulQuant)]
     pub fn matmul_quant(&self, weight: &JsQuantTensor) -> JsResult<JsTensor> {
         self.op(|t| t.matmul_quant(&weight.inner))
+    }
+
+    /// `residual + self x weight^T` in one kernel: a projection and its residual connection.
+    #[wasm_bindgen(js_name = matmulQuantAdd)]
+    pub fn matmul_quant_add(
+        &self,
+        weight: &JsQuantTensor,
+        residual: &JsTensor,
+    ) -> JsResult<JsTensor> {
+        self.with(residual, |t, r| t.matmul_quant_add(&weight.inner, r))
     }
 }
 

@@ -17,7 +17,7 @@ macro_rules! with_suite_tests {
         $callback!($($args)* [
             // suite/elementwise.rs
             unary_random, unary_edges, binary_random, binary_edges, chained_ops, broadcasting,
-            where_cond, strided_elementwise,
+            where_cond, strided_elementwise, swiglu,
             // suite/reduce.rs, softmax.rs, norm.rs
             reduce_random, reduce_edges, dot_random, reduce_axes, softmax_random, softmax_edges,
             norms,
@@ -29,7 +29,7 @@ macro_rules! with_suite_tests {
             attention_layouts, attention_halves,
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
             embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,
-            topk_long_rows, quantized, quantized_rows,
+            topk_long_rows, quantized, quantized_residual, quantized_rows,
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,

@@ -433,6 +433,13 @@ export async function run(gpukit, label) {
   );
   const ones = gpu.tensor(new Float32Array(32).fill(1), [1, 32]);
   close(await ones.matmulQuant(qw).read(), [-16, 16], 1e-5, "matmulQuant");
+  const residual = gpu.tensor(new Float32Array([0.5, -2]), [1, 2]);
+  close(await ones.matmulQuantAdd(qw, residual).read(), [-15.5, 14], 1e-5, "matmulQuantAdd");
+  // SwiGLU: silu of the first half of the last axis times the second half.
+  const gu = gpu.tensor(new Float32Array([1, -2, 3, 0.5]), [1, 4]);
+  const silu = (v) => v / (1 + Math.exp(-v));
+  close(await gu.swiglu().read(), [silu(1) * 3, silu(-2) * 0.5], 1e-6, "swiglu");
+  assert.throws(() => gpu.tensor(new Float32Array(3), [3]).swiglu(), /even/);
   // Rows by device ids, dequantised there: row 1, then row 0.
   const qrows = qw.embeddingIds(gpu.tensor(new Float32Array([1, 0]), [2]).cast("u32"));
   assert.deepEqual(qrows.shape, [2, 32]);

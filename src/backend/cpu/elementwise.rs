@@ -208,9 +208,20 @@ pub(super) fn strided(
                         gather(b, &s.shape, &sb.strides, sb.offset, i0, tb);
                         binary(op, Side::Run(ta), Side::Run(tb), block);
                     }
+                    (StridedOp::Gated(gate, op), Some((b, sb))) => {
+                        let tb = &mut tb[..len];
+                        gather(b, &s.shape, &sb.strides, sb.offset, i0, tb);
+                        // unary(a) into the block, then read back as the binary's left side.
+                        unary(gate, ta, block);
+                        for (t, o) in ta.iter_mut().zip(block.iter()) {
+                            // SAFETY: `unary` wrote every element of the block.
+                            *t = unsafe { o.assume_init() };
+                        }
+                        binary(op, Side::Run(ta), Side::Run(tb), block);
+                    }
                     (StridedOp::Unary(op), _) => unary(op, ta, block),
                     // The ops layer gives a binary op both operands.
-                    (StridedOp::Binary(_), None) => {
+                    (StridedOp::Binary(_) | StridedOp::Gated(..), None) => {
                         block.fill(std::mem::MaybeUninit::new(f32::NAN))
                     }
                 }

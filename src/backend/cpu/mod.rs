@@ -322,9 +322,15 @@ impl BackendOps for CpuBackend {
         &self,
         x: &CpuStorage,
         w: &[&CpuStorage],
+        residual: Option<&CpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<CpuStorage> {
-        quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m).map(CpuStorage)
+        let mut out = quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m)?;
+        if let Some(r) = residual {
+            // The CPU runs ops as they come: the add is one more pass over the small result.
+            out.iter_mut().zip(&r.0).for_each(|(o, r)| *o += r);
+        }
+        Ok(CpuStorage(out))
     }
 
     fn dequantize(&self, w: &[&CpuStorage], s: QuantSpec) -> Result<CpuStorage> {

@@ -351,10 +351,23 @@ pub(super) fn matmul_quant(
     be: &CudaBackend,
     x: &CudaStorage,
     w: QuantParts<'_, CudaStorage>,
+    residual: Option<&CudaStorage>,
     m: usize,
 ) -> Result<CudaStorage> {
     use crate::backend::BackendOps;
     let (n, k) = (w.rows, w.cols);
+    if let Some(r) = residual.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
+        // A prompt's product (cuBLAS, bound by arithmetic) or an empty one: the add is one
+        // more pass.
+        let out = matmul_quant(be, x, w, None, m)?;
+        let spec = crate::ops::elementwise::BinarySpec {
+            op: crate::ops::elementwise::BinaryOp::Add,
+            n: m * n,
+            a_len: m * n,
+            b_len: m * n,
+        };
+        return be.binary(&out, r, spec);
+    }
     if m > QGEMV_MAX_ROWS && n * k > 0 {
         // Many rows: dequantize once and multiply on cuBLAS, out[m, n] = x[m, k] w[n, k]^T.
         let deq = be.dequantize(&w.storages(), w.spec())?;
@@ -421,6 +434,7 @@ pub(super) fn matmul_quant(
         u(k),
         Arg::I(kw as u32),
         Arg::I(few as u32),
+        opt(residual),
         p(&out),
     ];
     let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);

@@ -50,14 +50,17 @@ impl CudaBackend {
                 c.b_strides[d] = s as u64;
             }
         }
-        let (kind, binary, [p0, p1]) = match spec.op {
-            StridedOp::Unary(op) => (op.kind() as u32, u32::MAX, op.params()),
-            StridedOp::Binary(op) => (0, op as u32, [0.0, 0.0]),
+        // `gate`: the binary op takes unary(a) (SwiGLU).
+        let (kind, binary, gate, [p0, p1]) = match spec.op {
+            StridedOp::Unary(op) => (op.kind() as u32, u32::MAX, 0, op.params()),
+            StridedOp::Binary(op) => (0, op as u32, 0, [0.0, 0.0]),
+            StridedOp::Gated(g, op) => (g.kind() as u32, op as u32, 1, g.params()),
         };
         let args = [
             Arg::Raw(bytemuck::bytes_of(&c)),
             Arg::I(kind),
             Arg::I(binary),
+            Arg::I(gate),
             Arg::F(p0),
             Arg::F(p1),
             p(a),

@@ -455,9 +455,10 @@ impl BackendOps for CudaBackend {
         &self,
         x: &CudaStorage,
         w: &[&CudaStorage],
+        residual: Option<&CudaStorage>,
         spec: QuantMatmulSpec,
     ) -> Result<CudaStorage> {
-        blas::matmul_quant(self, x, spec.weight.parts(w)?, spec.m)
+        blas::matmul_quant(self, x, spec.weight.parts(w)?, residual, spec.m)
     }
 
     fn dequantize(&self, w: &[&CudaStorage], spec: QuantSpec) -> Result<CudaStorage> {

@@ -24,6 +24,7 @@ pub(crate) enum Layout {
     TwoInputs,
     ThreeInputs,
     FourInputs,
+    FiveInputs,
     /// One input, two outputs (values and indices).
     OneInputTwoOutputs,
 }
@@ -35,6 +36,7 @@ impl Layout {
             Layout::TwoInputs => 2,
             Layout::ThreeInputs => 3,
             Layout::FourInputs => 4,
+            Layout::FiveInputs => 5,
             Layout::OneInputTwoOutputs => 1,
         }
     }
@@ -63,6 +65,8 @@ pub(crate) enum Kernel {
     StridedUnary(UnaryKind),
     /// A binary op on operands read through strides.
     StridedBinary(BinaryOp),
+    /// `binary(unary(a), b)` on operands read through strides (SwiGLU).
+    StridedGated(UnaryKind, BinaryOp),
     ReducePartial {
         op: ReduceOp,
         dot: bool,
@@ -111,6 +115,8 @@ pub(crate) enum Kernel {
     QMatmul {
         format: QuantFormat,
         dequant: bool,
+        /// Adds a residual of the output's shape (the product only).
+        residual: bool,
     },
     Conv2d {
         bias: bool,
@@ -151,7 +157,9 @@ impl Kernel {
             Kernel::Matmul { .. } => Shader::Matmul,
             Kernel::Norm { .. } => Shader::Norm,
             Kernel::Copy => Shader::Layout,
-            Kernel::StridedUnary(_) | Kernel::StridedBinary(_) => Shader::ElementwiseStrided,
+            Kernel::StridedUnary(_) | Kernel::StridedBinary(_) | Kernel::StridedGated(..) => {
+                Shader::ElementwiseStrided
+            }
             Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention {
@@ -251,6 +259,7 @@ impl Kernel {
             Kernel::QMatmul { dequant: true, .. } => "dequant",
             Kernel::StridedUnary(_) => "unary",
             Kernel::StridedBinary(_) => "binary",
+            Kernel::StridedGated(..) => "gated",
             Kernel::WriteRows => "write_rows",
             Kernel::TopKSelect => "main_select",
             Kernel::Attention {
@@ -284,7 +293,8 @@ impl Kernel {
                 3 => Layout::ThreeInputs,
                 _ => Layout::FourInputs,
             },
-            Kernel::Attention { .. } | Kernel::QMatmul { .. } => Layout::FourInputs,
+            Kernel::Attention { .. } => Layout::FourInputs,
+            Kernel::QMatmul { .. } => Layout::FiveInputs,
             Kernel::TopK | Kernel::TopKSelect => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. }
             | Kernel::Norm { .. }
@@ -296,6 +306,7 @@ impl Kernel {
             | Kernel::BinaryBroadcast(_)
             | Kernel::StridedUnary(_)
             | Kernel::StridedBinary(_)
+            | Kernel::StridedGated(..)
             | Kernel::ReducePartial { .. }
             | Kernel::ReduceFinish(_)
             | Kernel::SoftmaxStats
@@ -316,6 +327,9 @@ impl Kernel {
             Kernel::Binary(op) | Kernel::BinaryBroadcast(op) => vec![("OP", op as u32 as f64)],
             Kernel::StridedUnary(k) => vec![("UNARY", k as u32 as f64)],
             Kernel::StridedBinary(op) => vec![("BINARY", op as u32 as f64)],
+            Kernel::StridedGated(k, op) => {
+                vec![("UNARY", k as u32 as f64), ("BINARY", op as u32 as f64)]
+            }
             Kernel::ReducePartial { op, dot } => {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
@@ -331,7 +345,12 @@ impl Kernel {
             | Kernel::TopKSelect
             | Kernel::Where
             | Kernel::Fused { .. } => vec![],
-            Kernel::QMatmul { format, .. } => vec![("FORMAT", format as u32 as f64)],
+            Kernel::QMatmul {
+                format, residual, ..
+            } => vec![
+                ("FORMAT", format as u32 as f64),
+                ("HAS_RESIDUAL", residual as u32 as f64),
+            ],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
             Kernel::Gemv {

@@ -24,6 +24,8 @@ pub(crate) struct Strided {
 pub(crate) enum StridedOp {
     Unary(UnaryOp),
     Binary(BinaryOp),
+    /// `binary(unary(a), b)`: a gated linear unit's activation and product (SwiGLU).
+    Gated(UnaryOp, BinaryOp),
 }
 
 /// An elementwise op over a row-major output of `shape` (at most [`MAX_RANK`] axes, `n`
@@ -43,6 +45,8 @@ impl StridedOp {
         match self {
             StridedOp::Unary(op) => op.name(),
             StridedOp::Binary(op) => op.name(),
+            StridedOp::Gated(UnaryOp::Silu, BinaryOp::Mul) => "swiglu",
+            StridedOp::Gated(..) => "gated",
         }
     }
 }
@@ -58,6 +62,48 @@ impl OpSpec for StridedSpec {
 }
 
 impl Tensor {
+    /// SwiGLU, the gated activation of LLaMA-style MLPs: with the last axis split into halves
+    /// `a` and `b` (`[.., 2h]` into two `[.., h]`), `silu(a) * b`. A model that stores its
+    /// gate and up projections as one weight (gate rows first) gets both from one product
+    /// and their activation from this one kernel, which reads the halves in place. An odd last
+    /// axis is an error.
+    pub fn swiglu(&self) -> crate::Result<Tensor> {
+        let op = "swiglu";
+        let Some((&last, lead)) = self.shape().split_last() else {
+            return Err(crate::Error::InvalidArgument {
+                op,
+                reason: "a tensor of shape [] has no last axis".into(),
+            });
+        };
+        if last % 2 != 0 {
+            return Err(crate::Error::shape(
+                op,
+                self.shape(),
+                &[last + 1],
+                "(the last axis holds two halves, so its length must be even)",
+            ));
+        }
+        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].swiglu())? {
+            return Ok(out);
+        }
+        let h = last / 2;
+        let axis = lead.len();
+        let (a, b) = (self.slice(axis, 0..h)?, self.slice(axis, h..last)?);
+        let mut shape = lead.to_vec();
+        shape.push(h);
+        if shape.len() > MAX_RANK {
+            return a.silu()?.mul(&b);
+        }
+        let out = a.strided(
+            StridedOp::Gated(UnaryOp::Silu, BinaryOp::Mul),
+            Some(&b),
+            shape,
+        )?;
+        out.verified(op, [self], crate::verify::Tol::Elementwise, |t| {
+            t[0].swiglu()
+        })
+    }
+
     /// This f32 tensor as an operand of an output of `shape` it broadcasts to (NumPy's rules:
     /// axes aligned on the right, size-1 and missing axes read with stride 0).
     fn strided_operand(&self, shape: &[usize]) -> Strided {

@@ -108,6 +108,107 @@ pub async fn quantized(dev: &Device) {
     ));
 }
 
+/// `residual + x x w^T` in one kernel (matmul_quant_add), every format, GEMV and prompt row
+/// counts, against the f64 product plus the residual; NaN and infinities in the residual; an
+/// f16 residual; a residual of the wrong shape or device is refused.
+pub async fn quantized_residual(dev: &Device) {
+    use gpukit::QuantFormat;
+    for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
+        .into_iter()
+        .enumerate()
+    {
+        for (ci, (m, n, k)) in [
+            (1usize, 7usize, 32usize),
+            (1, 577, 1184),
+            (2, 9, 4160),
+            (4, 4100, 64),
+            (37, 65, 160),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seed = 9800 + fi as u64 * 10 + ci as u64;
+            let mut rng = Rng::new(seed);
+            let w = rng.vec(n * k, -1.0, 1.0);
+            let x = rng.vec(m * k, -1.0, 1.0);
+            let mut r = rng.vec(m * n, -2.0, 2.0);
+            r[0] = f32::NAN;
+            if m * n > 2 {
+                r[m * n - 1] = f32::INFINITY;
+                r[m * n / 2] = f32::NEG_INFINITY;
+            }
+            let bytes = oracle::quantize(&w, format);
+            let wq = dev.quantized(&bytes, format, n, k).unwrap();
+            let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let residual = dev.tensor(&r, &[m, n]).unwrap();
+            let got = dev
+                .tensor(&x, &[m, k])
+                .unwrap()
+                .matmul_quant_add(&wq, &residual)
+                .unwrap();
+            assert_eq!(got.shape(), &[m, n]);
+            let want: Vec<(f64, Tol)> =
+                oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None)
+                    .into_iter()
+                    .zip(&r)
+                    .map(|((v, t), &r)| {
+                        (
+                            v + r as f64,
+                            Tol {
+                                atol: t.atol + 1e-6,
+                                rtol: t.rtol,
+                            },
+                        )
+                    })
+                    .collect();
+            let ctx = format!("{format:?} matmul_quant_add [{m}, {k}] x [{n}, {k}]^T seed {seed}");
+            check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
+            // An f16 residual is converted: the same sums as its f32 rounding.
+            let r16 = residual.cast(gpukit::DType::F16).unwrap();
+            let r_back = r16.cast(gpukit::DType::F32).unwrap().read().await.unwrap();
+            let got = dev
+                .tensor(&x, &[m, k])
+                .unwrap()
+                .matmul_quant_add(&wq, &r16)
+                .unwrap();
+            let want: Vec<(f64, Tol)> =
+                oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None)
+                    .into_iter()
+                    .zip(&r_back)
+                    .map(|((v, t), &r)| {
+                        (
+                            v + r as f64,
+                            Tol {
+                                atol: t.atol + 1e-6,
+                                rtol: t.rtol,
+                            },
+                        )
+                    })
+                    .collect();
+            check(
+                &format!("{ctx}, f16 residual"),
+                &|i| format!("{i}"),
+                &got.read().await.unwrap(),
+                &want,
+            );
+        }
+    }
+    let bytes = oracle::quantize(&[0.5; 64], QuantFormat::Q8_0);
+    let wq = dev.quantized(&bytes, QuantFormat::Q8_0, 2, 32).unwrap();
+    let x = dev.tensor(&[1.0; 32], &[1, 32]).unwrap();
+    for bad in [&[2usize][..], &[1, 3], &[2, 2]] {
+        let r = dev.tensor(&vec![0.0; bad.iter().product()], bad).unwrap();
+        let e = x.matmul_quant_add(&wq, &r);
+        assert!(
+            matches!(e, Err(Error::ShapeMismatch { .. })),
+            "residual {bad:?}: {e:?}"
+        );
+    }
+}
+
 /// Rows of a quantized table gathered by device ids (`QuantTensor::embedding_ids`, an LLM's
 /// tied embeddings): every format, u32 ids of two axes and i32 ids, rows that are not a
 /// multiple of the 32 lanes, against the f64 dequantisation; then in a compiled graph that

@@ -255,6 +255,10 @@ impl WgpuBackend {
                 Kernel::StridedUnary(op.kind())
             }
             StridedOp::Binary(op) => Kernel::StridedBinary(op),
+            StridedOp::Gated(gate, op) => {
+                [p.p0, p.p1] = gate.params();
+                Kernel::StridedGated(gate.kind(), op)
+            }
         };
         let binds = [
             whole(a.buffer()?, a_len),

@@ -383,9 +383,10 @@ impl BackendOps for WgpuBackend {
         &self,
         x: &WgpuStorage,
         w: &[&WgpuStorage],
+        residual: Option<&WgpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
-        self.encode_matmul_quant(x, s.weight.parts(w)?, s.m)
+        self.encode_matmul_quant(x, s.weight.parts(w)?, residual, s.m)
     }
 
     fn dequantize(&self, w: &[&WgpuStorage], s: QuantSpec) -> Result<WgpuStorage> {

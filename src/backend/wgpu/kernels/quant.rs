@@ -13,6 +13,7 @@ impl WgpuBackend {
         &self,
         x: &WgpuStorage,
         w: QuantParts<'_, WgpuStorage>,
+        residual: Option<&WgpuStorage>,
         m: usize,
     ) -> Result<WgpuStorage> {
         let weights = (w.rows * w.cols) as u64;
@@ -40,22 +41,34 @@ impl WgpuBackend {
                 storage: crate::DType::F32,
                 weight: crate::DType::F32,
             };
-            return self.encode_matmul(x, &weights, None, spec);
+            let out = self.encode_matmul(x, &weights, None, spec)?;
+            return match residual {
+                // A prompt's product is bound by its arithmetic: the add is one more pass.
+                Some(r) => self.encode_binary(
+                    crate::ops::elementwise::BinaryOp::Add,
+                    (&out, m * n),
+                    (r, m * n),
+                    m * n,
+                ),
+                None => Ok(out),
+            };
         }
         let (m, n) = (m as u64, w.rows as u64);
-        self.quant_kernel(Some(x), w, m * n, m)
+        self.quant_kernel(Some(x), w, residual, m * n, m)
     }
 
     pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
         let n = (w.rows * w.cols) as u64;
-        self.quant_kernel(None, w, n, 0)
+        self.quant_kernel(None, w, None, n, 0)
     }
 
-    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows), else the dequantisation.
+    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows, plus `residual` when given),
+    /// else the dequantisation.
     fn quant_kernel(
         &self,
         x: Option<&WgpuStorage>,
         w: QuantParts<'_, WgpuStorage>,
+        residual: Option<&WgpuStorage>,
         out_len: u64,
         m: u64,
     ) -> Result<WgpuStorage> {
@@ -65,6 +78,7 @@ impl WgpuBackend {
         let (scales, words) = (w.scales.buffer()?, w.words.buffer()?);
         let mins = w.mins.map(WgpuStorage::buffer).transpose()?;
         let xb = x.map(WgpuStorage::buffer).transpose()?;
+        let rb = residual.map(WgpuStorage::buffer).transpose()?;
         let mut st = s.state();
         let out = s.alloc(&mut st, out_len * 4)?;
         if out_len == 0 {
@@ -85,17 +99,20 @@ impl WgpuBackend {
             k: u32_of(k, "weight cols")?,
             _pad: 0,
         };
-        // Absent x (dequantise) or mins (Q4_0, Q8_0): the shader never reads them; scales stand in.
+        // Absent x (dequantise), mins (Q4_0, Q8_0) or residual: the shader never reads them;
+        // scales stand in.
         let binds = [
             xb.map_or(whole(scales, blocks), |x| whole(x, (m * k).max(1))),
             whole(scales, blocks),
             mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
             whole(words, words_len),
+            rb.map_or(whole(scales, blocks), |r| whole(r, out_len)),
             whole(&out, out_len),
         ];
         let kernel = Kernel::QMatmul {
             format: w.format,
             dequant: x.is_none(),
+            residual: rb.is_some(),
         };
         let groups = if x.is_some() {
             m * n.div_ceil(8)

@@ -14,6 +14,7 @@ fn every_kernel() -> Vec<Kernel> {
             Kernel::Binary(op),
             Kernel::BinaryBroadcast(op),
             Kernel::StridedBinary(op),
+            Kernel::StridedGated(UnaryOp::Silu.kind(), op),
         ]);
     }
     k.push(Kernel::Where);
@@ -135,8 +136,12 @@ fn every_kernel() -> Vec<Kernel> {
     }
     k.extend([Kernel::Cast, Kernel::Compare]);
     for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
-        for dequant in [false, true] {
-            k.push(Kernel::QMatmul { format, dequant });
+        for (dequant, residual) in [(false, false), (false, true), (true, false)] {
+            k.push(Kernel::QMatmul {
+                format,
+                dequant,
+                residual,
+            });
         }
     }
     for flag in [false, true] {
@@ -185,9 +190,10 @@ fn variant(k: Kernel) -> usize {
         Kernel::StridedBinary(_) => 25,
         Kernel::TopKSelect => 26,
         Kernel::SoftmaxRows { .. } => 27,
+        Kernel::StridedGated(..) => 28,
     }
 }
-const VARIANTS: usize = 28;
+const VARIANTS: usize = 29;
 
 #[test]
 fn every_kernel_variant_is_checked() {
