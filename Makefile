@@ -4,7 +4,7 @@
 export XDG_RUNTIME_DIR ?= /tmp
 CARGO ?= cargo
 
-.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama bench-tjs gpu-web
+.PHONY: deps demo test lint test-native test-wasm test-node test-browser pkg test-npm www test-e2e bench bench-peer bench-cpu bench-node bench-chat bench-wllama bench-tjs gpu-web gpu-llama
 
 deps:
 	@bash scripts/deps.sh
@@ -122,3 +122,9 @@ bench-tjs: www
 ## native Vulkan alongside. Run it there: `bash .gpu/on-gpu.sh bash .gpu/web/run.sh`.
 gpu-web: www
 	bash scripts/dawn/stage.sh
+
+## Stage llama.cpp's sources (the release node-llama-cpp bundles) into .gpu/llama-src, for
+## `bash scripts/peers/llama_bench_cuda.sh run MODEL` on an NVIDIA host: the CUDA peer of
+## `gpukit bench-chat --backend cuda`, built there with its own nvcc.
+gpu-llama:
+	bash scripts/peers/llama_bench_cuda.sh stage

@@ -6,11 +6,15 @@
 // 32 apart per step). A lane unpacks a whole word (4 bytes of Q8_0, 8 nibbles of Q4),
 // dequantises it into one or two vec4s with the block's scale (and min) exactly as `weight`
 // does, and takes their dot products with the matching vec4s of x; then a 5-step sum.
-// HAS_RESIDUAL: `main` adds residual[r, c] to each output (a projection and the residual
-// connection around it, one dispatch). `dequant`: one invocation per weight element.
+// HAS_NORM: `main` RMS-normalises x's row first (scale s = 1 / sqrt(mean(x^2) + eps), then
+// norm_w per column): the workgroup sums the row's squares, the dot products read x * norm_w,
+// and the sum is multiplied by s. HAS_RESIDUAL: `main` adds residual[r, c] to each output (a
+// projection and the residual connection around it, one dispatch). `dequant`: one invocation
+// per weight element.
 
 override FORMAT: u32 = 0u;
 override HAS_RESIDUAL: bool = false;
+override HAS_NORM: bool = false;
 
 const WG: u32 = 256u;
 
@@ -18,7 +22,7 @@ struct Params {
     m: u32,
     n: u32,
     k: u32,
-    _pad: u32,
+    eps_bits: u32, // the norm's eps (HAS_NORM)
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -29,7 +33,9 @@ struct Params {
 @group(0) @binding(4) var<storage, read> words: array<u32>;
 // Read only when HAS_RESIDUAL (another input stands in otherwise).
 @group(0) @binding(5) var<storage, read> residual: array<f32>;
-@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+// Read only when HAS_NORM: one value per column of x.
+@group(0) @binding(6) var<storage, read> norm_w: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> out: array<f32>;
 
 var<workgroup> partial: array<f32, WG>;
 
@@ -61,6 +67,16 @@ fn words_per_block() -> u32 {
     return select(4u, 8u, FORMAT == 0u);
 }
 
+// The j-th vec4 of x's row at xr, times the norm's weight when HAS_NORM (its row scale is
+// applied to the sum).
+fn xv(xr: u32, j: u32) -> vec4<f32> {
+    var v = x[xr + j];
+    if (HAS_NORM) {
+        v = v * norm_w[j];
+    }
+    return v;
+}
+
 // Word w of weight row c dequantised (as `weight` does, exactly) and dotted with the matching
 // elements of x's row r: word w holds elements 32 / words_per_block() * w onwards.
 fn part(r: u32, c: u32, w: u32) -> f32 {
@@ -77,7 +93,7 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
             bitcast<i32>(word << 8u) >> 24u,
             bitcast<i32>(word) >> 24u,
         );
-        return dot(x[xr + w], d * vec4<f32>(q));
+        return dot(xv(xr, w), d * vec4<f32>(q));
     }
     // Q4: nibbles 0-3 are elements 0-3 of the word, nibbles 4-7 elements 4-7.
     let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
@@ -89,7 +105,7 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
         w_lo = fma(d, lo, mn);
         w_hi = fma(d, hi, mn);
     }
-    return dot(x[xr + 2u * w], w_lo) + dot(x[xr + 2u * w + 1u], w_hi);
+    return dot(xv(xr, 2u * w), w_lo) + dot(xv(xr, 2u * w + 1u), w_hi);
 }
 
 @compute @workgroup_size(256)
@@ -107,6 +123,26 @@ fn main(
     let r = g / groups_per_row;
     let lane = lid % 32u;
     let c = (g % groups_per_row) * 8u + lid / 32u;
+    // The row's RMS scale: every output of the workgroup is of row r.
+    var scale = 1.0;
+    if (HAS_NORM) {
+        let k4 = params.k / 4u;
+        var q = 0.0;
+        for (var j = lid; j < k4; j = j + WG) {
+            let v = x[r * k4 + j];
+            q = q + dot(v, v);
+        }
+        partial[lid] = q;
+        workgroupBarrier();
+        for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+            if (lid < s) {
+                partial[lid] = partial[lid] + partial[lid + s];
+            }
+            workgroupBarrier();
+        }
+        scale = inverseSqrt(partial[0] / f32(params.k) + bitcast<f32>(params.eps_bits));
+        workgroupBarrier();
+    }
     var acc = 0.0;
     if (c < params.n) {
         let row_words = (params.k / 32u) * words_per_block();
@@ -134,6 +170,9 @@ fn main(
     if (lane == 0u && c < params.n) {
         let at = r * params.n + c;
         var v = partial[lid];
+        if (HAS_NORM) {
+            v = v * scale;
+        }
         if (HAS_RESIDUAL) {
             v = v + residual[at];
         }

@@ -77,7 +77,7 @@ pub use group::DeviceGroup;
 /// The half-precision host types of [`DType::F16`] and [`DType::BF16`] (the `half` crate).
 pub use half::{bf16, f16};
 pub use info::{Backend, CudaProperties, DeviceFeatures, DeviceInfo, DeviceLimits, DeviceType};
-pub use ops::quant::{QuantFormat, QuantTensor};
+pub use ops::quant::{QuantFormat, QuantMatmulOptions, QuantTensor};
 pub use ops::{
     Activation, AttentionLayout, AttentionOptions, BinaryOp, CompareOp, Conv2dOptions,
     MatmulOptions, MatmulTile, Pool2dOptions, Precision, ReduceOp, RopeLayout, UnaryOp,

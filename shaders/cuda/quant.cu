@@ -65,12 +65,19 @@ struct QgRound {
         }
     }
 
-    // acc[r] += quant block qb of row r . x's block qb.
-    __device__ __forceinline__ void add(const float4* __restrict__ xi, u64 qb, float* acc) const {
+    // acc[r] += quant block qb of row r . x's block qb (times the norm's weight `nw` when
+    // given; its row scale is applied to the sums).
+    __device__ __forceinline__ void add(const float4* __restrict__ xi,
+                                        const float4* __restrict__ nw, u64 qb,
+                                        float* acc) const {
         float xv[32];
 #pragma unroll
         for (u32 c = 0; c < 8; ++c) {
-            const float4 t = xi[qb * 8 + c];
+            float4 t = xi[qb * 8 + c];
+            if (nw) {
+                const float4 g = __ldg(nw + qb * 8 + c);
+                t = make_float4(t.x * g.x, t.y * g.y, t.z * g.z, t.w * g.w);
+            }
             xv[4 * c] = t.x;
             xv[4 * c + 1] = t.y;
             xv[4 * c + 2] = t.z;
@@ -132,6 +139,7 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
                                            const float* __restrict__ x, u64 m, u64 n, u64 k,
                                            u32 kw, float (*red)[8],
                                            const float* __restrict__ residual,
+                                           const float* __restrict__ norm_w, float eps,
                                            float* __restrict__ out) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 g = warp / kw, part = warp % kw;
@@ -139,16 +147,27 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
     const u64 blocks = k / 32, step = 32 * (u64)kw;
     for (u64 i = blockIdx.y; i < m; i += gridDim.y) {
         const float4* __restrict__ xi = reinterpret_cast<const float4*>(x + i * k);
+        const float4* __restrict__ nw = reinterpret_cast<const float4*>(norm_w);
+        // The row's RMS scale, each warp on its own (the row is in L1 or L2 after the first).
+        float scale = 1.0f;
+        if (norm_w) {
+            float q = 0.0f;
+            for (u64 j = lane; j < k / 4; j += 32) {
+                const float4 v = xi[j];
+                q += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+            scale = rsqrtf(warp_sum(q) / (float)k + eps);
+        }
         float acc[ROWS];
 #pragma unroll
         for (u32 r = 0; r < ROWS; ++r) acc[r] = 0.0f;
         for (u64 qb = (u64)part * 32 + lane; j0 < n && qb < blocks; qb += step) {
             QgRound<FORMAT, ROWS> round;
             round.fetch(scales, mins, words, j0, n, blocks, qb);
-            round.add(xi, qb, acc);
+            round.add(xi, nw, qb, acc);
         }
 #pragma unroll
-        for (u32 r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]);
+        for (u32 r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]) * scale;
         if (kw == 1) {
 #pragma unroll
             for (u32 r = 0; r < ROWS; ++r) {
@@ -175,24 +194,26 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
 }
 
 // Format 0 Q8_0, 1 Q4_0, 2 Q4_1 (mins present); kw warps (1, 2 or 4) share a group's row;
-// `residual` (or null), of out's shape, is added to each output.
+// `residual` (or null), of out's shape, is added to each output; with `norm_w` (or null) x's
+// rows are RMS-normalised first (eps, then norm_w per column).
 extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const float* __restrict__ scales,
                                                          const float* __restrict__ mins,
                                                          const u32* __restrict__ words,
                                                          const float* __restrict__ x, u64 m,
                                                          u64 n, u64 k, u32 kw, u32 few,
                                                          const float* __restrict__ residual,
-                                                         float* __restrict__ out) {
+                                                         const float* __restrict__ norm_w,
+                                                         float eps, float* __restrict__ out) {
     __shared__ float red[4][8];
     // `few`: 2 outputs a group, for matrices too small to fill the GPU with groups of 8 (a
     // small GEMV waits on its slowest warp's arithmetic).
     if (few) {
-        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, out);
-        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, out);
-        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, out);
+        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
+        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
+        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
         return;
     }
-    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, out);
-    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, out);
-    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, out);
+    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
+    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
+    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
 }

@@ -135,13 +135,14 @@ pub(crate) trait BackendOps {
     ) -> Result<Self::Storage>;
     /// See [`TopkSpec`].
     fn topk(&self, x: &Self::Storage, spec: TopkSpec) -> Result<(Self::Storage, Self::Storage)>;
-    /// `x x w^T (+ residual)` with `w` quantized (see [`QuantMatmulSpec`]; `w` as
-    /// [`QuantSpec::parts`] reads it).
+    /// `rms_norm(x, norm) x w^T (+ residual)` with `w` quantized (see [`QuantMatmulSpec`];
+    /// `w` as [`QuantSpec::parts`] reads it).
     fn matmul_quant(
         &self,
         x: &Self::Storage,
         w: &[&Self::Storage],
         residual: Option<&Self::Storage>,
+        norm: Option<&Self::Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Self::Storage>;
     /// The f32 matrix of quantized blocks (see [`QuantSpec`]).
@@ -498,9 +499,10 @@ impl BackendImpl {
         x: &Storage,
         w: &[&Storage],
         residual: Option<&Storage>,
+        norm: Option<&Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Storage> {
-        dispatch!(self.matmul_quant(one x, list w, opt residual; spec), spec)
+        dispatch!(self.matmul_quant(one x, list w, opt residual, opt norm; spec), spec)
     }
 
     pub(crate) fn dequantize(&self, w: &[&Storage], spec: QuantSpec) -> Result<Storage> {

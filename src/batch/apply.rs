@@ -247,32 +247,57 @@ impl Batch {
         w: Rc<QuantTensor>,
         residual: Value,
     ) -> Result<Value> {
-        self.matmul_quant_add_by(x, w, residual)
+        self.matmul_quant_with_by(x, w, Some(residual), None)
     }
 
-    /// [`Batch::matmul_quant_add`] with the weight behind any owning pointer.
-    pub(crate) fn matmul_quant_add_by<W>(
+    /// `residual + rms_norm(x, norm_weight, eps) x w^T`, each part optional, in one kernel
+    /// (see [`Tensor::matmul_quant_with`]).
+    pub fn matmul_quant_with(
+        &mut self,
+        x: Value,
+        w: Rc<QuantTensor>,
+        residual: Option<Value>,
+        rms_norm: Option<(Value, f32)>,
+    ) -> Result<Value> {
+        self.matmul_quant_with_by(x, w, residual, rms_norm)
+    }
+
+    /// [`Batch::matmul_quant_with`] with the weight behind any owning pointer.
+    pub(crate) fn matmul_quant_with_by<W>(
         &mut self,
         x: Value,
         w: W,
-        residual: Value,
+        residual: Option<Value>,
+        rms_norm: Option<(Value, f32)>,
     ) -> Result<Value>
     where
         W: std::ops::Deref<Target = QuantTensor> + 'static,
     {
-        let product = self.matmul_quant_shape(x, &w, "matmul_quant_add")?;
-        let shape = self.shape_of(residual, "matmul_quant_add")?;
-        if shape != product {
-            return Err(Error::shape(
-                "matmul_quant_add",
-                &shape,
-                &product,
-                "(the residual has the product's shape)",
-            ));
+        let op = "matmul_quant_with";
+        let shape = self.matmul_quant_shape(x, &w, op)?;
+        if let Some(r) = residual {
+            let got = self.shape_of(r, op)?;
+            if got != shape {
+                return Err(Error::shape(
+                    op,
+                    &got,
+                    &shape,
+                    "(the residual has the product's shape)",
+                ));
+            }
         }
-        let f: super::apply::ApplyFn =
-            Rc::new(move |t: &[&Tensor]| t[0].matmul_quant_add(&w, t[1]));
-        self.push_apply("matmul_quant_add", &[x, residual], shape, DType::F32, f)
+        let mut inputs = vec![x];
+        inputs.extend(residual);
+        inputs.extend(rms_norm.map(|n| n.0));
+        let (has_r, eps) = (residual.is_some(), rms_norm.map(|n| n.1));
+        let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| {
+            let options = crate::QuantMatmulOptions {
+                residual: has_r.then(|| t[1]),
+                rms_norm: eps.map(|e| (t[1 + usize::from(has_r)], e)),
+            };
+            t[0].matmul_quant_with(&w, options)
+        });
+        self.push_apply(op, &inputs, shape, DType::F32, f)
     }
 
     /// The shape of `x x w^T`. The weight is real data, so the shape rule is checked here

@@ -174,8 +174,7 @@ impl Decoder {
         };
         for (l, cached) in model.layers.iter().zip(layers) {
             let norm = b.tensor(&l.attn_norm)?;
-            let h = b.rms_norm(x, Some(norm), None, c.eps)?;
-            let qkv = linear(&mut b, &l.qkv, h)?;
+            let qkv = linear_norm(&mut b, &l.qkv, x, norm, c.eps)?;
             let qkv = b.reshape(qkv, &[rows, hd])?;
             let qkv = b.rope(qkv, cos, sin, RopeLayout::Interleaved)?;
             let qkv = b.reshape(qkv, &[1, 1, rows, hd])?;
@@ -198,14 +197,12 @@ impl Decoder {
             let att = b.reshape(att, &[1, c.hidden])?;
             x = linear_add(&mut b, &l.o, att, x)?;
             let norm = b.tensor(&l.ffn_norm)?;
-            let h = b.rms_norm(x, Some(norm), None, c.eps)?;
-            let gate_up = linear(&mut b, &l.gate_up, h)?;
+            let gate_up = linear_norm(&mut b, &l.gate_up, x, norm, c.eps)?;
             let gated = b.swiglu(gate_up)?;
             x = linear_add(&mut b, &l.down, gated, x)?;
         }
         let norm = b.tensor(&model.out_norm)?;
-        let h = b.rms_norm(x, Some(norm), None, c.eps)?;
-        let logits = linear(&mut b, &model.lm_head, h)?;
+        let logits = linear_norm(&mut b, &model.lm_head, x, norm, c.eps)?;
         let pick = match candidates {
             None => Pick::Greedy(b.argmax_last(logits)?),
             Some(k) => {
@@ -287,10 +284,22 @@ fn linear(b: &mut Batch, w: &Linear, x: Value) -> Result<Value> {
     }
 }
 
+/// Records `rms_norm(x, norm, eps) x w^T` for a linear layer's weight: one kernel for a
+/// quantized one.
+fn linear_norm(b: &mut Batch, w: &Linear, x: Value, norm: Value, eps: f32) -> Result<Value> {
+    match w {
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps))),
+        Linear::Dense(_) => {
+            let h = b.rms_norm(x, Some(norm), None, eps)?;
+            linear(b, w, h)
+        }
+    }
+}
+
 /// Records `residual + x x w^T` for a linear layer's weight: one kernel for a quantized one.
 fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_add_by(x, q.clone(), residual),
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None),
         Linear::Dense(_) => {
             let y = linear(b, w, x)?;
             b.add(residual, y)

@@ -38,6 +38,20 @@ impl Linear {
         }
     }
 
+    /// `rms_norm(x, norm, eps) x w^T`: one kernel for a quantized weight's few-row product.
+    pub(crate) fn apply_norm(&self, x: &Tensor, norm: &Tensor, eps: f32) -> Result<Tensor> {
+        match self {
+            Linear::Quant(w) => x.matmul_quant_with(
+                w,
+                crate::QuantMatmulOptions {
+                    rms_norm: Some((norm, eps)),
+                    residual: None,
+                },
+            ),
+            Linear::Dense(_) => self.apply(&x.rms_norm(Some(norm), None, eps)?),
+        }
+    }
+
     /// Bytes the weight holds on the device.
     pub(crate) fn device_bytes(kind: TensorType, n: usize) -> usize {
         match kind {

@@ -462,8 +462,8 @@ impl Model {
         };
         let at = cache.position(self)?;
         for (i, l) in self.layers.iter().enumerate() {
-            let normed = x.rms_norm(Some(&l.attn_norm), None, c.eps)?;
-            let qkv = l.qkv.apply(&normed)?.reshape(&[n * rows, hd])?;
+            let qkv = l.qkv.apply_norm(&x, &l.attn_norm, c.eps)?;
+            let qkv = qkv.reshape(&[n * rows, hd])?;
             let qkv = qkv.rope(&cos, &sin, RopeLayout::Interleaved)?;
             let qkv = qkv.reshape(&[1, n, rows, hd])?;
             let cached = cache.append(i, qkv.slice(2, h..rows)?, at.as_ref())?;
@@ -471,14 +471,12 @@ impl Model {
             let q = qkv.slice(2, 0..h)?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
             x = l.o.apply_add(&att, &x)?;
-            let normed = x.rms_norm(Some(&l.ffn_norm), None, c.eps)?;
-            let gated = l.gate_up.apply(&normed)?.swiglu()?;
+            let gated = l.gate_up.apply_norm(&x, &l.ffn_norm, c.eps)?.swiglu()?;
             x = l.down.apply_add(&gated, &x)?;
         }
         cache.len += n;
         let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };
-        let h = last.rms_norm(Some(&self.out_norm), None, c.eps)?;
-        self.lm_head.apply(&h)
+        self.lm_head.apply_norm(&last, &self.out_norm, c.eps)
     }
 }
 

@@ -295,7 +295,7 @@ impl Tensor {
     /// `self x w^T` with `w` quantized `[n, k]` (a linear layer's weight): `self` is `[.., k]`,
     /// the result `[.., n]`. The weights are dequantised inside the kernel.
     pub fn matmul_quant(&self, w: &QuantTensor) -> Result<Tensor> {
-        self.quant_product("matmul_quant", w, None)
+        self.matmul_quant_with(w, QuantMatmulOptions::default())
     }
 
     /// `residual + self x w^T` with `w` quantized `[n, k]`: a projection and the residual
@@ -303,22 +303,37 @@ impl Tensor {
     /// kernel where the backend has one (the GEMV of a few rows on wgpu and CUDA; elsewhere
     /// the product, then an add). `residual` has the result's shape, `[.., n]`.
     pub fn matmul_quant_add(&self, w: &QuantTensor, residual: &Tensor) -> Result<Tensor> {
-        self.quant_product("matmul_quant_add", w, Some(residual))
+        let options = QuantMatmulOptions {
+            residual: Some(residual),
+            ..Default::default()
+        };
+        self.matmul_quant_with(w, options)
     }
 
-    fn quant_product(
+    /// [`Tensor::matmul_quant`] with the input normalised first and a residual added after
+    /// (see [`QuantMatmulOptions`]): `residual + rms_norm(self, weight, eps) x w^T`, one
+    /// kernel for the few-row product on wgpu and CUDA.
+    pub fn matmul_quant_with(
         &self,
-        op: &'static str,
         w: &QuantTensor,
-        residual: Option<&Tensor>,
+        options: QuantMatmulOptions<'_>,
     ) -> Result<Tensor> {
+        let op = match (options.rms_norm.is_some(), options.residual.is_some()) {
+            (false, false) => "matmul_quant",
+            (false, true) => "matmul_quant_add",
+            (true, _) => "matmul_quant_with",
+        };
         if !self.device().same(&w.device) {
             return Err(Error::DeviceMismatch { op });
         }
-        if let Some(r) = residual {
-            self.same_device(r, op)?;
+        for t in options
+            .residual
+            .into_iter()
+            .chain(options.rms_norm.map(|n| n.0))
+        {
+            self.same_device(t, op)?;
         }
-        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].quant_product(op, w, residual))? {
+        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].matmul_quant_with(w, options))? {
             return Ok(out);
         }
         let Some((&k, lead)) = self.shape().split_last() else {
@@ -338,7 +353,7 @@ impl Tensor {
         let m: usize = lead.iter().product();
         let mut shape = lead.to_vec();
         shape.push(w.rows);
-        if let Some(r) = residual {
+        if let Some(r) = options.residual {
             if r.shape() != shape.as_slice() {
                 return Err(Error::shape(
                     op,
@@ -347,25 +362,63 @@ impl Tensor {
                     "(the residual has the product's shape)",
                 ));
             }
-            if r.dtype() != crate::DType::F32 {
-                // The kernels add f32 residuals; others are converted first.
-                return self.quant_product(op, w, Some(&r.cast(crate::DType::F32)?));
+        }
+        if let Some((nw, eps)) = options.rms_norm {
+            if nw.len() != k {
+                return Err(Error::shape(
+                    op,
+                    nw.shape(),
+                    &[k],
+                    "(the norm's weight has one value per column of the input)",
+                ));
+            }
+            if !(eps.is_finite() && eps >= 0.0) {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("eps must be finite and >= 0, got {eps}"),
+                });
             }
         }
+        // The kernels take f32 residuals and norm weights; others are converted first.
+        let f32_of = |t: &Tensor| -> Result<Tensor> {
+            if t.dtype() == crate::DType::F32 && t.is_contiguous() {
+                Ok(t.clone())
+            } else {
+                t.cast(crate::DType::F32)?.contiguous()
+            }
+        };
+        let residual = options.residual.map(f32_of).transpose()?;
+        let norm = options
+            .rms_norm
+            .map(|(t, eps)| f32_of(t).map(|t| (t, eps)))
+            .transpose()?;
         self.device().check_output(op, &shape)?;
         let spec = QuantMatmulSpec {
             m,
             weight: w.spec(),
             residual: residual.is_some(),
+            rms_norm: norm.as_ref().map(|n| n.1),
         };
         let storage = self.device().op(&spec).matmul_quant(
             self.storage(),
             &w.storages(),
-            residual.map(Tensor::storage),
+            residual.as_ref().map(Tensor::storage),
+            norm.as_ref().map(|n| n.0.storage()),
             spec,
         )?;
         Ok(self.with_storage(storage, shape))
     }
+}
+
+/// Options of [`Tensor::matmul_quant_with`]: what a transformer does around a projection,
+/// done inside the product's kernel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuantMatmulOptions<'a> {
+    /// Normalises each row of the input first, as `rms_norm(Some(weight), None, eps)` does:
+    /// `(weight, eps)`, the weight one value per input column.
+    pub rms_norm: Option<(&'a Tensor, f32)>,
+    /// Added to the product (the result's shape): a residual connection.
+    pub residual: Option<&'a Tensor>,
 }
 
 /// Used by CUDA's quantized matmul, which dequantizes through the backend's own op.
@@ -440,20 +493,23 @@ impl OpSpec for QuantSpec {
 }
 
 /// `x [m, cols] x w^T` with `w` the quantized `[rows, cols]` matrix of `weight`: `[m, rows]`,
-/// plus a residual `[m, rows]` when `residual` (its storage travels beside the weight's).
+/// plus a residual `[m, rows]` when `residual`, of x's rows RMS-normalised first (with this
+/// eps and a weight of `cols` values) when `rms_norm`; their storages travel beside the
+/// weight's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QuantMatmulSpec {
     pub m: usize,
     pub weight: QuantSpec,
     pub residual: bool,
+    pub rms_norm: Option<f32>,
 }
 
 impl OpSpec for QuantMatmulSpec {
     fn name(&self) -> &'static str {
-        if self.residual {
-            "matmul_quant_add"
-        } else {
-            "matmul_quant"
+        match (self.rms_norm.is_some(), self.residual) {
+            (false, false) => "matmul_quant",
+            (false, true) => "matmul_quant_add",
+            (true, _) => "matmul_quant_with",
         }
     }
 

@@ -481,20 +481,28 @@ impl JsTensor {
         self.op(|t| t.avg_pool2d(opts))
     }
 
-    /// `self` [.., k] times the quantized weight [n, k] transposed: [.., n].
+    /// `self` [.., k] times the quantized weight [n, k] transposed: [.., n]; with options, the
+    /// rows of `self` RMS-normalised first and a residual added, in the same kernel.
     #[wasm_bindgen(js_name = matmulQuant)]
-    pub fn matmul_quant(&self, weight: &JsQuantTensor) -> JsResult<JsTensor> {
-        self.op(|t| t.matmul_quant(&weight.inner))
-    }
-
-    /// `residual + self x weight^T` in one kernel: a projection and its residual connection.
-    #[wasm_bindgen(js_name = matmulQuantAdd)]
-    pub fn matmul_quant_add(
+    pub fn matmul_quant(
         &self,
         weight: &JsQuantTensor,
-        residual: &JsTensor,
+        #[wasm_bindgen(unchecked_optional_param_type = "QuantMatmulOptions")] options: JsValue,
     ) -> JsResult<JsTensor> {
-        self.with(residual, |t, r| t.matmul_quant_add(&weight.inner, r))
+        let o: options::QuantMatmulOptions = options::parse(&options, "matmulQuant options")?;
+        let norm = optional_tensor(
+            &property(&options, "rmsNormWeight"),
+            "matmulQuant options.rmsNormWeight",
+        )?;
+        let residual = optional_tensor(
+            &property(&options, "residual"),
+            "matmulQuant options.residual",
+        )?;
+        let opts = crate::QuantMatmulOptions {
+            rms_norm: norm.as_ref().map(|t| (t, o.eps.unwrap_or(1e-5))),
+            residual: residual.as_ref(),
+        };
+        self.op(|t| t.matmul_quant_with(&weight.inner, opts))
     }
 }
 

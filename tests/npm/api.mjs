@@ -434,7 +434,17 @@ export async function run(gpukit, label) {
   const ones = gpu.tensor(new Float32Array(32).fill(1), [1, 32]);
   close(await ones.matmulQuant(qw).read(), [-16, 16], 1e-5, "matmulQuant");
   const residual = gpu.tensor(new Float32Array([0.5, -2]), [1, 2]);
-  close(await ones.matmulQuantAdd(qw, residual).read(), [-15.5, 14], 1e-5, "matmulQuantAdd");
+  close(await ones.matmulQuant(qw, { residual }).read(), [-15.5, 14], 1e-5, "matmulQuant residual");
+  // Rows RMS-normalised first: x = 2s has an RMS of 2, so x / rms * 3 = 3s.
+  const twos = gpu.tensor(new Float32Array(32).fill(2), [1, 32]);
+  const normWeight = gpu.tensor(new Float32Array(32).fill(3), [32]);
+  close(
+    await twos.matmulQuant(qw, { rmsNormWeight: normWeight, eps: 0, residual }).read(),
+    [-47.5, 46],
+    1e-4,
+    "matmulQuant rmsNorm",
+  );
+  assert.throws(() => ones.matmulQuant(qw, { rmsNorm: normWeight }), /rmsNorm/);
   // SwiGLU: silu of the first half of the last axis times the second half.
   const gu = gpu.tensor(new Float32Array([1, -2, 3, 0.5]), [1, 4]);
   const silu = (v) => v / (1 + Math.exp(-v));

@@ -323,8 +323,23 @@ impl BackendOps for CpuBackend {
         x: &CpuStorage,
         w: &[&CpuStorage],
         residual: Option<&CpuStorage>,
+        norm: Option<&CpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<CpuStorage> {
+        let normed;
+        let x = match (norm, s.rms_norm) {
+            (Some(nw), Some(eps)) => {
+                let spec = NormSpec {
+                    rms: true,
+                    rows: s.m,
+                    cols: s.weight.cols,
+                    eps,
+                };
+                normed = self.norm(x, Some(nw), None, spec)?;
+                &normed
+            }
+            _ => x,
+        };
         let mut out = quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m)?;
         if let Some(r) = residual {
             // The CPU runs ops as they come: the add is one more pass over the small result.

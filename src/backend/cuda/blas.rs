@@ -352,14 +352,26 @@ pub(super) fn matmul_quant(
     x: &CudaStorage,
     w: QuantParts<'_, CudaStorage>,
     residual: Option<&CudaStorage>,
+    norm: Option<(&CudaStorage, f32)>,
     m: usize,
 ) -> Result<CudaStorage> {
     use crate::backend::BackendOps;
     let (n, k) = (w.rows, w.cols);
+    if let Some((nw, eps)) = norm.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
+        // A prompt (or empty rows): the norm's own kernel first, then the product.
+        let spec = crate::ops::norm::NormSpec {
+            rms: true,
+            rows: m,
+            cols: k,
+            eps,
+        };
+        let x = be.norm(x, Some(nw), None, spec)?;
+        return matmul_quant(be, &x, w, residual, None, m);
+    }
     if let Some(r) = residual.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
         // A prompt's product (cuBLAS, bound by arithmetic) or an empty one: the add is one
         // more pass.
-        let out = matmul_quant(be, x, w, None, m)?;
+        let out = matmul_quant(be, x, w, None, None, m)?;
         let spec = crate::ops::elementwise::BinarySpec {
             op: crate::ops::elementwise::BinaryOp::Add,
             n: m * n,
@@ -435,6 +447,8 @@ pub(super) fn matmul_quant(
         Arg::I(kw as u32),
         Arg::I(few as u32),
         opt(residual),
+        opt(norm.map(|n| n.0)),
+        Arg::F(norm.map_or(0.0, |n| n.1)),
         p(&out),
     ];
     let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);

@@ -456,9 +456,11 @@ impl BackendOps for CudaBackend {
         x: &CudaStorage,
         w: &[&CudaStorage],
         residual: Option<&CudaStorage>,
+        norm: Option<&CudaStorage>,
         spec: QuantMatmulSpec,
     ) -> Result<CudaStorage> {
-        blas::matmul_quant(self, x, spec.weight.parts(w)?, residual, spec.m)
+        let norm = norm.zip(spec.rms_norm);
+        blas::matmul_quant(self, x, spec.weight.parts(w)?, residual, norm, spec.m)
     }
 
     fn dequantize(&self, w: &[&CudaStorage], spec: QuantSpec) -> Result<CudaStorage> {

@@ -14,40 +14,9 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 mod attention_blocks;
+mod layout;
 pub(crate) use attention_blocks::{AttentionBlocks, FLASH_WORKGROUP_BYTES};
-
-/// How many read-only storage inputs a kernel binds (after the uniform at binding 0, before
-/// the one read-write output).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Layout {
-    OneInput,
-    TwoInputs,
-    ThreeInputs,
-    FourInputs,
-    FiveInputs,
-    /// One input, two outputs (values and indices).
-    OneInputTwoOutputs,
-}
-
-impl Layout {
-    pub(crate) fn inputs(self) -> usize {
-        match self {
-            Layout::OneInput => 1,
-            Layout::TwoInputs => 2,
-            Layout::ThreeInputs => 3,
-            Layout::FourInputs => 4,
-            Layout::FiveInputs => 5,
-            Layout::OneInputTwoOutputs => 1,
-        }
-    }
-
-    pub(crate) fn outputs(self) -> usize {
-        match self {
-            Layout::OneInputTwoOutputs => 2,
-            _ => 1,
-        }
-    }
-}
+pub(crate) use layout::Layout;
 
 /// One pipeline: a kernel and its specialisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,6 +86,8 @@ pub(crate) enum Kernel {
         dequant: bool,
         /// Adds a residual of the output's shape (the product only).
         residual: bool,
+        /// RMS-normalises x's rows first (the product only).
+        norm: bool,
     },
     Conv2d {
         bias: bool,
@@ -294,7 +265,7 @@ impl Kernel {
                 _ => Layout::FourInputs,
             },
             Kernel::Attention { .. } => Layout::FourInputs,
-            Kernel::QMatmul { .. } => Layout::FiveInputs,
+            Kernel::QMatmul { .. } => Layout::SixInputs,
             Kernel::TopK | Kernel::TopKSelect => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. }
             | Kernel::Norm { .. }
@@ -346,10 +317,14 @@ impl Kernel {
             | Kernel::Where
             | Kernel::Fused { .. } => vec![],
             Kernel::QMatmul {
-                format, residual, ..
+                format,
+                residual,
+                norm,
+                ..
             } => vec![
                 ("FORMAT", format as u32 as f64),
                 ("HAS_RESIDUAL", residual as u32 as f64),
+                ("HAS_NORM", norm as u32 as f64),
             ],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],

@@ -108,9 +108,10 @@ pub async fn quantized(dev: &Device) {
     ));
 }
 
-/// `residual + x x w^T` in one kernel (matmul_quant_add), every format, GEMV and prompt row
-/// counts, against the f64 product plus the residual; NaN and infinities in the residual; an
-/// f16 residual; a residual of the wrong shape or device is refused.
+/// `residual + rms_norm(x) x w^T` in one kernel (matmul_quant_add, matmul_quant_with), every
+/// format, GEMV and prompt row counts, against the f64 norm and product plus the residual;
+/// NaN and infinities in the residual; an f16 residual; a residual or norm weight of the wrong
+/// shape, or a bad eps, is refused.
 pub async fn quantized_residual(dev: &Device) {
     use gpukit::QuantFormat;
     for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
@@ -194,6 +195,47 @@ pub async fn quantized_residual(dev: &Device) {
                 &got.read().await.unwrap(),
                 &want,
             );
+            // RMS-normalised rows first (eps 1e-5, a weight per column), with and without the
+            // residual: against the f64 norm, rounded to f32, through the same product.
+            let nw = rng.vec(k, 0.5, 1.5);
+            let mut xn = vec![0f32; m * k];
+            for i in 0..m {
+                let row = &x[i * k..(i + 1) * k];
+                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64;
+                let s = 1.0 / (ms + 1e-5).sqrt();
+                for e in 0..k {
+                    xn[i * k + e] = (row[e] as f64 * s * nw[e] as f64) as f32;
+                }
+            }
+            let norm = dev.tensor(&nw, &[k]).unwrap();
+            let product = oracle::matmul_with(&xn, &deq32, (m, k, n), (false, true), None, None);
+            for with_residual in [false, true] {
+                let options = gpukit::QuantMatmulOptions {
+                    rms_norm: Some((&norm, 1e-5)),
+                    residual: with_residual.then_some(&residual),
+                };
+                let got = dev
+                    .tensor(&x, &[m, k])
+                    .unwrap()
+                    .matmul_quant_with(&wq, options)
+                    .unwrap();
+                let want: Vec<(f64, Tol)> = product
+                    .iter()
+                    .zip(&r)
+                    .map(|(&(v, t), &r)| {
+                        let r = if with_residual { r as f64 } else { 0.0 };
+                        (
+                            v + r,
+                            Tol {
+                                atol: t.atol + 1e-5,
+                                rtol: t.rtol + 1e-5,
+                            },
+                        )
+                    })
+                    .collect();
+                let ctx = format!("{ctx}, rms-normalised x, residual {with_residual}");
+                check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
+            }
         }
     }
     let bytes = oracle::quantize(&[0.5; 64], QuantFormat::Q8_0);
@@ -205,6 +247,28 @@ pub async fn quantized_residual(dev: &Device) {
         assert!(
             matches!(e, Err(Error::ShapeMismatch { .. })),
             "residual {bad:?}: {e:?}"
+        );
+    }
+    let short = dev.tensor(&[1.0; 31], &[31]).unwrap();
+    let options = gpukit::QuantMatmulOptions {
+        rms_norm: Some((&short, 1e-5)),
+        residual: None,
+    };
+    let e = x.matmul_quant_with(&wq, options);
+    assert!(
+        matches!(e, Err(Error::ShapeMismatch { .. })),
+        "norm weight of 31: {e:?}"
+    );
+    let ones = dev.tensor(&[1.0; 32], &[32]).unwrap();
+    for eps in [f32::NAN, -1.0, f32::INFINITY] {
+        let options = gpukit::QuantMatmulOptions {
+            rms_norm: Some((&ones, eps)),
+            residual: None,
+        };
+        let e = x.matmul_quant_with(&wq, options);
+        assert!(
+            matches!(e, Err(Error::InvalidArgument { .. })),
+            "eps {eps}: {e:?}"
         );
     }
 }

@@ -384,9 +384,11 @@ impl BackendOps for WgpuBackend {
         x: &WgpuStorage,
         w: &[&WgpuStorage],
         residual: Option<&WgpuStorage>,
+        norm: Option<&WgpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
-        self.encode_matmul_quant(x, s.weight.parts(w)?, residual, s.m)
+        let norm = norm.zip(s.rms_norm);
+        self.encode_matmul_quant(x, s.weight.parts(w)?, residual, norm, s.m)
     }
 
     fn dequantize(&self, w: &[&WgpuStorage], s: QuantSpec) -> Result<WgpuStorage> {

@@ -6,6 +6,7 @@ use super::matmul::{MnkParams, GEMV_MAX_ROWS};
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::Result;
 use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
+use crate::ops::norm::NormSpec;
 use crate::ops::quant::{QuantParts, BLOCK};
 
 impl WgpuBackend {
@@ -14,10 +15,23 @@ impl WgpuBackend {
         x: &WgpuStorage,
         w: QuantParts<'_, WgpuStorage>,
         residual: Option<&WgpuStorage>,
+        norm: Option<(&WgpuStorage, f32)>,
         m: usize,
     ) -> Result<WgpuStorage> {
         let weights = (w.rows * w.cols) as u64;
-        if m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights) {
+        let gemv = !(m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights));
+        if let Some((nw, eps)) = norm.filter(|_| !gemv || w.cols == 0) {
+            // A prompt (or empty rows): the norm's own kernel first, then the product.
+            let spec = NormSpec {
+                rms: true,
+                rows: m,
+                cols: w.cols,
+                eps,
+            };
+            let x = self.encode_norm(x, Some(nw), None, spec)?;
+            return self.encode_matmul_quant(&x, w, residual, None, m);
+        }
+        if !gemv {
             // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
             // of reading every weight once per row. The f32 copy lives until the product is
             // recorded; its buffer goes back to the pool after the submit. A copy larger than
@@ -54,21 +68,22 @@ impl WgpuBackend {
             };
         }
         let (m, n) = (m as u64, w.rows as u64);
-        self.quant_kernel(Some(x), w, residual, m * n, m)
+        self.quant_kernel(Some(x), w, residual, norm, m * n, m)
     }
 
     pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
         let n = (w.rows * w.cols) as u64;
-        self.quant_kernel(None, w, None, n, 0)
+        self.quant_kernel(None, w, None, None, n, 0)
     }
 
-    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows, plus `residual` when given),
-    /// else the dequantisation.
+    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows, RMS-normalised first with
+    /// `norm`'s weight and eps, plus `residual`, when given), else the dequantisation.
     fn quant_kernel(
         &self,
         x: Option<&WgpuStorage>,
         w: QuantParts<'_, WgpuStorage>,
         residual: Option<&WgpuStorage>,
+        norm: Option<(&WgpuStorage, f32)>,
         out_len: u64,
         m: u64,
     ) -> Result<WgpuStorage> {
@@ -79,6 +94,7 @@ impl WgpuBackend {
         let mins = w.mins.map(WgpuStorage::buffer).transpose()?;
         let xb = x.map(WgpuStorage::buffer).transpose()?;
         let rb = residual.map(WgpuStorage::buffer).transpose()?;
+        let nb = norm.map(|(t, _)| t.buffer()).transpose()?;
         let mut st = s.state();
         let out = s.alloc(&mut st, out_len * 4)?;
         if out_len == 0 {
@@ -97,7 +113,8 @@ impl WgpuBackend {
             m: u32_of(m, "rows")?,
             n: u32_of(n, "weight rows")?,
             k: u32_of(k, "weight cols")?,
-            _pad: 0,
+            // The norm's eps, as bits.
+            _pad: norm.map_or(0, |(_, eps)| eps.to_bits()),
         };
         // Absent x (dequantise), mins (Q4_0, Q8_0) or residual: the shader never reads them;
         // scales stand in.
@@ -107,12 +124,14 @@ impl WgpuBackend {
             mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
             whole(words, words_len),
             rb.map_or(whole(scales, blocks), |r| whole(r, out_len)),
+            nb.map_or(whole(scales, blocks), |b| whole(b, k.max(1))),
             whole(&out, out_len),
         ];
         let kernel = Kernel::QMatmul {
             format: w.format,
             dequant: x.is_none(),
             residual: rb.is_some(),
+            norm: nb.is_some(),
         };
         let groups = if x.is_some() {
             m * n.div_ceil(8)
