@@ -15,6 +15,10 @@
 override FORMAT: u32 = 0u;
 override HAS_RESIDUAL: bool = false;
 override HAS_NORM: bool = false;
+// HAS_SWIGLU: x's rows hold 2k values, gate then up, and the product reads silu(gate) * up
+// (SILU is that op's `UnaryKind` code).
+override HAS_SWIGLU: bool = false;
+override SILU: u32 = 5u;
 
 const WG: u32 = 256u;
 
@@ -67,10 +71,17 @@ fn words_per_block() -> u32 {
     return select(4u, 8u, FORMAT == 0u);
 }
 
-// The j-th vec4 of x's row at xr, times the norm's weight when HAS_NORM (its row scale is
-// applied to the sum).
-fn xv(xr: u32, j: u32) -> vec4<f32> {
-    var v = x[xr + j];
+// @include unary_op
+
+// The j-th vec4 of x's row r: times the norm's weight when HAS_NORM (its row scale is applied
+// to the sum), silu(gate) * up of the row's halves when HAS_SWIGLU.
+fn xv(r: u32, j: u32) -> vec4<f32> {
+    let k4 = params.k / 4u;
+    if (HAS_SWIGLU) {
+        let gate = x[2u * r * k4 + j];
+        return unary_op(SILU, gate, 0.0, 0.0) * x[2u * r * k4 + k4 + j];
+    }
+    var v = x[r * k4 + j];
     if (HAS_NORM) {
         v = v * norm_w[j];
     }
@@ -85,7 +96,6 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
     let b = c * blocks + w / wpb;
     let word = words[c * blocks * wpb + w];
     let d = vec4<f32>(scales[b]);
-    let xr = r * (params.k / 4u);
     if (FORMAT == 0u) {
         let q = vec4<i32>(
             bitcast<i32>(word << 24u) >> 24u,
@@ -93,7 +103,7 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
             bitcast<i32>(word << 8u) >> 24u,
             bitcast<i32>(word) >> 24u,
         );
-        return dot(xv(xr, w), d * vec4<f32>(q));
+        return dot(xv(r, w), d * vec4<f32>(q));
     }
     // Q4: nibbles 0-3 are elements 0-3 of the word, nibbles 4-7 elements 4-7.
     let lo = vec4<f32>((vec4<u32>(word) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(0xfu));
@@ -105,7 +115,7 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
         w_lo = fma(d, lo, mn);
         w_hi = fma(d, hi, mn);
     }
-    return dot(xv(xr, 2u * w), w_lo) + dot(xv(xr, 2u * w + 1u), w_hi);
+    return dot(xv(r, 2u * w), w_lo) + dot(xv(r, 2u * w + 1u), w_hi);
 }
 
 @compute @workgroup_size(256)

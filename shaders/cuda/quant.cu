@@ -66,9 +66,10 @@ struct QgRound {
     }
 
     // acc[r] += quant block qb of row r . x's block qb (times the norm's weight `nw` when
-    // given; its row scale is applied to the sums).
+    // given, its row scale applied to the sums; silu(x) * up when `up` is given: SwiGLU).
     __device__ __forceinline__ void add(const float4* __restrict__ xi,
-                                        const float4* __restrict__ nw, u64 qb,
+                                        const float4* __restrict__ nw,
+                                        const float4* __restrict__ up, u64 qb,
                                         float* acc) const {
         float xv[32];
 #pragma unroll
@@ -77,6 +78,13 @@ struct QgRound {
             if (nw) {
                 const float4 g = __ldg(nw + qb * 8 + c);
                 t = make_float4(t.x * g.x, t.y * g.y, t.z * g.z, t.w * g.w);
+            }
+            if (up) {
+                const float4 u = up[qb * 8 + c];
+                t = make_float4(unary_op(5, t.x, 0.0f, 0.0f) * u.x,
+                                unary_op(5, t.y, 0.0f, 0.0f) * u.y,
+                                unary_op(5, t.z, 0.0f, 0.0f) * u.z,
+                                unary_op(5, t.w, 0.0f, 0.0f) * u.w);
             }
             xv[4 * c] = t.x;
             xv[4 * c + 1] = t.y;
@@ -140,13 +148,15 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
                                            u32 kw, float (*red)[8],
                                            const float* __restrict__ residual,
                                            const float* __restrict__ norm_w, float eps,
-                                           float* __restrict__ out) {
+                                           u32 swiglu, float* __restrict__ out) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 g = warp / kw, part = warp % kw;
     const u64 j0 = ((u64)blockIdx.x * (4 / kw) + g) * ROWS;
     const u64 blocks = k / 32, step = 32 * (u64)kw;
     for (u64 i = blockIdx.y; i < m; i += gridDim.y) {
-        const float4* __restrict__ xi = reinterpret_cast<const float4*>(x + i * k);
+        // With swiglu a row of x is 2k values: gate (read as x), then up.
+        const float4* __restrict__ xi = reinterpret_cast<const float4*>(x + i * k * (1 + swiglu));
+        const float4* __restrict__ up = swiglu ? xi + k / 4 : nullptr;
         const float4* __restrict__ nw = reinterpret_cast<const float4*>(norm_w);
         // The row's RMS scale, each warp on its own (the row is in L1 or L2 after the first).
         float scale = 1.0f;
@@ -164,7 +174,7 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
         for (u64 qb = (u64)part * 32 + lane; j0 < n && qb < blocks; qb += step) {
             QgRound<FORMAT, ROWS> round;
             round.fetch(scales, mins, words, j0, n, blocks, qb);
-            round.add(xi, nw, qb, acc);
+            round.add(xi, nw, up, qb, acc);
         }
 #pragma unroll
         for (u32 r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]) * scale;
@@ -195,7 +205,8 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
 
 // Format 0 Q8_0, 1 Q4_0, 2 Q4_1 (mins present); kw warps (1, 2 or 4) share a group's row;
 // `residual` (or null), of out's shape, is added to each output; with `norm_w` (or null) x's
-// rows are RMS-normalised first (eps, then norm_w per column).
+// rows are RMS-normalised first (eps, then norm_w per column); with `swiglu` x's rows are 2k
+// values and the product reads silu(gate) * up (UnaryKind 5 is silu).
 extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const float* __restrict__ scales,
                                                          const float* __restrict__ mins,
                                                          const u32* __restrict__ words,
@@ -203,17 +214,18 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const flo
                                                          u64 n, u64 k, u32 kw, u32 few,
                                                          const float* __restrict__ residual,
                                                          const float* __restrict__ norm_w,
-                                                         float eps, float* __restrict__ out) {
+                                                         float eps, u32 swiglu,
+                                                         float* __restrict__ out) {
     __shared__ float red[4][8];
     // `few`: 2 outputs a group, for matrices too small to fill the GPU with groups of 8 (a
     // small GEMV waits on its slowest warp's arithmetic).
     if (few) {
-        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
-        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
-        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
+        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
+        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
+        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
         return;
     }
-    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
-    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
-    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, out);
+    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
+    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
+    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
 }

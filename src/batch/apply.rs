@@ -247,19 +247,20 @@ impl Batch {
         w: Rc<QuantTensor>,
         residual: Value,
     ) -> Result<Value> {
-        self.matmul_quant_with_by(x, w, Some(residual), None)
+        self.matmul_quant_with_by(x, w, Some(residual), None, false)
     }
 
-    /// `residual + rms_norm(x, norm_weight, eps) x w^T`, each part optional, in one kernel
-    /// (see [`Tensor::matmul_quant_with`]).
+    /// `residual + rms_norm(x, norm_weight, eps) x w^T` (or `swiglu(x) x w^T`), each part
+    /// optional, in one kernel (see [`Tensor::matmul_quant_with`]).
     pub fn matmul_quant_with(
         &mut self,
         x: Value,
         w: Rc<QuantTensor>,
         residual: Option<Value>,
         rms_norm: Option<(Value, f32)>,
+        swiglu: bool,
     ) -> Result<Value> {
-        self.matmul_quant_with_by(x, w, residual, rms_norm)
+        self.matmul_quant_with_by(x, w, residual, rms_norm, swiglu)
     }
 
     /// [`Batch::matmul_quant_with`] with the weight behind any owning pointer.
@@ -269,12 +270,19 @@ impl Batch {
         w: W,
         residual: Option<Value>,
         rms_norm: Option<(Value, f32)>,
+        swiglu: bool,
     ) -> Result<Value>
     where
         W: std::ops::Deref<Target = QuantTensor> + 'static,
     {
         let op = "matmul_quant_with";
-        let shape = self.matmul_quant_shape(x, &w, op)?;
+        let mut shape = self.shape_of(x, op)?;
+        match shape.last_mut() {
+            // The halves of a SwiGLU input are the weight's cols each.
+            Some(k) if swiglu && *k % 2 == 0 => *k /= 2,
+            _ => {}
+        }
+        let shape = self.matmul_quant_shape_of(shape, &w, op)?;
         if let Some(r) = residual {
             let got = self.shape_of(r, op)?;
             if got != shape {
@@ -294,6 +302,7 @@ impl Batch {
             let options = crate::QuantMatmulOptions {
                 residual: has_r.then(|| t[1]),
                 rms_norm: eps.map(|e| (t[1 + usize::from(has_r)], e)),
+                swiglu,
             };
             t[0].matmul_quant_with(&w, options)
         });
@@ -308,10 +317,19 @@ impl Batch {
         w: &QuantTensor,
         op: &'static str,
     ) -> Result<Vec<usize>> {
+        let shape = self.shape_of(x, op)?;
+        self.matmul_quant_shape_of(shape, w, op)
+    }
+
+    fn matmul_quant_shape_of(
+        &self,
+        mut shape: Vec<usize>,
+        w: &QuantTensor,
+        op: &'static str,
+    ) -> Result<Vec<usize>> {
         if !w.device.same(&self.device) {
             return Err(Error::DeviceMismatch { op });
         }
-        let mut shape = self.shape_of(x, op)?;
         match shape.last_mut() {
             Some(k) if *k == w.cols => *k = w.rows,
             _ => {

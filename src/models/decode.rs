@@ -198,8 +198,7 @@ impl Decoder {
             x = linear_add(&mut b, &l.o, att, x)?;
             let norm = b.tensor(&l.ffn_norm)?;
             let gate_up = linear_norm(&mut b, &l.gate_up, x, norm, c.eps)?;
-            let gated = b.swiglu(gate_up)?;
-            x = linear_add(&mut b, &l.down, gated, x)?;
+            x = linear_swiglu_add(&mut b, &l.down, gate_up, x)?;
         }
         let norm = b.tensor(&model.out_norm)?;
         let logits = linear_norm(&mut b, &model.lm_head, x, norm, c.eps)?;
@@ -288,7 +287,7 @@ fn linear(b: &mut Batch, w: &Linear, x: Value) -> Result<Value> {
 /// quantized one.
 fn linear_norm(b: &mut Batch, w: &Linear, x: Value, norm: Value, eps: f32) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps))),
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps)), false),
         Linear::Dense(_) => {
             let h = b.rms_norm(x, Some(norm), None, eps)?;
             linear(b, w, h)
@@ -299,10 +298,22 @@ fn linear_norm(b: &mut Batch, w: &Linear, x: Value, norm: Value, eps: f32) -> Re
 /// Records `residual + x x w^T` for a linear layer's weight: one kernel for a quantized one.
 fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None),
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, false),
         Linear::Dense(_) => {
             let y = linear(b, w, x)?;
             b.add(residual, y)
+        }
+    }
+}
+
+/// Records `residual + swiglu(x) x w^T` for a linear layer's weight: one kernel for a
+/// quantized one.
+fn linear_swiglu_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
+    match w {
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, true),
+        Linear::Dense(_) => {
+            let gated = b.swiglu(x)?;
+            linear_add(b, w, gated, residual)
         }
     }
 }

@@ -38,6 +38,21 @@ impl Linear {
         }
     }
 
+    /// `residual + swiglu(x) x w^T`: one kernel for a quantized weight's few-row product.
+    pub(crate) fn apply_swiglu_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        match self {
+            Linear::Quant(w) => x.matmul_quant_with(
+                w,
+                crate::QuantMatmulOptions {
+                    swiglu: true,
+                    residual: Some(residual),
+                    ..Default::default()
+                },
+            ),
+            Linear::Dense(_) => residual.add(&self.apply(&x.swiglu()?)?),
+        }
+    }
+
     /// `rms_norm(x, norm, eps) x w^T`: one kernel for a quantized weight's few-row product.
     pub(crate) fn apply_norm(&self, x: &Tensor, norm: &Tensor, eps: f32) -> Result<Tensor> {
         match self {
@@ -45,7 +60,7 @@ impl Linear {
                 w,
                 crate::QuantMatmulOptions {
                     rms_norm: Some((norm, eps)),
-                    residual: None,
+                    ..Default::default()
                 },
             ),
             Linear::Dense(_) => self.apply(&x.rms_norm(Some(norm), None, eps)?),

@@ -471,8 +471,8 @@ impl Model {
             let q = qkv.slice(2, 0..h)?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
             x = l.o.apply_add(&att, &x)?;
-            let gated = l.gate_up.apply_norm(&x, &l.ffn_norm, c.eps)?.swiglu()?;
-            x = l.down.apply_add(&gated, &x)?;
+            let gate_up = l.gate_up.apply_norm(&x, &l.ffn_norm, c.eps)?;
+            x = l.down.apply_swiglu_add(&gate_up, &x)?;
         }
         cache.len += n;
         let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };

@@ -8,7 +8,7 @@
 
 mod strided;
 
-pub(crate) use strided::{StridedOp, StridedSpec};
+pub(crate) use strided::{swiglu_spec, StridedOp, StridedSpec};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -318,11 +318,20 @@ impl Tensor {
         w: &QuantTensor,
         options: QuantMatmulOptions<'_>,
     ) -> Result<Tensor> {
-        let op = match (options.rms_norm.is_some(), options.residual.is_some()) {
+        let op = match (
+            options.rms_norm.is_some() || options.swiglu,
+            options.residual.is_some(),
+        ) {
             (false, false) => "matmul_quant",
             (false, true) => "matmul_quant_add",
             (true, _) => "matmul_quant_with",
         };
+        if options.swiglu && options.rms_norm.is_some() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "swiglu and rms_norm cannot be asked together".into(),
+            });
+        }
         if !self.device().same(&w.device) {
             return Err(Error::DeviceMismatch { op });
         }
@@ -342,12 +351,17 @@ impl Tensor {
                 reason: "a tensor of shape [] has no last axis".into(),
             });
         };
-        if k != w.cols {
+        let glu = usize::from(options.swiglu) + 1;
+        if k != w.cols * glu {
             return Err(Error::shape(
                 op,
                 self.shape(),
                 &w.shape(),
-                "(the last axis must equal the weight's cols)",
+                if options.swiglu {
+                    "(with swiglu the last axis holds two halves of the weight's cols each)"
+                } else {
+                    "(the last axis must equal the weight's cols)"
+                },
             ));
         }
         let m: usize = lead.iter().product();
@@ -398,6 +412,7 @@ impl Tensor {
             weight: w.spec(),
             residual: residual.is_some(),
             rms_norm: norm.as_ref().map(|n| n.1),
+            swiglu: options.swiglu,
         };
         let storage = self.device().op(&spec).matmul_quant(
             self.storage(),
@@ -419,6 +434,10 @@ pub struct QuantMatmulOptions<'a> {
     pub rms_norm: Option<(&'a Tensor, f32)>,
     /// Added to the product (the result's shape): a residual connection.
     pub residual: Option<&'a Tensor>,
+    /// The input holds two halves, gate then up, of the weight's cols each (`[.., 2 * cols]`),
+    /// and the product reads `silu(gate) * up` (see [`Tensor::swiglu`]): a LLaMA MLP's down
+    /// projection with its activation. Not with `rms_norm`.
+    pub swiglu: bool,
 }
 
 /// Used by CUDA's quantized matmul, which dequantizes through the backend's own op.
@@ -494,14 +513,15 @@ impl OpSpec for QuantSpec {
 
 /// `x [m, cols] x w^T` with `w` the quantized `[rows, cols]` matrix of `weight`: `[m, rows]`,
 /// plus a residual `[m, rows]` when `residual`, of x's rows RMS-normalised first (with this
-/// eps and a weight of `cols` values) when `rms_norm`; their storages travel beside the
-/// weight's.
+/// eps and a weight of `cols` values) when `rms_norm`, of `silu(gate) * up` when `swiglu` (x
+/// is then `[m, 2 * cols]`, gate then up); their storages travel beside the weight's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct QuantMatmulSpec {
     pub m: usize,
     pub weight: QuantSpec,
     pub residual: bool,
     pub rms_norm: Option<f32>,
+    pub swiglu: bool,
 }
 
 impl OpSpec for QuantMatmulSpec {

@@ -51,6 +51,8 @@ export interface QuantMatmulOptions {
   eps?: number;
   /** Added to the product (its shape): a residual connection, in the same kernel. */
   residual?: Tensor;
+  /** x holds gate and up halves ([.., 2 * cols]): the product reads silu(gate) * up. */
+  swiglu?: boolean;
 }
 export interface AttentionOptions {
   causal?: boolean;
@@ -281,6 +283,8 @@ pub(crate) struct QuantMatmulOptions {
     pub eps: Option<f32>,
     #[allow(dead_code)]
     pub residual: Option<IgnoredAny>,
+    #[serde(default)]
+    pub swiglu: bool,
 }
 
 #[derive(Deserialize, Default)]

@@ -501,6 +501,7 @@ impl JsTensor {
         let opts = crate::QuantMatmulOptions {
             rms_norm: norm.as_ref().map(|t| (t, o.eps.unwrap_or(1e-5))),
             residual: residual.as_ref(),
+            swiglu: o.swiglu,
         };
         self.op(|t| t.matmul_quant_with(&weight.inner, opts))
     }

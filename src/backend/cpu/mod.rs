@@ -326,7 +326,14 @@ impl BackendOps for CpuBackend {
         norm: Option<&CpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<CpuStorage> {
-        let normed;
+        let (normed, gated);
+        let x = if s.swiglu {
+            let spec = crate::ops::elementwise::swiglu_spec(s.m, s.weight.cols);
+            gated = self.strided(x, Some(x), spec)?;
+            &gated
+        } else {
+            x
+        };
         let x = match (norm, s.rms_norm) {
             (Some(nw), Some(eps)) => {
                 let spec = NormSpec {

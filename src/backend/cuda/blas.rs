@@ -353,10 +353,16 @@ pub(super) fn matmul_quant(
     w: QuantParts<'_, CudaStorage>,
     residual: Option<&CudaStorage>,
     norm: Option<(&CudaStorage, f32)>,
+    swiglu: bool,
     m: usize,
 ) -> Result<CudaStorage> {
     use crate::backend::BackendOps;
     let (n, k) = (w.rows, w.cols);
+    if swiglu && (m > QGEMV_MAX_ROWS || k == 0) {
+        // A prompt (or empty rows): the SwiGLU's own kernel first, then the product.
+        let x = be.strided(x, Some(x), crate::ops::elementwise::swiglu_spec(m, k))?;
+        return matmul_quant(be, &x, w, residual, norm, false, m);
+    }
     if let Some((nw, eps)) = norm.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
         // A prompt (or empty rows): the norm's own kernel first, then the product.
         let spec = crate::ops::norm::NormSpec {
@@ -366,12 +372,12 @@ pub(super) fn matmul_quant(
             eps,
         };
         let x = be.norm(x, Some(nw), None, spec)?;
-        return matmul_quant(be, &x, w, residual, None, m);
+        return matmul_quant(be, &x, w, residual, None, false, m);
     }
     if let Some(r) = residual.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
         // A prompt's product (cuBLAS, bound by arithmetic) or an empty one: the add is one
         // more pass.
-        let out = matmul_quant(be, x, w, None, None, m)?;
+        let out = matmul_quant(be, x, w, None, None, swiglu, m)?;
         let spec = crate::ops::elementwise::BinarySpec {
             op: crate::ops::elementwise::BinaryOp::Add,
             n: m * n,
@@ -449,6 +455,7 @@ pub(super) fn matmul_quant(
         opt(residual),
         opt(norm.map(|n| n.0)),
         Arg::F(norm.map_or(0.0, |n| n.1)),
+        Arg::I(swiglu as u32),
         p(&out),
     ];
     let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);

@@ -460,7 +460,8 @@ impl BackendOps for CudaBackend {
         spec: QuantMatmulSpec,
     ) -> Result<CudaStorage> {
         let norm = norm.zip(spec.rms_norm);
-        blas::matmul_quant(self, x, spec.weight.parts(w)?, residual, norm, spec.m)
+        let parts = spec.weight.parts(w)?;
+        blas::matmul_quant(self, x, parts, residual, norm, spec.swiglu, spec.m)
     }
 
     fn dequantize(&self, w: &[&CudaStorage], spec: QuantSpec) -> Result<CudaStorage> {

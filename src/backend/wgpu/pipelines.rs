@@ -88,6 +88,8 @@ pub(crate) enum Kernel {
         residual: bool,
         /// RMS-normalises x's rows first (the product only).
         norm: bool,
+        /// Reads x as SwiGLU halves, `silu(gate) * up` (the product only).
+        swiglu: bool,
     },
     Conv2d {
         bias: bool,
@@ -320,11 +322,14 @@ impl Kernel {
                 format,
                 residual,
                 norm,
+                swiglu,
                 ..
             } => vec![
                 ("FORMAT", format as u32 as f64),
                 ("HAS_RESIDUAL", residual as u32 as f64),
                 ("HAS_NORM", norm as u32 as f64),
+                ("HAS_SWIGLU", swiglu as u32 as f64),
+                ("SILU", crate::ops::UnaryOp::Silu.kind() as u32 as f64),
             ],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],

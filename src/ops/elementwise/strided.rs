@@ -160,3 +160,24 @@ impl Tensor {
         Ok(self.with_storage(storage, shape))
     }
 }
+
+/// The strided op that makes `silu(gate) * up` of `m` rows of `2 * k` values (gate then up):
+/// backends that do not read a SwiGLU input inside the product run it first.
+pub(crate) fn swiglu_spec(m: usize, k: usize) -> StridedSpec {
+    let extent = if m * k == 0 { 0 } else { m * 2 * k };
+    StridedSpec {
+        op: StridedOp::Gated(UnaryOp::Silu, BinaryOp::Mul),
+        shape: vec![m, k],
+        n: m * k,
+        a: Strided {
+            strides: vec![2 * k, 1],
+            offset: 0,
+            extent,
+        },
+        b: Some(Strided {
+            strides: vec![2 * k, 1],
+            offset: k,
+            extent,
+        }),
+    }
+}

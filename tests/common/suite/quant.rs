@@ -110,8 +110,8 @@ pub async fn quantized(dev: &Device) {
 
 /// `residual + rms_norm(x) x w^T` in one kernel (matmul_quant_add, matmul_quant_with), every
 /// format, GEMV and prompt row counts, against the f64 norm and product plus the residual;
-/// NaN and infinities in the residual; an f16 residual; a residual or norm weight of the wrong
-/// shape, or a bad eps, is refused.
+/// SwiGLU inputs; NaN and infinities in the residual; an f16 residual; a residual or norm
+/// weight of the wrong shape, a bad eps, or SwiGLU with a norm, is refused.
 pub async fn quantized_residual(dev: &Device) {
     use gpukit::QuantFormat;
     for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
@@ -213,6 +213,7 @@ pub async fn quantized_residual(dev: &Device) {
                 let options = gpukit::QuantMatmulOptions {
                     rms_norm: Some((&norm, 1e-5)),
                     residual: with_residual.then_some(&residual),
+                    swiglu: false,
                 };
                 let got = dev
                     .tensor(&x, &[m, k])
@@ -236,6 +237,45 @@ pub async fn quantized_residual(dev: &Device) {
                 let ctx = format!("{ctx}, rms-normalised x, residual {with_residual}");
                 check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
             }
+            // SwiGLU halves: x2 is [m, 2k] (gate, up); the product reads silu(gate) * up.
+            let x2 = rng.vec(m * 2 * k, -3.0, 3.0);
+            let gated: Vec<f32> = (0..m * k)
+                .map(|i| {
+                    let (row, e) = (i / k, i % k);
+                    let (g, u) = (x2[row * 2 * k + e] as f64, x2[row * 2 * k + k + e] as f64);
+                    (g / (1.0 + (-g).exp()) * u) as f32
+                })
+                .collect();
+            let product = oracle::matmul_with(&gated, &deq32, (m, k, n), (false, true), None, None);
+            let options = gpukit::QuantMatmulOptions {
+                swiglu: true,
+                residual: Some(&residual),
+                ..Default::default()
+            };
+            let got = dev
+                .tensor(&x2, &[m, 2 * k])
+                .unwrap()
+                .matmul_quant_with(&wq, options)
+                .unwrap();
+            let want: Vec<(f64, Tol)> = product
+                .iter()
+                .zip(&r)
+                .map(|(&(v, t), &r)| {
+                    (
+                        v + r as f64,
+                        Tol {
+                            atol: t.atol + 1e-5,
+                            rtol: t.rtol + 1e-5,
+                        },
+                    )
+                })
+                .collect();
+            check(
+                &format!("{ctx}, swiglu x"),
+                &|i| format!("{i}"),
+                &got.read().await.unwrap(),
+                &want,
+            );
         }
     }
     let bytes = oracle::quantize(&[0.5; 64], QuantFormat::Q8_0);
@@ -252,7 +292,7 @@ pub async fn quantized_residual(dev: &Device) {
     let short = dev.tensor(&[1.0; 31], &[31]).unwrap();
     let options = gpukit::QuantMatmulOptions {
         rms_norm: Some((&short, 1e-5)),
-        residual: None,
+        ..Default::default()
     };
     let e = x.matmul_quant_with(&wq, options);
     assert!(
@@ -263,7 +303,7 @@ pub async fn quantized_residual(dev: &Device) {
     for eps in [f32::NAN, -1.0, f32::INFINITY] {
         let options = gpukit::QuantMatmulOptions {
             rms_norm: Some((&ones, eps)),
-            residual: None,
+            ..Default::default()
         };
         let e = x.matmul_quant_with(&wq, options);
         assert!(
@@ -271,6 +311,27 @@ pub async fn quantized_residual(dev: &Device) {
             "eps {eps}: {e:?}"
         );
     }
+    // SwiGLU takes 2 * cols values a row, and not with a norm.
+    let swiglu = gpukit::QuantMatmulOptions {
+        swiglu: true,
+        ..Default::default()
+    };
+    let e = x.matmul_quant_with(&wq, swiglu);
+    assert!(
+        matches!(e, Err(Error::ShapeMismatch { .. })),
+        "swiglu of 32: {e:?}"
+    );
+    let x64 = dev.tensor(&[1.0; 64], &[1, 64]).unwrap();
+    assert_eq!(x64.matmul_quant_with(&wq, swiglu).unwrap().shape(), &[1, 2]);
+    let both = gpukit::QuantMatmulOptions {
+        rms_norm: Some((&ones, 1e-5)),
+        ..swiglu
+    };
+    let e = x64.matmul_quant_with(&wq, both);
+    assert!(
+        matches!(e, Err(Error::InvalidArgument { .. })),
+        "swiglu with a norm: {e:?}"
+    );
 }
 
 /// Rows of a quantized table gathered by device ids (`QuantTensor::embedding_ids`, an LLM's

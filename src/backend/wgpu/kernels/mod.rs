@@ -387,8 +387,12 @@ impl BackendOps for WgpuBackend {
         norm: Option<&WgpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
-        let norm = norm.zip(s.rms_norm);
-        self.encode_matmul_quant(x, s.weight.parts(w)?, residual, norm, s.m)
+        let around = quant::Around {
+            residual,
+            norm: norm.zip(s.rms_norm),
+            swiglu: s.swiglu,
+        };
+        self.encode_matmul_quant(x, s.weight.parts(w)?, around, s.m)
     }
 
     fn dequantize(&self, w: &[&WgpuStorage], s: QuantSpec) -> Result<WgpuStorage> {

@@ -9,17 +9,40 @@ use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
 use crate::ops::norm::NormSpec;
 use crate::ops::quant::{QuantParts, BLOCK};
 
+/// What the product does around the GEMV: a residual added, x RMS-normalised (weight and
+/// eps) or read as SwiGLU halves (see `QuantMatmulSpec`).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Around<'a> {
+    pub residual: Option<&'a WgpuStorage>,
+    pub norm: Option<(&'a WgpuStorage, f32)>,
+    pub swiglu: bool,
+}
+
 impl WgpuBackend {
     pub(super) fn encode_matmul_quant(
         &self,
         x: &WgpuStorage,
         w: QuantParts<'_, WgpuStorage>,
-        residual: Option<&WgpuStorage>,
-        norm: Option<(&WgpuStorage, f32)>,
+        around: Around<'_>,
         m: usize,
     ) -> Result<WgpuStorage> {
+        let Around {
+            residual,
+            norm,
+            swiglu,
+        } = around;
         let weights = (w.rows * w.cols) as u64;
         let gemv = !(m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights));
+        if swiglu && (!gemv || w.cols == 0) {
+            // A prompt (or empty rows): the SwiGLU's own kernel first, then the product.
+            let spec = crate::ops::elementwise::swiglu_spec(m, w.cols);
+            let x = self.encode_strided(x, Some(x), &spec)?;
+            let around = Around {
+                swiglu: false,
+                ..around
+            };
+            return self.encode_matmul_quant(&x, w, around, m);
+        }
         if let Some((nw, eps)) = norm.filter(|_| !gemv || w.cols == 0) {
             // A prompt (or empty rows): the norm's own kernel first, then the product.
             let spec = NormSpec {
@@ -29,7 +52,11 @@ impl WgpuBackend {
                 eps,
             };
             let x = self.encode_norm(x, Some(nw), None, spec)?;
-            return self.encode_matmul_quant(&x, w, residual, None, m);
+            let around = Around {
+                norm: None,
+                ..around
+            };
+            return self.encode_matmul_quant(&x, w, around, m);
         }
         if !gemv {
             // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
@@ -68,25 +95,29 @@ impl WgpuBackend {
             };
         }
         let (m, n) = (m as u64, w.rows as u64);
-        self.quant_kernel(Some(x), w, residual, norm, m * n, m)
+        self.quant_kernel(Some(x), w, around, m * n, m)
     }
 
     pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
         let n = (w.rows * w.cols) as u64;
-        self.quant_kernel(None, w, None, None, n, 0)
+        self.quant_kernel(None, w, Around::default(), n, 0)
     }
 
-    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows, RMS-normalised first with
-    /// `norm`'s weight and eps, plus `residual`, when given), else the dequantisation.
+    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows, with what `around` asks),
+    /// else the dequantisation.
     fn quant_kernel(
         &self,
         x: Option<&WgpuStorage>,
         w: QuantParts<'_, WgpuStorage>,
-        residual: Option<&WgpuStorage>,
-        norm: Option<(&WgpuStorage, f32)>,
+        around: Around<'_>,
         out_len: u64,
         m: u64,
     ) -> Result<WgpuStorage> {
+        let Around {
+            residual,
+            norm,
+            swiglu,
+        } = around;
         let s = self.begin()?;
         let (n, k) = (w.rows as u64, w.cols as u64);
         let blocks = n * k / BLOCK as u64;
@@ -105,7 +136,7 @@ impl WgpuBackend {
             ("quantized scales", blocks),
             ("quantized words", words_len),
             ("the output", out_len),
-            ("the input", m * k),
+            ("the input", m * k * (1 + u64::from(swiglu))),
         ] {
             s.check_binding(what, len)?;
         }
@@ -119,7 +150,9 @@ impl WgpuBackend {
         // Absent x (dequantise), mins (Q4_0, Q8_0) or residual: the shader never reads them;
         // scales stand in.
         let binds = [
-            xb.map_or(whole(scales, blocks), |x| whole(x, (m * k).max(1))),
+            xb.map_or(whole(scales, blocks), |x| {
+                whole(x, (m * k * (1 + u64::from(swiglu))).max(1))
+            }),
             whole(scales, blocks),
             mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
             whole(words, words_len),
@@ -132,6 +165,7 @@ impl WgpuBackend {
             dequant: x.is_none(),
             residual: rb.is_some(),
             norm: nb.is_some(),
+            swiglu,
         };
         let groups = if x.is_some() {
             m * n.div_ceil(8)

@@ -136,18 +136,20 @@ fn every_kernel() -> Vec<Kernel> {
     }
     k.extend([Kernel::Cast, Kernel::Compare]);
     for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
-        for (dequant, residual, norm) in [
-            (false, false, false),
-            (false, true, false),
-            (false, false, true),
-            (false, true, true),
-            (true, false, false),
+        for (dequant, residual, norm, swiglu) in [
+            (false, false, false, false),
+            (false, true, false, false),
+            (false, false, true, false),
+            (false, true, true, false),
+            (false, true, false, true),
+            (true, false, false, false),
         ] {
             k.push(Kernel::QMatmul {
                 format,
                 dequant,
                 residual,
                 norm,
+                swiglu,
             });
         }
     }
