@@ -16,9 +16,8 @@ override FORMAT: u32 = 0u;
 override HAS_RESIDUAL: bool = false;
 override HAS_NORM: bool = false;
 // HAS_SWIGLU: x's rows hold 2k values, gate then up, and the product reads silu(gate) * up
-// (SILU is that op's `UnaryKind` code).
+// (silu as the unary kernel computes it; a NaN gate gives NaN through the division).
 override HAS_SWIGLU: bool = false;
-override SILU: u32 = 5u;
 
 const WG: u32 = 256u;
 
@@ -71,15 +70,13 @@ fn words_per_block() -> u32 {
     return select(4u, 8u, FORMAT == 0u);
 }
 
-// @include unary_op
-
 // The j-th vec4 of x's row r: times the norm's weight when HAS_NORM (its row scale is applied
 // to the sum), silu(gate) * up of the row's halves when HAS_SWIGLU.
 fn xv(r: u32, j: u32) -> vec4<f32> {
     let k4 = params.k / 4u;
     if (HAS_SWIGLU) {
         let gate = x[2u * r * k4 + j];
-        return unary_op(SILU, gate, 0.0, 0.0) * x[2u * r * k4 + k4 + j];
+        return gate / (1.0 + exp(-gate)) * x[2u * r * k4 + k4 + j];
     }
     var v = x[r * k4 + j];
     if (HAS_NORM) {

@@ -318,14 +318,7 @@ impl Tensor {
         w: &QuantTensor,
         options: QuantMatmulOptions<'_>,
     ) -> Result<Tensor> {
-        let op = match (
-            options.rms_norm.is_some() || options.swiglu,
-            options.residual.is_some(),
-        ) {
-            (false, false) => "matmul_quant",
-            (false, true) => "matmul_quant_add",
-            (true, _) => "matmul_quant_with",
-        };
+        let op = "matmul_quant";
         if options.swiglu && options.rms_norm.is_some() {
             return Err(Error::InvalidArgument {
                 op,
@@ -357,11 +350,7 @@ impl Tensor {
                 op,
                 self.shape(),
                 &w.shape(),
-                if options.swiglu {
-                    "(with swiglu the last axis holds two halves of the weight's cols each)"
-                } else {
-                    "(the last axis must equal the weight's cols)"
-                },
+                "(the last axis must equal the weight's cols, twice them with swiglu)",
             ));
         }
         let m: usize = lead.iter().product();
@@ -393,18 +382,11 @@ impl Tensor {
                 });
             }
         }
-        // The kernels take f32 residuals and norm weights; others are converted first.
-        let f32_of = |t: &Tensor| -> Result<Tensor> {
-            if t.dtype() == crate::DType::F32 && t.is_contiguous() {
-                Ok(t.clone())
-            } else {
-                t.cast(crate::DType::F32)?.contiguous()
-            }
-        };
-        let residual = options.residual.map(f32_of).transpose()?;
+        // The kernels take row-major f32 residuals and norm weights; others are converted.
+        let residual = options.residual.map(|t| t.floats(op)).transpose()?;
         let norm = options
             .rms_norm
-            .map(|(t, eps)| f32_of(t).map(|t| (t, eps)))
+            .map(|(t, eps)| t.floats(op).map(|t| (t, eps)))
             .transpose()?;
         self.device().check_output(op, &shape)?;
         let spec = QuantMatmulSpec {

@@ -44,16 +44,6 @@ export interface NormOptions {
   /** Default 1e-5. */
   eps?: number;
 }
-export interface QuantMatmulOptions {
-  /** Normalises each row of x first, as `rmsNorm({ weight })` does: one value per column. */
-  rmsNormWeight?: Tensor;
-  /** The norm's eps; default 1e-5. */
-  eps?: number;
-  /** Added to the product (its shape): a residual connection, in the same kernel. */
-  residual?: Tensor;
-  /** x holds gate and up halves ([.., 2 * cols]): the product reads silu(gate) * up. */
-  swiglu?: boolean;
-}
 export interface AttentionOptions {
   causal?: boolean;
   /** Valid key length of each batch entry (padding mask). */
@@ -272,19 +262,6 @@ pub(crate) struct NormOptions {
     #[allow(dead_code)]
     pub bias: Option<IgnoredAny>,
     pub eps: Option<f32>,
-}
-
-/// The tensor-valued keys (`rmsNormWeight`, `residual`) are read separately as tensors.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct QuantMatmulOptions {
-    #[allow(dead_code)]
-    pub rms_norm_weight: Option<IgnoredAny>,
-    pub eps: Option<f32>,
-    #[allow(dead_code)]
-    pub residual: Option<IgnoredAny>,
-    #[serde(default)]
-    pub swiglu: bool,
 }
 
 #[derive(Deserialize, Default)]

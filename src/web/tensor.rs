@@ -201,10 +201,6 @@ impl JsTensor {
     pub fn silu(&self) -> JsResult<JsTensor> {
         self.op(Tensor::silu)
     }
-    /// `silu(a) * b` with the last axis split into halves `a` and `b`: [.., 2h] -> [.., h].
-    pub fn swiglu(&self) -> JsResult<JsTensor> {
-        self.op(Tensor::swiglu)
-    }
     pub fn gelu(&self) -> JsResult<JsTensor> {
         self.op(Tensor::gelu)
     }
@@ -481,29 +477,10 @@ impl JsTensor {
         self.op(|t| t.avg_pool2d(opts))
     }
 
-    /// `self` [.., k] times the quantized weight [n, k] transposed: [.., n]; with options, the
-    /// rows of `self` RMS-normalised first and a residual added, in the same kernel.
+    /// `self` [.., k] times the quantized weight [n, k] transposed: [.., n].
     #[wasm_bindgen(js_name = matmulQuant)]
-    pub fn matmul_quant(
-        &self,
-        weight: &JsQuantTensor,
-        #[wasm_bindgen(unchecked_optional_param_type = "QuantMatmulOptions")] options: JsValue,
-    ) -> JsResult<JsTensor> {
-        let o: options::QuantMatmulOptions = options::parse(&options, "matmulQuant options")?;
-        let norm = optional_tensor(
-            &property(&options, "rmsNormWeight"),
-            "matmulQuant options.rmsNormWeight",
-        )?;
-        let residual = optional_tensor(
-            &property(&options, "residual"),
-            "matmulQuant options.residual",
-        )?;
-        let opts = crate::QuantMatmulOptions {
-            rms_norm: norm.as_ref().map(|t| (t, o.eps.unwrap_or(1e-5))),
-            residual: residual.as_ref(),
-            swiglu: o.swiglu,
-        };
-        self.op(|t| t.matmul_quant_with(&weight.inner, opts))
+    pub fn matmul_quant(&self, weight: &JsQuantTensor) -> JsResult<JsTensor> {
+        self.op(|t| t.matmul_quant(&weight.inner))
     }
 }
 

@@ -208,20 +208,18 @@ pub(super) fn strided(
                         gather(b, &s.shape, &sb.strides, sb.offset, i0, tb);
                         binary(op, Side::Run(ta), Side::Run(tb), block);
                     }
-                    (StridedOp::Gated(gate, op), Some((b, sb))) => {
+                    (StridedOp::Swiglu, Some((b, sb))) => {
                         let tb = &mut tb[..len];
                         gather(b, &s.shape, &sb.strides, sb.offset, i0, tb);
-                        // unary(a) into the block, then read back as the binary's left side.
-                        unary(gate, ta, block);
-                        for (t, o) in ta.iter_mut().zip(block.iter()) {
-                            // SAFETY: `unary` wrote every element of the block.
-                            *t = unsafe { o.assume_init() };
+                        // Element by element: a SwiGLU between products is not the hot loop.
+                        for ((o, &x), &y) in block.iter_mut().zip(ta.iter()).zip(tb.iter()) {
+                            o.write(x / (1.0 + (-x).exp()) * y);
                         }
-                        binary(op, Side::Run(ta), Side::Run(tb), block);
                     }
                     (StridedOp::Unary(op), _) => unary(op, ta, block),
                     // The ops layer gives a binary op both operands.
-                    (StridedOp::Binary(_) | StridedOp::Gated(..), None) => {
+                    // The ops layer gives a binary op both operands.
+                    (StridedOp::Binary(_) | StridedOp::Swiglu, None) => {
                         block.fill(std::mem::MaybeUninit::new(f32::NAN))
                     }
                 }

@@ -54,7 +54,10 @@ impl CudaBackend {
         let (kind, binary, gate, [p0, p1]) = match spec.op {
             StridedOp::Unary(op) => (op.kind() as u32, u32::MAX, 0, op.params()),
             StridedOp::Binary(op) => (0, op as u32, 0, [0.0, 0.0]),
-            StridedOp::Gated(g, op) => (g.kind() as u32, op as u32, 1, g.params()),
+            StridedOp::Swiglu => {
+                let (silu, mul) = (crate::ops::UnaryOp::Silu, crate::ops::BinaryOp::Mul);
+                (silu.kind() as u32, mul as u32, 1, [0.0; 2])
+            }
         };
         let args = [
             Arg::Raw(bytemuck::bytes_of(&c)),

@@ -329,7 +329,6 @@ impl Kernel {
                 ("HAS_RESIDUAL", residual as u32 as f64),
                 ("HAS_NORM", norm as u32 as f64),
                 ("HAS_SWIGLU", swiglu as u32 as f64),
-                ("SILU", crate::ops::UnaryOp::Silu.kind() as u32 as f64),
             ],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],

@@ -24,8 +24,8 @@ pub(crate) struct Strided {
 pub(crate) enum StridedOp {
     Unary(UnaryOp),
     Binary(BinaryOp),
-    /// `binary(unary(a), b)`: a gated linear unit's activation and product (SwiGLU).
-    Gated(UnaryOp, BinaryOp),
+    /// `silu(a) * b`: a gated linear unit's activation and product (SwiGLU).
+    Swiglu,
 }
 
 /// An elementwise op over a row-major output of `shape` (at most [`MAX_RANK`] axes, `n`
@@ -45,8 +45,7 @@ impl StridedOp {
         match self {
             StridedOp::Unary(op) => op.name(),
             StridedOp::Binary(op) => op.name(),
-            StridedOp::Gated(UnaryOp::Silu, BinaryOp::Mul) => "swiglu",
-            StridedOp::Gated(..) => "gated",
+            StridedOp::Swiglu => "swiglu",
         }
     }
 }
@@ -83,22 +82,24 @@ impl Tensor {
                 "(the last axis holds two halves, so its length must be even)",
             ));
         }
-        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].swiglu())? {
-            return Ok(out);
-        }
-        let h = last / 2;
-        let axis = lead.len();
-        let (a, b) = (self.slice(axis, 0..h)?, self.slice(axis, h..last)?);
+        // One strided kernel over a row-major f32 copy (halves and views are converted), its
+        // two operands the halves of each row.
+        let x = self.floats(op)?;
+        let (h, m) = (last / 2, lead.iter().product::<usize>());
         let mut shape = lead.to_vec();
         shape.push(h);
-        if shape.len() > MAX_RANK {
-            return a.silu()?.mul(&b);
-        }
-        let out = a.strided(
-            StridedOp::Gated(UnaryOp::Silu, BinaryOp::Mul),
-            Some(&b),
-            shape,
-        )?;
+        self.device().check_output(op, &shape)?;
+        let spec = swiglu_spec(m, h);
+        let storage = x
+            .device()
+            .op(&spec)
+            .strided(x.storage(), Some(x.storage()), spec)?;
+        let out = x.with_storage(storage, shape);
+        let out = if self.dtype() == DType::F32 {
+            out
+        } else {
+            out.cast(self.dtype())?
+        };
         out.verified(op, [self], crate::verify::Tol::Elementwise, |t| {
             t[0].swiglu()
         })
@@ -166,7 +167,7 @@ impl Tensor {
 pub(crate) fn swiglu_spec(m: usize, k: usize) -> StridedSpec {
     let extent = if m * k == 0 { 0 } else { m * 2 * k };
     StridedSpec {
-        op: StridedOp::Gated(UnaryOp::Silu, BinaryOp::Mul),
+        op: StridedOp::Swiglu,
         shape: vec![m, k],
         n: m * k,
         a: Strided {

@@ -255,10 +255,7 @@ impl WgpuBackend {
                 Kernel::StridedUnary(op.kind())
             }
             StridedOp::Binary(op) => Kernel::StridedBinary(op),
-            StridedOp::Gated(gate, op) => {
-                [p.p0, p.p1] = gate.params();
-                Kernel::StridedGated(gate.kind(), op)
-            }
+            StridedOp::Swiglu => Kernel::StridedGated(UnaryOp::Silu.kind(), BinaryOp::Mul),
         };
         let binds = [
             whole(a.buffer()?, a_len),
