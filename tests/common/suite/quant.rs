@@ -113,6 +113,19 @@ pub async fn quantized(dev: &Device) {
 /// SwiGLU inputs; NaN and infinities in the residual; an f16 residual; a residual or norm
 /// weight of the wrong shape, a bad eps, or SwiGLU with a norm, is refused.
 pub async fn quantized_residual(dev: &Device) {
+    // The f64 product plus the residual (if any), with room for the add's rounding.
+    fn plus_residual(product: &[(f64, Tol)], r: Option<&[f32]>) -> Vec<(f64, Tol)> {
+        let tol = |t: Tol| Tol {
+            atol: t.atol + 1e-5,
+            rtol: t.rtol + 1e-5,
+        };
+        let r = |i: usize| r.map_or(0.0, |r| r[i] as f64);
+        product
+            .iter()
+            .enumerate()
+            .map(|(i, &(v, t))| (v + r(i), tol(t)))
+            .collect()
+    }
     use gpukit::QuantFormat;
     for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
         .into_iter()
@@ -151,20 +164,8 @@ pub async fn quantized_residual(dev: &Device) {
                 .matmul_quant_add(&wq, &residual)
                 .unwrap();
             assert_eq!(got.shape(), &[m, n]);
-            let want: Vec<(f64, Tol)> =
-                oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None)
-                    .into_iter()
-                    .zip(&r)
-                    .map(|((v, t), &r)| {
-                        (
-                            v + r as f64,
-                            Tol {
-                                atol: t.atol + 1e-6,
-                                rtol: t.rtol,
-                            },
-                        )
-                    })
-                    .collect();
+            let product = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
+            let want = plus_residual(&product, Some(&r));
             let ctx = format!("{format:?} matmul_quant_add [{m}, {k}] x [{n}, {k}]^T seed {seed}");
             check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
             // An f16 residual is converted: the same sums as its f32 rounding.
@@ -175,20 +176,7 @@ pub async fn quantized_residual(dev: &Device) {
                 .unwrap()
                 .matmul_quant_add(&wq, &r16)
                 .unwrap();
-            let want: Vec<(f64, Tol)> =
-                oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None)
-                    .into_iter()
-                    .zip(&r_back)
-                    .map(|((v, t), &r)| {
-                        (
-                            v + r as f64,
-                            Tol {
-                                atol: t.atol + 1e-6,
-                                rtol: t.rtol,
-                            },
-                        )
-                    })
-                    .collect();
+            let want = plus_residual(&product, Some(&r_back));
             check(
                 &format!("{ctx}, f16 residual"),
                 &|i| format!("{i}"),
@@ -220,20 +208,7 @@ pub async fn quantized_residual(dev: &Device) {
                     .unwrap()
                     .matmul_quant_with(&wq, options)
                     .unwrap();
-                let want: Vec<(f64, Tol)> = product
-                    .iter()
-                    .zip(&r)
-                    .map(|(&(v, t), &r)| {
-                        let r = if with_residual { r as f64 } else { 0.0 };
-                        (
-                            v + r,
-                            Tol {
-                                atol: t.atol + 1e-5,
-                                rtol: t.rtol + 1e-5,
-                            },
-                        )
-                    })
-                    .collect();
+                let want = plus_residual(&product, with_residual.then_some(&r[..]));
                 let ctx = format!("{ctx}, rms-normalised x, residual {with_residual}");
                 check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
             }
@@ -257,19 +232,7 @@ pub async fn quantized_residual(dev: &Device) {
                 .unwrap()
                 .matmul_quant_with(&wq, options)
                 .unwrap();
-            let want: Vec<(f64, Tol)> = product
-                .iter()
-                .zip(&r)
-                .map(|(&(v, t), &r)| {
-                    (
-                        v + r as f64,
-                        Tol {
-                            atol: t.atol + 1e-5,
-                            rtol: t.rtol + 1e-5,
-                        },
-                    )
-                })
-                .collect();
+            let want = plus_residual(&product, Some(&r));
             check(
                 &format!("{ctx}, swiglu x"),
                 &|i| format!("{i}"),
