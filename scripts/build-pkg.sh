@@ -21,7 +21,11 @@ rm -rf "$out" target/pkg-build
 # with no change in Node beyond noise on matmul, the small-row linear, attention, softmax and
 # elementwise kernels (their hot loops are `#[inline(always)]` or in gemm, which the threshold
 # does not touch). BENCHMARKS.md has the figures.
-export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128 -C llvm-args=-inline-threshold=100"
+# The source paths that panic locations carry are remapped to short fixed names, so the
+# package is the same size wherever the project and the cargo registry lie (a longer clone path
+# cost about 50 bytes gzipped a character).
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128 -C llvm-args=-inline-threshold=100 --remap-path-prefix=$PWD=gpukit --remap-path-prefix=$cargo_home=cargo"
 build() { # entry features
   for target in web nodejs; do
     dir=target/pkg-build/$1/$target
