@@ -10,7 +10,7 @@
 //
 // A workgroup of 2 x WN subgroups computes a BM x BN tile of the output; subgroup (wm, wn)
 // holds FM x FN accumulators of 16 x 16 f32, named acc_I_J (BM = 2 * 16 * FM, BN = 16 * FN *
-// WN). The k axis advances BK at a time. Each step's tiles are read from global memory into
+// WN; FN is 4 in 256-column tiles, 2 otherwise). The k axis advances BK at a time. Each step's tiles are read from global memory into
 // registers (four consecutive k of a row of A, four consecutive columns of a row of B per
 // slot), while the tensor cores multiply the tiles of the step before from workgroup memory;
 // then the registers are rounded to f16 and stored into the other of two workgroup buffers,
@@ -39,10 +39,17 @@ const LDA: u32 = BK + 8u;
 const LDB: u32 = BN + 8u;
 
 // @include matmul_params
-// @if halves: A and B are f16 tensors (k and n multiples of 4: whole vec4s of halves); the
-// f32 output is converted to f16 by the caller
+// @if halves: A and B are f16 tensors (k and n multiples of 4: whole vec4s of halves), read and
+// kept as halves up to workgroup memory (no conversions: they would cost more than the tensor
+// cores' work); the output is f16 too, two halves a word, rounded as `cast` rounds
+// @include dtype
 @group(0) @binding(1) var<storage, read> a: array<vec4<f16>>;
 @group(0) @binding(2) var<storage, read> b: array<vec4<f16>>;
+@group(0) @binding(4) var<storage, read_write> out: array<u32>;
+alias Slot = vec4<f16>;
+// @else
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+alias Slot = vec4<f32>;
 // @end
 // @if vectors: rows of A and B hold whole vec4s (k and n multiples of 4, neither transposed)
 @group(0) @binding(1) var<storage, read> a: array<vec4<f32>>;
@@ -52,7 +59,6 @@ const LDB: u32 = BN + 8u;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 // @end
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 
 // Two buffers of A's tile (row-major, BM x LDA) and of B's (row-major, BK x LDB).
@@ -65,21 +71,51 @@ var<workgroup> c_s: array<f32, THREADS * 8u>;
 
 // @if halves
 // Four consecutive k of row r of A (zeros past the edges, which whole vec4s never straddle).
-fn fetch_a(base: u32, r: u32, k0: u32) -> vec4<f32> {
+fn fetch_a(base: u32, r: u32, k0: u32) -> vec4<f16> {
     if (r < params.m && k0 < params.k) {
-        return vec4<f32>(a[(base + r * params.k + k0) / 4u]);
+        return a[(base + r * params.k + k0) / 4u];
     }
-    return vec4<f32>(0.0);
+    return vec4<f16>(0.0h);
 }
 
 // Four consecutive columns of row kk of B (zeros past the edges).
-fn fetch_b(base: u32, kk: u32, c0: u32) -> vec4<f32> {
+fn fetch_b(base: u32, kk: u32, c0: u32) -> vec4<f16> {
     if (kk < params.k && c0 < params.n) {
-        return vec4<f32>(b[(base + kk * params.n + c0) / 4u]);
+        return b[(base + kk * params.n + c0) / 4u];
     }
-    return vec4<f32>(0.0);
+    return vec4<f16>(0.0h);
 }
 
+fn put_a(o: u32, h: vec4<f16>) {
+    a_s[o] = h.x;
+    a_s[o + 1u] = h.y;
+    a_s[o + 2u] = h.z;
+    a_s[o + 3u] = h.w;
+}
+
+fn put_b(o: u32, h: vec4<f16>) {
+    b_s[o] = h.x;
+    b_s[o + 1u] = h.y;
+    b_s[o + 2u] = h.z;
+    b_s[o + 3u] = h.w;
+}
+
+// One 16 x 16 block from this subgroup's part of c_s to the output at (r0, c0): two columns a
+// word (n is even, and so is c0).
+fn store_block(out_base: u32, warp: u32, lane: u32, r0: u32, c0: u32) {
+    let m = params.m;
+    let n = params.n;
+    for (var q = 0u; q < 4u; q = q + 1u) {
+        let i = 2u * (lane + q * 32u);
+        let r = r0 + i / 16u;
+        let c = c0 + i % 16u;
+        if (r < m && c < n) {
+            let lo = f32_to_f16(c_s[warp * 256u + i]);
+            let hi = f32_to_f16(c_s[warp * 256u + i + 1u]);
+            out[(out_base + r * n + c) / 2u] = lo | (hi << 16u);
+        }
+    }
+}
 // @end
 // @if vectors
 // Four consecutive k of row r of A (zeros past the edges, which whole vec4s never straddle).
@@ -128,6 +164,8 @@ fn fetch_b(base: u32, kk: u32, c0: u32) -> vec4<f32> {
 }
 // @end
 
+// @if halves
+// @else
 fn put_a(o: u32, v: vec4<f32>) {
     let h = vec4<f16>(v);
     a_s[o] = h.x;
@@ -143,6 +181,7 @@ fn put_b(o: u32, v: vec4<f32>) {
     b_s[o + 2u] = h.z;
     b_s[o + 3u] = h.w;
 }
+// @end
 
 @compute @workgroup_size(THREADS)
 fn main(
@@ -186,6 +225,8 @@ fn main(
     // @generate store: each acc_I_J through c_s, with the epilogue, inside the output
 }
 
+// @if halves
+// @else
 // One 16 x 16 block from this subgroup's part of c_s to the output at (r0, c0).
 fn store_block(out_base: u32, warp: u32, lane: u32, r0: u32, c0: u32) {
     let m = params.m;
@@ -199,3 +240,4 @@ fn store_block(out_base: u32, warp: u32, lane: u32, r0: u32, c0: u32) {
         }
     }
 }
+// @end

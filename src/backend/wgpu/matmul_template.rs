@@ -48,8 +48,9 @@ impl Arith {
     pub(crate) fn has_tile(self, tile: MatmulTile) -> bool {
         match self {
             Arith::F16Coop | Arith::F16CoopHalves => {
-                matches!(tile.rows, 4 | 8)
-                    && matches!(tile.cols, 4 | 8)
+                matches!(tile.rows, 4 | 8 | 16)
+                    && matches!(tile.cols, 4 | 8 | 16)
+                    && tile.rows * tile.cols <= 128
                     && matches!(tile.depth, 16 | 32)
             }
             _ => tile.supported(),
@@ -77,17 +78,30 @@ impl Arith {
 }
 
 /// The cooperative-matrix tiles the autotuner times: 128 x 128 with k steps of 16 (the fastest
-/// at 4096 on an H100), and smaller tiles for matrices that give 128 x 128 too few workgroups.
-const COOP_CANDIDATES: [MatmulTile; 4] = [
+/// at 4096 on an H100 before the larger ones), 128 x 256 and 256 x 128 (fewer loads per
+/// product), and smaller tiles for matrices that give the large ones too few workgroups.
+const COOP_CANDIDATES: [MatmulTile; 7] = [
     MatmulTile::new(8, 8, 16),
+    MatmulTile::new(8, 16, 16),
+    MatmulTile::new(16, 8, 16),
+    MatmulTile::new(8, 8, 32),
     MatmulTile::new(8, 4, 16),
     MatmulTile::new(4, 4, 16),
     MatmulTile::new(4, 4, 32),
 ];
 
-/// Two subgroups of 32 along m, one per 32 columns along n.
+/// How a cooperative-matrix tile splits over subgroups: (FM, FN, WN), each subgroup holding FM x
+/// FN blocks of 16 x 16, two subgroups along m and WN along n. A 256-column tile gives each
+/// subgroup 4 blocks along n (64 x 64 per subgroup), the others 2.
+fn coop_layout(tile: MatmulTile) -> (u32, u32, u32) {
+    let (bm, bn) = (tile.tile_m(), tile.tile_n());
+    let fn_ = if bn >= 256 { 4 } else { 2 };
+    (bm / 32, fn_, bn / (16 * fn_))
+}
+
+/// Two subgroups of 32 along m, WN along n.
 fn coop_threads(tile: MatmulTile) -> u32 {
-    64 * (tile.tile_n() / 32)
+    64 * coop_layout(tile).2
 }
 
 /// shaders/matmul.wgsl specialised to a tile configuration and arithmetic: its `tile:` lines
@@ -214,7 +228,7 @@ pub(crate) fn coop_source(tile: MatmulTile, vectors: bool, halves: bool) -> Resu
         });
     }
     let (bm, bn, bk) = (tile.tile_m(), tile.tile_n(), tile.depth);
-    let (fm, fn_, wn) = (bm / 32, 2, bn / 32);
+    let (fm, fn_, wn) = coop_layout(tile);
     let threads = coop_threads(tile);
     let consts = [
         ("const BM: u32 = 128u;", format!("const BM: u32 = {bm}u;")),
@@ -244,8 +258,8 @@ pub(crate) fn coop_source(tile: MatmulTile, vectors: bool, halves: bool) -> Resu
                 for (i, j) in blocks() {
                     out.push(format!("var acc_{i}_{j} = coop_mat16x16<f32, C>();"));
                 }
-                out.extend(slots(a_vecs).map(|(i, _)| format!("var pa_{i} = vec4<f32>(0.0);")));
-                out.extend(slots(b_vecs).map(|(i, _)| format!("var pb_{i} = vec4<f32>(0.0);")));
+                out.extend(slots(a_vecs).map(|(i, _)| format!("var pa_{i} = Slot();")));
+                out.extend(slots(b_vecs).map(|(i, _)| format!("var pb_{i} = Slot();")));
             }
             "fetch" => {
                 out.extend(slots(a_vecs).map(|(i, partial)| {
@@ -318,7 +332,7 @@ pub(crate) fn coop_source(tile: MatmulTile, vectors: bool, halves: bool) -> Resu
         }
         Some(out)
     };
-    // f16 storage reads whole vec4 rows (four halves, a vec2<u32>) like `vectors`.
+    // f16 storage reads whole vec4 rows (four halves) like `vectors`.
     let flags = [
         ("halves", halves),
         ("vectors", vectors && !halves),

@@ -114,7 +114,7 @@ impl Shared {
     /// Whether a tile fits this device's workgroup limits.
     pub(super) fn tile_fits(&self, tile: MatmulTile, arith: Arith) -> bool {
         let threads = arith.threads(tile);
-        let (x, y) = if arith == Arith::F16Coop {
+        let (x, y) = if matches!(arith, Arith::F16Coop | Arith::F16CoopHalves) {
             (threads, 1)
         } else {
             (16, 16)
@@ -303,7 +303,10 @@ impl Shared {
             transpose_b: false,
             bias: false,
             activation: None,
-            vectors: arith == Arith::F16Coop && k % 4 == 0 && n % 4 == 0,
+            // The f16-storage kernel reads vec4s always (its callers check k and n).
+            vectors: matches!(arith, Arith::F16Coop | Arith::F16CoopHalves)
+                && k % 4 == 0
+                && n % 4 == 0,
         };
         let (pipeline, layout) = {
             let mut st = self.state();

@@ -47,12 +47,12 @@ impl WgpuBackend {
         };
         let [batch, m, k, n] = [d.batch, d.m, d.k, d.n].map(|v| v as u64);
         // f16 storage (the ops layer sends it only to the cooperative-matrix kernel, with k and
-        // n multiples of 4, nothing transposed and no epilogue): A and B two elements a word,
-        // read in place; the f32 product is converted to f16 by one more dispatch.
+        // n multiples of 4, nothing transposed and no epilogue): A, B and the output two
+        // elements a word, read and written in place.
         let halves = spec.storage == crate::DType::F16;
         let word = |elements: u64| if halves { elements / 2 } else { elements };
         let mut st = s.state();
-        let out = s.alloc(&mut st, batch * m * n * 4)?;
+        let out = s.alloc(&mut st, word(batch * m * n) * 4)?;
         if batch * m * n == 0 {
             return Ok(s.storage(out));
         }
@@ -69,7 +69,7 @@ impl WgpuBackend {
         let (a_len, b_len) = (word(a_len), word(b_len));
         s.check_binding("matmul's left operand", a_len)?;
         s.check_binding("matmul's right operand", b_len)?;
-        s.check_binding("matmul's output", batch * m * n)?;
+        s.check_binding("matmul's output", word(batch * m * n))?;
         // A few rows against a weight stored [n, k] (token-by-token inference): the row-dot
         // kernel, 8 outputs per workgroup, instead of 64 x 64 tiles that would be mostly empty.
         let rows = batch * m;
@@ -112,7 +112,7 @@ impl WgpuBackend {
             return Ok(s.storage(out));
         }
         let mut arith = match halves {
-            true => Arith::F16Coop,
+            true => Arith::F16CoopHalves,
             false => Arith::of(spec.precision, s.shader_f16, s.coop_matrix),
         };
         // An explicit tile the f16-storage kernel lacks is left to the autotuner.
@@ -141,9 +141,6 @@ impl WgpuBackend {
                 tile
             }
         };
-        if halves {
-            arith = Arith::F16CoopHalves;
-        }
         let max = u64::from(s.limits.max_compute_workgroups_per_dimension);
         let grid = [
             n.div_ceil(u64::from(tile.tile_n())),
@@ -172,7 +169,7 @@ impl WgpuBackend {
             whole(bb, b_len.max(1)),
             // Without a bias the shader never reads binding 3; A stands in for it.
             cb.map_or(whole(ab, a_len.max(1)), |c| whole(c, n)),
-            whole(&out, batch * m * n),
+            whole(&out, word(batch * m * n)),
         ];
         let kernel = Kernel::Matmul {
             tile,
@@ -196,15 +193,6 @@ impl WgpuBackend {
             grid.map(|g| g as u32),
         )?;
         drop(st);
-        let out = s.storage(out);
-        if halves {
-            let spec = crate::ops::cast::CastSpec {
-                from: crate::DType::F32,
-                to: crate::DType::F16,
-                n: (batch * m * n) as usize,
-            };
-            return self.encode_cast(&out, spec);
-        }
-        Ok(out)
+        Ok(s.storage(out))
     }
 }
