@@ -9,8 +9,12 @@
 // HAS_NORM: `main` RMS-normalises x's row first (scale s = 1 / sqrt(mean(x^2) + eps), then
 // norm_w per column): the workgroup sums the row's squares, the dot products read x * norm_w,
 // and the sum is multiplied by s. HAS_RESIDUAL: `main` adds residual[r, c] to each output (a
-// projection and the residual connection around it, one dispatch). `dequant`: one invocation
-// per weight element.
+// projection and the residual connection around it, one dispatch). HAS_ROPE: `main` rotates
+// the outputs as interleaved RoPE rows of params.rope_dim values (output t = r * n + c is
+// element t % dim of rope row t / dim; pairs (2i, 2i + 1) turn by cos and sin[row, i]), as
+// rope.wgsl does: the two outputs of a pair are of one workgroup (8 even-aligned outputs), so
+// each reads its partner's sum from workgroup memory. `dequant`: one invocation per weight
+// element.
 
 override FORMAT: u32 = 0u;
 override HAS_RESIDUAL: bool = false;
@@ -18,6 +22,7 @@ override HAS_NORM: bool = false;
 // HAS_SWIGLU: x's rows hold 2k values, gate then up, and the product reads silu(gate) * up
 // (silu as the unary kernel computes it; a NaN gate gives NaN through the division).
 override HAS_SWIGLU: bool = false;
+override HAS_ROPE: bool = false;
 
 const WG: u32 = 256u;
 
@@ -26,6 +31,10 @@ struct Params {
     n: u32,
     k: u32,
     eps_bits: u32, // the norm's eps (HAS_NORM)
+    rope_dim: u32, // values per RoPE row (HAS_ROPE)
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -34,11 +43,14 @@ struct Params {
 @group(0) @binding(2) var<storage, read> scales: array<f32>;
 @group(0) @binding(3) var<storage, read> mins: array<f32>;
 @group(0) @binding(4) var<storage, read> words: array<u32>;
-// Read only when HAS_RESIDUAL (another input stands in otherwise).
+// Read only when HAS_RESIDUAL; with HAS_ROPE (never both) the cos table. Another input stands
+// in otherwise.
 @group(0) @binding(5) var<storage, read> residual: array<f32>;
 // Read only when HAS_NORM: one value per column of x.
 @group(0) @binding(6) var<storage, read> norm_w: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read_write> out: array<f32>;
+// Read only when HAS_ROPE: the sin table.
+@group(0) @binding(7) var<storage, read> sin_t: array<f32>;
+@group(0) @binding(8) var<storage, read_write> out: array<f32>;
 
 var<workgroup> partial: array<f32, WG>;
 
@@ -180,7 +192,22 @@ fn main(
         if (HAS_NORM) {
             v = v * scale;
         }
-        if (HAS_RESIDUAL) {
+        if (HAS_ROPE) {
+            // The pair's other output is the neighbouring group of 32 lanes.
+            var other = partial[lid ^ 32u];
+            if (HAS_NORM) {
+                other = other * scale;
+            }
+            let dim = params.rope_dim;
+            let t = (at / dim) * (dim / 2u) + (at % dim) / 2u;
+            let cs = residual[t];
+            let sn = sin_t[t];
+            if ((c & 1u) == 0u) {
+                v = v * cs - other * sn;
+            } else {
+                v = other * sn + v * cs;
+            }
+        } else if (HAS_RESIDUAL) {
             v = v + residual[at];
         }
         out[at] = v;

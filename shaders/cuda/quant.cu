@@ -140,6 +140,16 @@ struct QgRound {
     }
 };
 
+// Output `at` of a product rotated as interleaved RoPE rows of `dim` values: `v` is its sum,
+// `other` its pair's (at ^ 1), turned by cos and sin[row, i] as rope.cu turns them.
+__device__ __forceinline__ float rotate(float v, float other, u64 at, u32 dim,
+                                        const float* __restrict__ cos_t,
+                                        const float* __restrict__ sin_t) {
+    const u64 t = (at / dim) * (dim / 2) + (at % dim) / 2;
+    const float c = cos_t[t], s = sin_t[t];
+    return (at & 1) == 0 ? v * c - other * s : other * s + v * c;
+}
+
 template <u32 FORMAT, u32 ROWS>
 __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
                                            const float* __restrict__ mins,
@@ -148,7 +158,9 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
                                            u32 kw, float (*red)[8],
                                            const float* __restrict__ residual,
                                            const float* __restrict__ norm_w, float eps,
-                                           u32 swiglu, float* __restrict__ out) {
+                                           u32 swiglu, const float* __restrict__ cos_t,
+                                           const float* __restrict__ sin_t, u32 rope_dim,
+                                           float* __restrict__ out) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 g = warp / kw, part = warp % kw;
     const u64 j0 = ((u64)blockIdx.x * (4 / kw) + g) * ROWS;
@@ -178,12 +190,15 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
         }
 #pragma unroll
         for (u32 r = 0; r < ROWS; ++r) acc[r] = warp_sum(acc[r]) * scale;
+        // j0 and ROWS are even: both outputs of a rotated pair are this group's.
         if (kw == 1) {
 #pragma unroll
             for (u32 r = 0; r < ROWS; ++r) {
                 if (lane == 0 && j0 + r < n) {
                     const u64 at = i * n + j0 + r;
-                    out[at] = residual ? acc[r] + residual[at] : acc[r];
+                    float v = acc[r];
+                    if (cos_t) v = rotate(v, acc[r ^ 1], at, rope_dim, cos_t, sin_t);
+                    out[at] = residual ? v + residual[at] : v;
                 }
             }
             continue;
@@ -193,11 +208,17 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
             for (u32 r = 0; r < ROWS; ++r) red[warp][r] = acc[r];
         }
         __syncthreads();
-        if (part == 0 && lane < ROWS && j0 + lane < n) {
+        if (part == 0) {
             float t = 0.0f;
-            for (u32 p = 0; p < kw; ++p) t += red[warp + p][lane];
-            const u64 at = i * n + j0 + lane;
-            out[at] = residual ? t + residual[at] : t;
+            if (lane < ROWS) {
+                for (u32 p = 0; p < kw; ++p) t += red[warp + p][lane];
+            }
+            const float other = __shfl_xor_sync(0xffffffffu, t, 1);
+            if (lane < ROWS && j0 + lane < n) {
+                const u64 at = i * n + j0 + lane;
+                if (cos_t) t = rotate(t, other, at, rope_dim, cos_t, sin_t);
+                out[at] = residual ? t + residual[at] : t;
+            }
         }
         __syncthreads();
     }
@@ -206,7 +227,9 @@ __device__ __forceinline__ void qgemv_rows(const float* __restrict__ scales,
 // Format 0 Q8_0, 1 Q4_0, 2 Q4_1 (mins present); kw warps (1, 2 or 4) share a group's row;
 // `residual` (or null), of out's shape, is added to each output; with `norm_w` (or null) x's
 // rows are RMS-normalised first (eps, then norm_w per column); with `swiglu` x's rows are 2k
-// values and the product reads silu(gate) * up (UnaryKind 5 is silu).
+// values and the product reads silu(gate) * up (UnaryKind 5 is silu); with `cos_t` (or null)
+// the outputs are rotated as interleaved RoPE rows of `rope_dim` values (n a multiple of it)
+// before the residual is added.
 extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const float* __restrict__ scales,
                                                          const float* __restrict__ mins,
                                                          const u32* __restrict__ words,
@@ -215,17 +238,19 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const flo
                                                          const float* __restrict__ residual,
                                                          const float* __restrict__ norm_w,
                                                          float eps, u32 swiglu,
-                                                         float* __restrict__ out) {
+                                                         const float* __restrict__ cos_t,
+                                                         const float* __restrict__ sin_t,
+                                                         u32 rope_dim, float* __restrict__ out) {
     __shared__ float red[4][8];
     // `few`: 2 outputs a group, for matrices too small to fill the GPU with groups of 8 (a
     // small GEMV waits on its slowest warp's arithmetic).
     if (few) {
-        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
-        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
-        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
+        if (format == 0) qgemv_rows<0, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, cos_t, sin_t, rope_dim, out);
+        else if (mins) qgemv_rows<2, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, cos_t, sin_t, rope_dim, out);
+        else qgemv_rows<1, 2>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, cos_t, sin_t, rope_dim, out);
         return;
     }
-    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
-    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
-    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, out);
+    if (format == 0) qgemv_rows<0, 4>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, cos_t, sin_t, rope_dim, out);
+    else if (mins) qgemv_rows<2, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, cos_t, sin_t, rope_dim, out);
+    else qgemv_rows<1, 8>(scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps, swiglu, cos_t, sin_t, rope_dim, out);
 }

@@ -28,7 +28,7 @@ use crate::ops::layout::LayoutSpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantSpec};
 use crate::ops::reduce::{DotSpec, ReduceSpec};
 use crate::ops::rope::RopeSpec;
 use crate::ops::softmax::SoftmaxSpec;
@@ -135,14 +135,13 @@ pub(crate) trait BackendOps {
     ) -> Result<Self::Storage>;
     /// See [`TopkSpec`].
     fn topk(&self, x: &Self::Storage, spec: TopkSpec) -> Result<(Self::Storage, Self::Storage)>;
-    /// `rms_norm(x, norm) x w^T (+ residual)` with `w` quantized (see [`QuantMatmulSpec`];
-    /// `w` as [`QuantSpec::parts`] reads it).
+    /// `rope(rms_norm(x, norm) x w^T) (+ residual)` with `w` quantized (see
+    /// [`QuantMatmulSpec`]; `w` as [`QuantSpec::parts`] reads it).
     fn matmul_quant(
         &self,
         x: &Self::Storage,
         w: &[&Self::Storage],
-        residual: Option<&Self::Storage>,
-        norm: Option<&Self::Storage>,
+        around: &QuantAround<'_, Self::Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Self::Storage>;
     /// The f32 matrix of quantized blocks (see [`QuantSpec`]).
@@ -260,7 +259,8 @@ wrap!(Cpu, cpu::CpuStorage);
 #[cfg(cuda)]
 wrap!(Cuda, cuda::CudaStorage);
 
-/// An operand as one backend's storage: `one` (a storage), `opt` (an optional one) or `list`.
+/// An operand as one backend's storage: `one` (a storage), `opt` (an optional one), `list`, or
+/// `around` (a [`QuantAround`]).
 macro_rules! cast {
     (one, $s:expr, $as:ident) => {
         $s.$as()?
@@ -270,6 +270,9 @@ macro_rules! cast {
     };
     (list, $s:expr, $as:ident) => {
         &$s.iter().map(|s| s.$as()).collect::<Result<Vec<_>>>()?
+    };
+    (around, $s:expr, $as:ident) => {
+        &$s.try_map(Storage::$as)?
     };
 }
 
@@ -283,6 +286,9 @@ macro_rules! push {
     };
     (list, $v:ident, $s:expr) => {
         $v.extend($s.iter().copied())
+    };
+    (around, $v:ident, $s:expr) => {
+        $v.extend($s.all())
     };
 }
 
@@ -299,6 +305,9 @@ macro_rules! take {
     };
     (list, $it:ident, $s:expr) => {
         &$it.by_ref().take($s.len()).collect::<Vec<_>>()
+    };
+    (around, $it:ident, $s:expr) => {
+        &$s.try_map(|_| $it.next().ok_or_else(mismatch))?
     };
 }
 
@@ -498,11 +507,10 @@ impl BackendImpl {
         &self,
         x: &Storage,
         w: &[&Storage],
-        residual: Option<&Storage>,
-        norm: Option<&Storage>,
+        around: &QuantAround<'_, Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Storage> {
-        dispatch!(self.matmul_quant(one x, list w, opt residual, opt norm; spec), spec)
+        dispatch!(self.matmul_quant(one x, list w, around around; spec), spec)
     }
 
     pub(crate) fn dequantize(&self, w: &[&Storage], spec: QuantSpec) -> Result<Storage> {

@@ -247,11 +247,12 @@ impl Batch {
         w: Rc<QuantTensor>,
         residual: Value,
     ) -> Result<Value> {
-        self.matmul_quant_with_by(x, w, Some(residual), None, false)
+        self.matmul_quant_with_by(x, w, Some(residual), None, false, None)
     }
 
-    /// `residual + rms_norm(x, norm_weight, eps) x w^T` (or `swiglu(x) x w^T`), each part
-    /// optional, in one kernel (see [`Tensor::matmul_quant_with`]).
+    /// `residual + rope(rms_norm(x, norm_weight, eps) x w^T)` (or `swiglu(x) x w^T`), each
+    /// part optional, in one kernel (see [`Tensor::matmul_quant_with`]; `rope` is `(cos, sin,
+    /// layout)`).
     pub fn matmul_quant_with(
         &mut self,
         x: Value,
@@ -259,8 +260,9 @@ impl Batch {
         residual: Option<Value>,
         rms_norm: Option<(Value, f32)>,
         swiglu: bool,
+        rope: Option<(Value, Value, crate::RopeLayout)>,
     ) -> Result<Value> {
-        self.matmul_quant_with_by(x, w, residual, rms_norm, swiglu)
+        self.matmul_quant_with_by(x, w, residual, rms_norm, swiglu, rope)
     }
 
     /// [`Batch::matmul_quant_with`] with the weight behind any owning pointer.
@@ -271,6 +273,7 @@ impl Batch {
         residual: Option<Value>,
         rms_norm: Option<(Value, f32)>,
         swiglu: bool,
+        rope: Option<(Value, Value, crate::RopeLayout)>,
     ) -> Result<Value>
     where
         W: std::ops::Deref<Target = QuantTensor> + 'static,
@@ -297,12 +300,17 @@ impl Batch {
         let mut inputs = vec![x];
         inputs.extend(residual);
         inputs.extend(rms_norm.map(|n| n.0));
+        inputs.extend(rope.into_iter().flat_map(|r| [r.0, r.1]));
         let (has_r, eps) = (residual.is_some(), rms_norm.map(|n| n.1));
+        let layout = rope.map(|r| r.2);
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| {
+            // The inputs in order: x, then each present part.
+            let at = 1 + usize::from(has_r) + usize::from(eps.is_some());
             let options = crate::QuantMatmulOptions {
                 residual: has_r.then(|| t[1]),
                 rms_norm: eps.map(|e| (t[1 + usize::from(has_r)], e)),
                 swiglu,
+                rope: layout.map(|l| (t[at], t[at + 1], l)),
             };
             t[0].matmul_quant_with(&w, options)
         });

@@ -174,9 +174,7 @@ impl Decoder {
         };
         for (l, cached) in model.layers.iter().zip(layers) {
             let norm = b.tensor(&l.attn_norm)?;
-            let qkv = linear_norm(&mut b, &l.qkv, x, norm, c.eps)?;
-            let qkv = b.reshape(qkv, &[rows, hd])?;
-            let qkv = b.rope(qkv, cos, sin, RopeLayout::Interleaved)?;
+            let qkv = linear_norm_rope(&mut b, &l.qkv, x, (norm, c.eps), (cos, sin, hd))?;
             let qkv = b.reshape(qkv, &[1, 1, rows, hd])?;
             let q = b.slice(qkv, 2, 0..heads)?;
             let new = b.slice(qkv, 2, heads..rows)?;
@@ -287,7 +285,9 @@ fn linear(b: &mut Batch, w: &Linear, x: Value) -> Result<Value> {
 /// quantized one.
 fn linear_norm(b: &mut Batch, w: &Linear, x: Value, norm: Value, eps: f32) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps)), false),
+        Linear::Quant(q) => {
+            b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps)), false, None)
+        }
         Linear::Dense(_) => {
             let h = b.rms_norm(x, Some(norm), None, eps)?;
             linear(b, w, h)
@@ -295,10 +295,36 @@ fn linear_norm(b: &mut Batch, w: &Linear, x: Value, norm: Value, eps: f32) -> Re
     }
 }
 
+/// Records `rope(rms_norm(x, norm, eps) x w^T)` for a linear layer's weight, the product's
+/// rows of `dim` values rotated (interleaved pairs) by the tables' rows: one kernel for a
+/// quantized one.
+fn linear_norm_rope(
+    b: &mut Batch,
+    w: &Linear,
+    x: Value,
+    (norm, eps): (Value, f32),
+    (cos, sin, dim): (Value, Value, usize),
+) -> Result<Value> {
+    match w {
+        Linear::Quant(q) => {
+            let rope = Some((cos, sin, RopeLayout::Interleaved));
+            b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps)), false, rope)
+        }
+        Linear::Dense(_) => {
+            let y = linear_norm(b, w, x, norm, eps)?;
+            let shape = b.shape(y)?.to_vec();
+            let rows = shape.iter().product::<usize>() / dim.max(1);
+            let y = b.reshape(y, &[rows, dim])?;
+            let y = b.rope(y, cos, sin, RopeLayout::Interleaved)?;
+            b.reshape(y, &shape)
+        }
+    }
+}
+
 /// Records `residual + x x w^T` for a linear layer's weight: one kernel for a quantized one.
 fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, false),
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, false, None),
         Linear::Dense(_) => {
             let y = linear(b, w, x)?;
             b.add(residual, y)
@@ -310,7 +336,7 @@ fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Va
 /// quantized one.
 fn linear_swiglu_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, true),
+        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, true, None),
         Linear::Dense(_) => {
             let gated = b.swiglu(x)?;
             linear_add(b, w, gated, residual)

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use crate::backend::Storage;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ops::rope::RopeLayout;
 use crate::ops::OpSpec;
 use crate::profile::Work;
 use crate::tensor::Tensor;
@@ -332,6 +333,7 @@ impl Tensor {
             .residual
             .into_iter()
             .chain(options.rms_norm.map(|n| n.0))
+            .chain(options.rope.into_iter().flat_map(|r| [r.0, r.1]))
         {
             self.same_device(t, op)?;
         }
@@ -382,8 +384,38 @@ impl Tensor {
                 });
             }
         }
-        // The kernels take row-major f32 residuals and norm weights; others are converted.
+        let rope_dim = match options.rope {
+            Some((cos, sin, layout)) => Some(rope_dim(cos, sin, layout, m, w.rows)?),
+            None => None,
+        };
+        if let (Some((cos, sin, RopeLayout::HalfSplit)), Some(dim)) = (options.rope, rope_dim) {
+            // Pairs half a row apart: no kernel rotates them as they are written, so the
+            // product, then the rotation, then the add.
+            let product = self.matmul_quant_with(
+                w,
+                QuantMatmulOptions {
+                    rope: None,
+                    residual: None,
+                    ..options
+                },
+            )?;
+            let rows = product.len() / dim;
+            let rotated = product
+                .reshape(&[rows, dim])?
+                .rope(cos, sin, RopeLayout::HalfSplit)?;
+            let rotated = rotated.reshape(&shape)?;
+            return match options.residual {
+                Some(r) => r.add(&rotated),
+                None => Ok(rotated),
+            };
+        }
+        // The kernels take row-major f32 residuals, norm weights and tables; others are
+        // converted.
         let residual = options.residual.map(|t| t.floats(op)).transpose()?;
+        let tables = options
+            .rope
+            .map(|(c, s, _)| Ok::<_, Error>((c.floats(op)?, s.floats(op)?)))
+            .transpose()?;
         let norm = options
             .rms_norm
             .map(|(t, eps)| t.floats(op).map(|t| (t, eps)))
@@ -395,14 +427,17 @@ impl Tensor {
             residual: residual.is_some(),
             rms_norm: norm.as_ref().map(|n| n.1),
             swiglu: options.swiglu,
+            rope: rope_dim,
         };
-        let storage = self.device().op(&spec).matmul_quant(
-            self.storage(),
-            &w.storages(),
-            residual.as_ref().map(Tensor::storage),
-            norm.as_ref().map(|n| n.0.storage()),
-            spec,
-        )?;
+        let around = QuantAround {
+            residual: residual.as_ref().map(Tensor::storage),
+            norm: norm.as_ref().map(|n| n.0.storage()),
+            rope: tables.as_ref().map(|t| (t.0.storage(), t.1.storage())),
+        };
+        let storage =
+            self.device()
+                .op(&spec)
+                .matmul_quant(self.storage(), &w.storages(), &around, spec)?;
         Ok(self.with_storage(storage, shape))
     }
 }
@@ -420,6 +455,91 @@ pub struct QuantMatmulOptions<'a> {
     /// and the product reads `silu(gate) * up` (see [`Tensor::swiglu`]): a LLaMA MLP's down
     /// projection with its activation. Not with `rms_norm`.
     pub swiglu: bool,
+    /// Rotates the product as [`Tensor::rope`] rotates `[rows, dim]` data: `(cos, sin,
+    /// layout)`, the tables `[rows, dim / 2]` where `dim` is twice their last axis, `rows` is
+    /// the product's element count over `dim`, and the weight's rows are a multiple of `dim`
+    /// (each output row whole RoPE rows: a LLaMA's fused query, key and value projection,
+    /// with a table row per head). Rotated before `residual` is added. The few-row product
+    /// on wgpu and CUDA rotates [`RopeLayout::Interleaved`] pairs in its kernel.
+    pub rope: Option<(&'a Tensor, &'a Tensor, RopeLayout)>,
+}
+
+/// The optional operands of a quantized product (see [`QuantMatmulSpec`]), as a backend
+/// receives them: the residual, the norm's weight and the rope tables (cos, sin).
+pub(crate) struct QuantAround<'a, S> {
+    pub residual: Option<&'a S>,
+    pub norm: Option<&'a S>,
+    pub rope: Option<(&'a S, &'a S)>,
+}
+
+impl<S> Clone for QuantAround<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for QuantAround<'_, S> {}
+
+impl<'a, S> QuantAround<'a, S> {
+    /// Each operand through `f`, in [`QuantAround::all`]'s order.
+    pub(crate) fn try_map<T>(
+        &self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<QuantAround<'a, T>> {
+        let residual = self.residual.map(&mut f).transpose()?;
+        let norm = self.norm.map(&mut f).transpose()?;
+        let rope = match self.rope {
+            Some((c, s)) => Some((f(c)?, f(s)?)),
+            None => None,
+        };
+        Ok(QuantAround {
+            residual,
+            norm,
+            rope,
+        })
+    }
+
+    /// The operands present: residual, norm, cos, sin.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &'a S> {
+        let rope = self.rope.into_iter().flat_map(|(c, s)| [c, s]);
+        self.residual.into_iter().chain(self.norm).chain(rope)
+    }
+}
+
+/// The RoPE row length of [`QuantMatmulOptions::rope`]'s tables for a product of `m` rows by
+/// `n` columns, once their shapes are checked.
+fn rope_dim(cos: &Tensor, sin: &Tensor, layout: RopeLayout, m: usize, n: usize) -> Result<usize> {
+    let op = "matmul_quant";
+    let half = match cos.shape() {
+        [_, half] if *half > 0 => *half,
+        other => {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("rope tables are [rows, dim / 2], got {other:?} ({layout:?})"),
+            })
+        }
+    };
+    let dim = 2 * half;
+    if !n.is_multiple_of(dim) {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "rope rows of {dim} values must tile the product's rows of {n} (the weight's rows)"
+            ),
+        });
+    }
+    let rows = crate::shape::mul(op, m, n / dim)?;
+    for t in [cos, sin] {
+        if t.shape() != [rows, half] {
+            return Err(Error::shape(
+                op,
+                t.shape(),
+                &[rows, half],
+                "(rope tables have a row per rope row of the product)",
+            ));
+        }
+    }
+    Ok(dim)
 }
 
 /// Used by CUDA's quantized matmul, which dequantizes through the backend's own op.
@@ -504,6 +624,9 @@ pub(crate) struct QuantMatmulSpec {
     pub residual: bool,
     pub rms_norm: Option<f32>,
     pub swiglu: bool,
+    /// The product is rotated as interleaved RoPE rows of this many values, by cos and sin
+    /// tables `[m * n / dim, dim / 2]` (see [`QuantMatmulOptions::rope`]).
+    pub rope: Option<usize>,
 }
 
 impl OpSpec for QuantMatmulSpec {

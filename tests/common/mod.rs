@@ -29,7 +29,7 @@ macro_rules! with_suite_tests {
             attention_layouts, attention_halves,
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
             embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,
-            topk_long_rows, quantized, quantized_residual, quantized_rows,
+            topk_long_rows, quantized, quantized_residual, quantized_rope, quantized_rows,
             // suite/fused.rs, batch.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager,

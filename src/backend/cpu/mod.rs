@@ -50,7 +50,7 @@ use crate::ops::layout::LayoutSpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantSpec};
 use crate::ops::reduce::{DotSpec, ReduceSpec};
 use crate::ops::rope::RopeSpec;
 use crate::ops::softmax::SoftmaxSpec;
@@ -322,8 +322,7 @@ impl BackendOps for CpuBackend {
         &self,
         x: &CpuStorage,
         w: &[&CpuStorage],
-        residual: Option<&CpuStorage>,
-        norm: Option<&CpuStorage>,
+        around: &QuantAround<'_, CpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<CpuStorage> {
         let (normed, gated);
@@ -334,7 +333,7 @@ impl BackendOps for CpuBackend {
         } else {
             x
         };
-        let x = match (norm, s.rms_norm) {
+        let x = match (around.norm, s.rms_norm) {
             (Some(nw), Some(eps)) => {
                 let spec = NormSpec {
                     rms: true,
@@ -348,7 +347,16 @@ impl BackendOps for CpuBackend {
             _ => x,
         };
         let mut out = quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m)?;
-        if let Some(r) = residual {
+        if let (Some((cos, sin)), Some(dim)) = (around.rope, s.rope) {
+            let spec = crate::ops::rope::RopeSpec {
+                n: out.len(),
+                seq: out.len() / dim,
+                dim,
+                layout: crate::RopeLayout::Interleaved,
+            };
+            out = self.rope(&CpuStorage(out), cos, sin, spec)?.0;
+        }
+        if let Some(r) = around.residual {
             // The CPU runs ops as they come: the add is one more pass over the small result.
             out.iter_mut().zip(&r.0).for_each(|(o, r)| *o += r);
         }

@@ -17,7 +17,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::conv::ConvSpec;
 use crate::ops::matmul::{MatmulSpec, Precision};
-use crate::ops::quant::QuantParts;
+use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantParts};
 
 /// Elements of an im2col block above which conv2d works through output rows in tiles.
 const IM2COL_BUDGET: u64 = 1 << 24;
@@ -347,44 +347,75 @@ pub(super) fn conv2d(
     Ok(out)
 }
 
+/// `residual + rope(rms_norm(x) w^T)` (each part as `spec` and `around` ask): the GEMV kernel
+/// does it all for up to QGEMV_MAX_ROWS rows; prompts run the parts as their own kernels
+/// around cuBLAS.
 pub(super) fn matmul_quant(
     be: &CudaBackend,
     x: &CudaStorage,
     w: QuantParts<'_, CudaStorage>,
-    residual: Option<&CudaStorage>,
-    norm: Option<(&CudaStorage, f32)>,
-    swiglu: bool,
-    m: usize,
+    around: QuantAround<'_, CudaStorage>,
+    spec: QuantMatmulSpec,
 ) -> Result<CudaStorage> {
     use crate::backend::BackendOps;
-    let (n, k) = (w.rows, w.cols);
-    if swiglu && (m > QGEMV_MAX_ROWS || k == 0) {
+    let (m, n, k) = (spec.m, w.rows, w.cols);
+    let apart = m > QGEMV_MAX_ROWS || k == 0;
+    if spec.swiglu && apart {
         // A prompt (or empty rows): the SwiGLU's own kernel first, then the product.
         let x = be.strided(x, Some(x), crate::ops::elementwise::swiglu_spec(m, k))?;
-        return matmul_quant(be, &x, w, residual, norm, false, m);
+        let spec = QuantMatmulSpec {
+            swiglu: false,
+            ..spec
+        };
+        return matmul_quant(be, &x, w, around, spec);
     }
-    if let Some((nw, eps)) = norm.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
+    if let (Some(nw), Some(eps), true) = (around.norm, spec.rms_norm, apart) {
         // A prompt (or empty rows): the norm's own kernel first, then the product.
-        let spec = crate::ops::norm::NormSpec {
+        let norm = crate::ops::norm::NormSpec {
             rms: true,
             rows: m,
             cols: k,
             eps,
         };
-        let x = be.norm(x, Some(nw), None, spec)?;
-        return matmul_quant(be, &x, w, residual, None, false, m);
-    }
-    if let Some(r) = residual.filter(|_| m > QGEMV_MAX_ROWS || k == 0) {
-        // A prompt's product (cuBLAS, bound by arithmetic) or an empty one: the add is one
-        // more pass.
-        let out = matmul_quant(be, x, w, None, None, swiglu, m)?;
-        let spec = crate::ops::elementwise::BinarySpec {
-            op: crate::ops::elementwise::BinaryOp::Add,
-            n: m * n,
-            a_len: m * n,
-            b_len: m * n,
+        let x = be.norm(x, Some(nw), None, norm)?;
+        let around = QuantAround {
+            norm: None,
+            ..around
         };
-        return be.binary(&out, r, spec);
+        let spec = QuantMatmulSpec {
+            rms_norm: None,
+            ..spec
+        };
+        return matmul_quant(be, &x, w, around, spec);
+    }
+    if apart && (around.residual.is_some() || around.rope.is_some()) {
+        // A prompt's product (cuBLAS, bound by arithmetic) or an empty one: the rotation
+        // and the add are more passes.
+        let plain = QuantAround {
+            residual: None,
+            rope: None,
+            ..around
+        };
+        let mut out = matmul_quant(be, x, w, plain, spec)?;
+        if let (Some((cos, sin)), Some(dim)) = (around.rope, spec.rope) {
+            let rope = crate::ops::rope::RopeSpec {
+                n: m * n,
+                seq: m * n / dim,
+                dim,
+                layout: crate::RopeLayout::Interleaved,
+            };
+            out = be.rope(&out, cos, sin, rope)?;
+        }
+        if let Some(r) = around.residual {
+            let add = crate::ops::elementwise::BinarySpec {
+                op: crate::ops::elementwise::BinaryOp::Add,
+                n: m * n,
+                a_len: m * n,
+                b_len: m * n,
+            };
+            out = be.binary(&out, r, add)?;
+        }
+        return Ok(out);
     }
     if m > QGEMV_MAX_ROWS && n * k > 0 {
         // Many rows: dequantize once and multiply on cuBLAS, out[m, n] = x[m, k] w[n, k]^T.
@@ -425,6 +456,10 @@ pub(super) fn matmul_quant(
     // kw for short rows, to spread small GEMVs over more blocks, made SmolLM2's decoding
     // slower.)
     let blocks = k / 32;
+    let rope_dim = u32::try_from(spec.rope.unwrap_or(0)).map_err(|_| Error::InvalidArgument {
+        op: "matmul_quant",
+        reason: "rope rows longer than 2^32 values".into(),
+    })?;
     // Matrices under 4096 rows (a small model's layers) take 2 outputs a group: more warps,
     // each with less arithmetic before the result.
     let few = n < 4096;
@@ -452,10 +487,13 @@ pub(super) fn matmul_quant(
         u(k),
         Arg::I(kw as u32),
         Arg::I(few as u32),
-        opt(residual),
-        opt(norm.map(|n| n.0)),
-        Arg::F(norm.map_or(0.0, |n| n.1)),
-        Arg::I(swiglu as u32),
+        opt(around.residual),
+        opt(around.norm),
+        Arg::F(spec.rms_norm.unwrap_or(0.0)),
+        Arg::I(spec.swiglu as u32),
+        opt(around.rope.map(|r| r.0)),
+        opt(around.rope.map(|r| r.1)),
+        Arg::I(rope_dim),
         p(&out),
     ];
     let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);

@@ -18,7 +18,7 @@ use crate::ops::layout::{CopySpec, LayoutSpec, MAX_RANK};
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantSpec};
 use crate::ops::reduce::{DotSpec, ReduceSpec};
 use crate::ops::rope::RopeSpec;
 use crate::ops::softmax::SoftmaxSpec;
@@ -455,13 +455,11 @@ impl BackendOps for CudaBackend {
         &self,
         x: &CudaStorage,
         w: &[&CudaStorage],
-        residual: Option<&CudaStorage>,
-        norm: Option<&CudaStorage>,
+        around: &QuantAround<'_, CudaStorage>,
         spec: QuantMatmulSpec,
     ) -> Result<CudaStorage> {
-        let norm = norm.zip(spec.rms_norm);
         let parts = spec.weight.parts(w)?;
-        blas::matmul_quant(self, x, parts, residual, norm, spec.swiglu, spec.m)
+        blas::matmul_quant(self, x, parts, *around, spec)
     }
 
     fn dequantize(&self, w: &[&CudaStorage], spec: QuantSpec) -> Result<CudaStorage> {

@@ -90,6 +90,8 @@ pub(crate) enum Kernel {
         norm: bool,
         /// Reads x as SwiGLU halves, `silu(gate) * up` (the product only).
         swiglu: bool,
+        /// Rotates the result as interleaved RoPE rows (the product only).
+        rope: bool,
     },
     Conv2d {
         bias: bool,
@@ -267,7 +269,7 @@ impl Kernel {
                 _ => Layout::FourInputs,
             },
             Kernel::Attention { .. } => Layout::FourInputs,
-            Kernel::QMatmul { .. } => Layout::SixInputs,
+            Kernel::QMatmul { .. } => Layout::SevenInputs,
             Kernel::TopK | Kernel::TopKSelect => Layout::OneInputTwoOutputs,
             Kernel::Matmul { .. }
             | Kernel::Norm { .. }
@@ -323,12 +325,14 @@ impl Kernel {
                 residual,
                 norm,
                 swiglu,
+                rope,
                 ..
             } => vec![
                 ("FORMAT", format as u32 as f64),
                 ("HAS_RESIDUAL", residual as u32 as f64),
                 ("HAS_NORM", norm as u32 as f64),
                 ("HAS_SWIGLU", swiglu as u32 as f64),
+                ("HAS_ROPE", rope as u32 as f64),
             ],
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],

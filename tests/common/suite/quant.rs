@@ -202,6 +202,7 @@ pub async fn quantized_residual(dev: &Device) {
                     rms_norm: Some((&norm, 1e-5)),
                     residual: with_residual.then_some(&residual),
                     swiglu: false,
+                    rope: None,
                 };
                 let got = dev
                     .tensor(&x, &[m, k])
@@ -295,6 +296,158 @@ pub async fn quantized_residual(dev: &Device) {
         matches!(e, Err(Error::InvalidArgument { .. })),
         "swiglu with a norm: {e:?}"
     );
+}
+
+/// `residual + rope(rms_norm(x) x w^T)` (matmul_quant_with's `rope`): a LLaMA's fused
+/// query, key and value projection with its rotation, every format, GEMV and prompt row
+/// counts, both layouts, with and without the norm and a residual, against the f64 product
+/// rotated in f64; tables of the wrong shape or rows that do not tile the product are refused.
+pub async fn quantized_rope(dev: &Device) {
+    use gpukit::{QuantFormat, RopeLayout};
+    // The f64 rotation of the product's rows of `dim` values by table row, the tolerance
+    // carried through it (each output mixes two sums).
+    fn rotate(
+        p: &[(f64, Tol)],
+        (cos, sin): (&[f32], &[f32]),
+        dim: usize,
+        layout: RopeLayout,
+    ) -> Vec<(f64, Tol)> {
+        let mut out = p.to_vec();
+        for (row, chunk) in p.chunks(dim).enumerate() {
+            for j in 0..dim / 2 {
+                let (i0, i1) = match layout {
+                    RopeLayout::Interleaved => (2 * j, 2 * j + 1),
+                    RopeLayout::HalfSplit => (j, j + dim / 2),
+                };
+                let t = row * dim / 2 + j;
+                let (c, s) = (cos[t] as f64, sin[t] as f64);
+                let ((x0, t0), (x1, t1)) = (chunk[i0], chunk[i1]);
+                let err = (c.abs() + s.abs())
+                    * (t0.atol.max(t1.atol) + t0.rtol.max(t1.rtol) * x0.abs().max(x1.abs()));
+                let tol = Tol {
+                    atol: err + 1e-5,
+                    rtol: 1e-5,
+                };
+                out[row * dim + i0] = (x0 * c - x1 * s, tol);
+                out[row * dim + i1] = (x0 * s + x1 * c, tol);
+            }
+        }
+        out
+    }
+    for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
+        .into_iter()
+        .enumerate()
+    {
+        // (rows of x, rope rows a product row, dim, k): SmolLM2's 15 heads of 64, odd head
+        // counts, a dim of 2, and a prompt of 11 rows (the kernels apart).
+        for (ci, (m, heads, dim, k)) in [
+            (1usize, 15usize, 64usize, 576usize),
+            (1, 3, 2, 32),
+            (3, 5, 6, 96),
+            (11, 3, 16, 64),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let n = heads * dim;
+            let seed = 9900 + fi as u64 * 10 + ci as u64;
+            let mut rng = Rng::new(seed);
+            let w = rng.vec(n * k, -1.0, 1.0);
+            let x = rng.vec(m * k, -1.0, 1.0);
+            let r = rng.vec(m * n, -2.0, 2.0);
+            let rows = m * heads;
+            let angles = rng.vec(rows * dim / 2, -3.2, 3.2);
+            let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+            let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+            let bytes = oracle::quantize(&w, format);
+            let wq = dev.quantized(&bytes, format, n, k).unwrap();
+            let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let nw = rng.vec(k, 0.5, 1.5);
+            let mut xn = vec![0f32; m * k];
+            for i in 0..m {
+                let row = &x[i * k..(i + 1) * k];
+                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64;
+                let s = 1.0 / (ms + 1e-5).sqrt();
+                for e in 0..k {
+                    xn[i * k + e] = (row[e] as f64 * s * nw[e] as f64) as f32;
+                }
+            }
+            let (tx, tr) = (
+                dev.tensor(&x, &[m, k]).unwrap(),
+                dev.tensor(&r, &[m, n]).unwrap(),
+            );
+            let norm = dev.tensor(&nw, &[k]).unwrap();
+            let (tc, ts) = (
+                dev.tensor(&cos, &[rows, dim / 2]).unwrap(),
+                dev.tensor(&sin, &[rows, dim / 2]).unwrap(),
+            );
+            for layout in [RopeLayout::Interleaved, RopeLayout::HalfSplit] {
+                for (normed, with_residual) in [(true, false), (false, false), (true, true)] {
+                    let options = gpukit::QuantMatmulOptions {
+                        rms_norm: normed.then_some((&norm, 1e-5)),
+                        residual: with_residual.then_some(&tr),
+                        rope: Some((&tc, &ts, layout)),
+                        ..Default::default()
+                    };
+                    let got = tx.matmul_quant_with(&wq, options).unwrap();
+                    assert_eq!(got.shape(), &[m, n]);
+                    let input = if normed { &xn } else { &x };
+                    let product =
+                        oracle::matmul_with(input, &deq32, (m, k, n), (false, true), None, None);
+                    let mut want = rotate(&product, (&cos, &sin), dim, layout);
+                    if with_residual {
+                        for (w, &r) in want.iter_mut().zip(&r) {
+                            w.0 += r as f64;
+                        }
+                    }
+                    let ctx = format!(
+                        "{format:?} [{m}, {k}] x [{n}, {k}]^T rope {layout:?} dim {dim}, \
+                         norm {normed}, residual {with_residual}"
+                    );
+                    check(&ctx, &|i| format!("{i}"), &got.read().await.unwrap(), &want);
+                }
+            }
+        }
+    }
+    let bytes = oracle::quantize(&[0.5; 12 * 32], QuantFormat::Q8_0);
+    let wq = dev.quantized(&bytes, QuantFormat::Q8_0, 12, 32).unwrap();
+    let x = dev.tensor(&[1.0; 64], &[2, 32]).unwrap();
+    // Rows of 8 do not tile 12 columns; 3 or 6 table rows where 6 or 4 are needed; a dim
+    // of 0.
+    for (rows, half) in [(3usize, 4usize), (3, 2), (6, 3), (0, 0)] {
+        let t = dev.tensor(&vec![0.5; rows * half], &[rows, half]).unwrap();
+        let options = gpukit::QuantMatmulOptions {
+            rope: Some((&t, &t, RopeLayout::Interleaved)),
+            ..Default::default()
+        };
+        let e = x.matmul_quant_with(&wq, options);
+        assert!(
+            matches!(
+                e,
+                Err(Error::ShapeMismatch { .. } | Error::InvalidArgument { .. })
+            ),
+            "tables [{rows}, {half}]: {e:?}"
+        );
+    }
+    let good = dev.tensor(&[0.5; 12], &[6, 2]).unwrap();
+    let flat = dev.tensor(&[0.5; 12], &[12]).unwrap();
+    let options = gpukit::QuantMatmulOptions {
+        rope: Some((&good, &flat, RopeLayout::Interleaved)),
+        ..Default::default()
+    };
+    let e = x.matmul_quant_with(&wq, options);
+    assert!(
+        matches!(e, Err(Error::ShapeMismatch { .. })),
+        "sin of another shape: {e:?}"
+    );
+    let options = gpukit::QuantMatmulOptions {
+        rope: Some((&good, &good, RopeLayout::Interleaved)),
+        ..Default::default()
+    };
+    assert_eq!(x.matmul_quant_with(&wq, options).unwrap().shape(), &[2, 12]);
 }
 
 /// Rows of a quantized table gathered by device ids (`QuantTensor::embedding_ids`, an LLM's

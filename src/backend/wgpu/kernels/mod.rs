@@ -38,7 +38,7 @@ use crate::ops::layout::LayoutSpec;
 use crate::ops::matmul::MatmulSpec;
 use crate::ops::norm::NormSpec;
 use crate::ops::pool::PoolSpec;
-use crate::ops::quant::{QuantMatmulSpec, QuantSpec};
+use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantSpec};
 use crate::ops::reduce::{DotSpec, ReduceSpec};
 use crate::ops::rope::RopeSpec;
 use crate::ops::softmax::SoftmaxSpec;
@@ -383,14 +383,14 @@ impl BackendOps for WgpuBackend {
         &self,
         x: &WgpuStorage,
         w: &[&WgpuStorage],
-        residual: Option<&WgpuStorage>,
-        norm: Option<&WgpuStorage>,
+        a: &QuantAround<'_, WgpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
         let around = quant::Around {
-            residual,
-            norm: norm.zip(s.rms_norm),
+            residual: a.residual,
+            norm: a.norm.zip(s.rms_norm),
             swiglu: s.swiglu,
+            rope: a.rope.zip(s.rope).map(|((c, s), d)| (c, s, d)),
         };
         self.encode_matmul_quant(x, s.weight.parts(w)?, around, s.m)
     }

@@ -2,7 +2,7 @@
 //! dequantized copy through the tiled matmul.
 
 use super::super::{WgpuBackend, WgpuStorage};
-use super::matmul::{MnkParams, GEMV_MAX_ROWS};
+use super::matmul::GEMV_MAX_ROWS;
 use super::{u32_of, whole, Kernel, WG};
 use crate::error::Result;
 use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
@@ -10,12 +10,26 @@ use crate::ops::norm::NormSpec;
 use crate::ops::quant::{QuantParts, BLOCK};
 
 /// What the product does around the GEMV: a residual added, x RMS-normalised (weight and
-/// eps) or read as SwiGLU halves (see `QuantMatmulSpec`).
+/// eps) or read as SwiGLU halves, the result rotated as interleaved RoPE rows (cos, sin, row
+/// length) (see `QuantMatmulSpec`).
 #[derive(Clone, Copy, Default)]
 pub(super) struct Around<'a> {
     pub residual: Option<&'a WgpuStorage>,
     pub norm: Option<(&'a WgpuStorage, f32)>,
     pub swiglu: bool,
+    pub rope: Option<(&'a WgpuStorage, &'a WgpuStorage, usize)>,
+}
+
+/// quant.wgsl's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct QuantParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    eps_bits: u32,
+    rope_dim: u32,
+    _pad: [u32; 3],
 }
 
 impl WgpuBackend {
@@ -30,6 +44,7 @@ impl WgpuBackend {
             residual,
             norm,
             swiglu,
+            rope,
         } = around;
         let weights = (w.rows * w.cols) as u64;
         let gemv = !(m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights));
@@ -57,6 +72,33 @@ impl WgpuBackend {
                 ..around
             };
             return self.encode_matmul_quant(&x, w, around, m);
+        }
+        if let Some((cos, sin, dim)) = rope.filter(|_| !gemv || residual.is_some()) {
+            // A prompt, or a residual too (the kernel has no binding left for it): the
+            // product, then the rotation, then the add.
+            let plain = Around {
+                residual: None,
+                rope: None,
+                ..around
+            };
+            let n = m * w.rows;
+            let product = self.encode_matmul_quant(x, w, plain, m)?;
+            let rotated = self.encode_rope(
+                &product,
+                cos,
+                sin,
+                [n, n / dim, dim],
+                crate::RopeLayout::Interleaved,
+            )?;
+            return match residual {
+                Some(r) => self.encode_binary(
+                    crate::ops::elementwise::BinaryOp::Add,
+                    (&rotated, n),
+                    (r, n),
+                    n,
+                ),
+                None => Ok(rotated),
+            };
         }
         if !gemv {
             // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
@@ -117,6 +159,7 @@ impl WgpuBackend {
             residual,
             norm,
             swiglu,
+            rope,
         } = around;
         let s = self.begin()?;
         let (n, k) = (w.rows as u64, w.cols as u64);
@@ -126,6 +169,10 @@ impl WgpuBackend {
         let xb = x.map(WgpuStorage::buffer).transpose()?;
         let rb = residual.map(WgpuStorage::buffer).transpose()?;
         let nb = norm.map(|(t, _)| t.buffer()).transpose()?;
+        let (cb, sb) = match rope {
+            Some((c, s, _)) => (Some(c.buffer()?), Some(s.buffer()?)),
+            None => (None, None),
+        };
         let mut st = s.state();
         let out = s.alloc(&mut st, out_len * 4)?;
         if out_len == 0 {
@@ -140,15 +187,20 @@ impl WgpuBackend {
         ] {
             s.check_binding(what, len)?;
         }
-        let p = MnkParams {
+        let p = QuantParams {
             m: u32_of(m, "rows")?,
             n: u32_of(n, "weight rows")?,
             k: u32_of(k, "weight cols")?,
             // The norm's eps, as bits.
-            _pad: norm.map_or(0, |(_, eps)| eps.to_bits()),
+            eps_bits: norm.map_or(0, |(_, eps)| eps.to_bits()),
+            rope_dim: u32_of(rope.map_or(0, |r| r.2) as u64, "rope rows")?,
+            _pad: [0; 3],
         };
-        // Absent x (dequantise), mins (Q4_0, Q8_0) or residual: the shader never reads them;
-        // scales stand in.
+        // The tables' length: half a value per output.
+        let table = (out_len / 2).max(1);
+        // Absent x (dequantise), mins (Q4_0, Q8_0), residual, norm or tables: the shader
+        // never reads them; scales stand in. The rotation's cos shares the residual's binding
+        // (the caller never asks both of the kernel).
         let binds = [
             xb.map_or(whole(scales, blocks), |x| {
                 whole(x, (m * k * (1 + u64::from(swiglu))).max(1))
@@ -156,8 +208,13 @@ impl WgpuBackend {
             whole(scales, blocks),
             mins.map_or(whole(scales, blocks), |b| whole(b, blocks)),
             whole(words, words_len),
-            rb.map_or(whole(scales, blocks), |r| whole(r, out_len)),
+            match (rb, cb) {
+                (Some(r), _) => whole(r, out_len),
+                (None, Some(c)) => whole(c, table),
+                (None, None) => whole(scales, blocks),
+            },
             nb.map_or(whole(scales, blocks), |b| whole(b, k.max(1))),
+            sb.map_or(whole(scales, blocks), |b| whole(b, table)),
             whole(&out, out_len),
         ];
         let kernel = Kernel::QMatmul {
@@ -166,6 +223,7 @@ impl WgpuBackend {
             residual: rb.is_some(),
             norm: nb.is_some(),
             swiglu,
+            rope: cb.is_some(),
         };
         let groups = if x.is_some() {
             m * n.div_ceil(8)

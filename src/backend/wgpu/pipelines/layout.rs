@@ -8,7 +8,7 @@ pub(crate) enum Layout {
     TwoInputs,
     ThreeInputs,
     FourInputs,
-    SixInputs,
+    SevenInputs,
     /// One input, two outputs (values and indices).
     OneInputTwoOutputs,
 }
@@ -20,7 +20,7 @@ impl Layout {
             Layout::TwoInputs => 2,
             Layout::ThreeInputs => 3,
             Layout::FourInputs => 4,
-            Layout::SixInputs => 6,
+            Layout::SevenInputs => 7,
             Layout::OneInputTwoOutputs => 1,
         }
     }

@@ -136,13 +136,15 @@ fn every_kernel() -> Vec<Kernel> {
     }
     k.extend([Kernel::Cast, Kernel::Compare]);
     for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
-        for (dequant, residual, norm, swiglu) in [
-            (false, false, false, false),
-            (false, true, false, false),
-            (false, false, true, false),
-            (false, true, true, false),
-            (false, true, false, true),
-            (true, false, false, false),
+        for (dequant, residual, norm, swiglu, rope) in [
+            (false, false, false, false, false),
+            (false, true, false, false, false),
+            (false, false, true, false, false),
+            (false, true, true, false, false),
+            (false, true, false, true, false),
+            (false, false, true, false, true),
+            (false, false, false, false, true),
+            (true, false, false, false, false),
         ] {
             k.push(Kernel::QMatmul {
                 format,
@@ -150,6 +152,7 @@ fn every_kernel() -> Vec<Kernel> {
                 residual,
                 norm,
                 swiglu,
+                rope,
             });
         }
     }
