@@ -86,12 +86,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let j = tile + lid;
         var s = neg_inf;
         if (j < visible) {
-            var dot = 0.0;
+            // Eight loads issued before their products, in four independent sums: a key's
+            // row is one invocation's, so its loads are what the tile waits on.
+            var d0 = 0.0;
+            var d1 = 0.0;
+            var d2 = 0.0;
+            var d3 = 0.0;
             let kj = k_base + j * params.k_ss;
-            for (var e = 0u; e < d; e = e + 1u) {
-                dot = fma(q_row[e], k[kj + e], dot);
+            var e = 0u;
+            for (; e + 8u <= d; e = e + 8u) {
+                let k0 = k[kj + e];
+                let k1 = k[kj + e + 1u];
+                let k2 = k[kj + e + 2u];
+                let k3 = k[kj + e + 3u];
+                let k4 = k[kj + e + 4u];
+                let k5 = k[kj + e + 5u];
+                let k6 = k[kj + e + 6u];
+                let k7 = k[kj + e + 7u];
+                d0 = fma(q_row[e + 4u], k4, fma(q_row[e], k0, d0));
+                d1 = fma(q_row[e + 5u], k5, fma(q_row[e + 1u], k1, d1));
+                d2 = fma(q_row[e + 6u], k6, fma(q_row[e + 2u], k2, d2));
+                d3 = fma(q_row[e + 7u], k7, fma(q_row[e + 3u], k3, d3));
             }
-            s = score(dot);
+            for (; e < d; e = e + 1u) {
+                d0 = fma(q_row[e], k[kj + e], d0);
+            }
+            s = score((d0 + d1) + (d2 + d3));
         }
         let m_new = max(m, workgroup_max(lid, s));
         // Only finite maxima are used: -inf (nothing seen yet) scales nothing, +inf makes the
@@ -110,12 +130,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         m = m_new;
         // workgroup_sum's barriers also published probs.
         if (lid < dv) {
-            var part = acc * correction;
+            // Four value rows loaded before their products, in two independent sums.
+            var p0 = acc * correction;
+            var p1 = 0.0;
             let count = min(WG, visible - tile);
-            for (var t = 0u; t < count; t = t + 1u) {
-                part = fma(probs[t], v[v_base + (tile + t) * params.v_ss + lid], part);
+            let vt = v_base + tile * params.v_ss + lid;
+            var t = 0u;
+            for (; t + 4u <= count; t = t + 4u) {
+                let v0 = v[vt + t * params.v_ss];
+                let v1 = v[vt + (t + 1u) * params.v_ss];
+                let v2 = v[vt + (t + 2u) * params.v_ss];
+                let v3 = v[vt + (t + 3u) * params.v_ss];
+                p0 = fma(probs[t + 2u], v2, fma(probs[t], v0, p0));
+                p1 = fma(probs[t + 3u], v3, fma(probs[t + 1u], v1, p1));
             }
-            acc = part;
+            for (; t < count; t = t + 1u) {
+                p0 = fma(probs[t], v[vt + t * params.v_ss], p0);
+            }
+            acc = p0 + p1;
         }
         workgroupBarrier();
     }

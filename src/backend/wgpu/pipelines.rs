@@ -161,10 +161,12 @@ impl Kernel {
         matches!(
             self,
             Kernel::Matmul { .. }
+                | Kernel::QMatmul { .. }
                 | Kernel::Attention {
                     blocks: AttentionBlocks::Flash
                         | AttentionBlocks::Split { .. }
-                        | AttentionBlocks::Merge,
+                        | AttentionBlocks::Merge
+                        | AttentionBlocks::Row,
                     ..
                 }
         )
@@ -515,7 +517,14 @@ impl PipelineCache {
 /// tile loop ends at the key count; with the checks its private arrays left registers. The
 /// split decode kernels (attention_split.wgsl) index their arrays with constants, invocation
 /// ids and rows below 8, read keys and values below the rows' visible counts, and write
-/// partials below the buffer's length (b * hq * sq * chunks * (dv + 2), checked).
+/// partials below the buffer's length (b * hq * sq * chunks * (dv + 2), checked). The row
+/// kernel (`main`) indexes its arrays of 256 with invocation ids, columns below d and dv (at
+/// most 256, checked by the ops layer) and keys below 256, and loops to the visible key count.
+/// The quantized GEMV and dequantisation (quant.wgsl) index their array of 256 with invocation
+/// ids (partners `lid ^ 32`, sums `lid + s` for `lid < s`), read weights, x, the residual,
+/// the norm's weight and the rope tables at rows and words below the extents checked when
+/// they were bound (a lane's extra loads are clamped to the row's last word), and loop up to
+/// word and column counts far below 2^31, so no counter wraps.
 /// Buffer accesses keep whatever robustness the driver itself provides. In the browser the
 /// checks are the browser's to keep.
 fn create_module(
@@ -530,8 +539,8 @@ fn create_module(
             force_loop_bounding: false,
             ..wgpu::ShaderRuntimeChecks::checked()
         };
-        // SAFETY: `audited` is true only for the matmul templates (`Kernel::audited`), whose
-        // every index is in bounds and every loop finite by construction, as described above.
+        // SAFETY: `audited` is true only for the kernels `Kernel::audited` names, whose every
+        // index is in bounds and every loop finite by construction, as described above.
         return unsafe { device.create_shader_module_trusted(desc, checks) };
     }
     let _ = audited;
