@@ -65,8 +65,22 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
     var dots: array<f32, ROWS>;
     if (j < k_seen) {
+        // Eight elements loaded before any is used (a key's row is one invocation's, so its
+        // loads are what the chunk waits on), then multiplied in order.
         let kj = k_base + j * params.k_ss;
-        for (var e = 0u; e < d; e = e + 1u) {
+        var e = 0u;
+        for (; e + 8u <= d; e = e + 8u) {
+            var x: array<f32, 8>;
+            for (var u = 0u; u < 8u; u = u + 1u) {
+                x[u] = k[kj + e + u];
+            }
+            for (var u = 0u; u < 8u; u = u + 1u) {
+                for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                    dots[r] = fma(q_split[r * DMAX + e + u], x[u], dots[r]);
+                }
+            }
+        }
+        for (; e < d; e = e + 1u) {
             let x = k[kj + e];
             for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
                 dots[r] = fma(q_split[r * DMAX + e], x, dots[r]);
@@ -118,12 +132,22 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     if (lid < dv) {
         var acc: array<f32, ROWS>;
         var l: array<f32, ROWS>;
-        for (var t = 0u; t < count; t = t + 1u) {
-            let x = v[v_base + (c * WG + t) * params.v_ss + lid];
-            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-                let p = p_split[r * WG + t];
-                acc[r] = select(acc[r], fma(p, x, acc[r]), p != 0.0);
-                l[r] = l[r] + p;
+        // Four value rows loaded before any is used, then added in order.
+        let vc = v_base + c * WG * params.v_ss + lid;
+        var t = 0u;
+        for (; t < count; t = t + 4u) {
+            var x: array<f32, 4>;
+            for (var u = 0u; u < 4u; u = u + 1u) {
+                x[u] = v[vc + min(t + u, count - 1u) * params.v_ss];
+            }
+            for (var u = 0u; u < 4u; u = u + 1u) {
+                if (t + u < count) {
+                    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                        let p = p_split[r * WG + t + u];
+                        acc[r] = select(acc[r], fma(p, x[u], acc[r]), p != 0.0);
+                        l[r] = l[r] + p;
+                    }
+                }
             }
         }
         for (var r = 0u; r < rows; r = r + 1u) {
