@@ -108,6 +108,29 @@ pub async fn quantized(dev: &Device) {
     ));
 }
 
+/// Rows of `x` (of `nw.len()` values) RMS-normalised in f64 with weight `nw`, rounded to f32:
+/// what the fused norm's product reads.
+fn rms_normed(x: &[f32], nw: &[f32], eps: f64) -> Vec<f32> {
+    let k = nw.len();
+    x.chunks(k)
+        .flat_map(|row| {
+            let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64;
+            let s = 1.0 / (ms + eps).sqrt();
+            row.iter()
+                .zip(nw)
+                .map(move |(&v, &w)| (v as f64 * s * w as f64) as f32)
+        })
+        .collect()
+}
+
+/// GGUF blocks dequantised in f64, rounded to f32 (the weights the kernels multiply by).
+fn dequantized_f32(bytes: &[u8], format: gpukit::QuantFormat) -> Vec<f32> {
+    oracle::dequantize(bytes, format)
+        .iter()
+        .map(|&v| v as f32)
+        .collect()
+}
+
 /// `residual + rms_norm(x) x w^T` in one kernel (matmul_quant_add, matmul_quant_with), every
 /// format, GEMV and prompt row counts, against the f64 norm and product plus the residual;
 /// SwiGLU inputs; NaN and infinities in the residual; an f16 residual; a residual or norm
@@ -153,10 +176,7 @@ pub async fn quantized_residual(dev: &Device) {
             }
             let bytes = oracle::quantize(&w, format);
             let wq = dev.quantized(&bytes, format, n, k).unwrap();
-            let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
-                .iter()
-                .map(|&v| v as f32)
-                .collect();
+            let deq32 = dequantized_f32(&bytes, format);
             let residual = dev.tensor(&r, &[m, n]).unwrap();
             let got = dev
                 .tensor(&x, &[m, k])
@@ -186,15 +206,7 @@ pub async fn quantized_residual(dev: &Device) {
             // RMS-normalised rows first (eps 1e-5, a weight per column), with and without the
             // residual: against the f64 norm, rounded to f32, through the same product.
             let nw = rng.vec(k, 0.5, 1.5);
-            let mut xn = vec![0f32; m * k];
-            for i in 0..m {
-                let row = &x[i * k..(i + 1) * k];
-                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64;
-                let s = 1.0 / (ms + 1e-5).sqrt();
-                for e in 0..k {
-                    xn[i * k + e] = (row[e] as f64 * s * nw[e] as f64) as f32;
-                }
-            }
+            let xn = rms_normed(&x, &nw, 1e-5);
             let norm = dev.tensor(&nw, &[k]).unwrap();
             let product = oracle::matmul_with(&xn, &deq32, (m, k, n), (false, true), None, None);
             for with_residual in [false, true] {
@@ -361,20 +373,9 @@ pub async fn quantized_rope(dev: &Device) {
             let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
             let bytes = oracle::quantize(&w, format);
             let wq = dev.quantized(&bytes, format, n, k).unwrap();
-            let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
-                .iter()
-                .map(|&v| v as f32)
-                .collect();
+            let deq32 = dequantized_f32(&bytes, format);
             let nw = rng.vec(k, 0.5, 1.5);
-            let mut xn = vec![0f32; m * k];
-            for i in 0..m {
-                let row = &x[i * k..(i + 1) * k];
-                let ms = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / k as f64;
-                let s = 1.0 / (ms + 1e-5).sqrt();
-                for e in 0..k {
-                    xn[i * k + e] = (row[e] as f64 * s * nw[e] as f64) as f32;
-                }
-            }
+            let xn = rms_normed(&x, &nw, 1e-5);
             let (tx, tr) = (
                 dev.tensor(&x, &[m, k]).unwrap(),
                 dev.tensor(&r, &[m, n]).unwrap(),
