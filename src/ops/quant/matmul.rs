@@ -1,0 +1,291 @@
+//! The matmul with quantized weights and what it does around the product: the RMS norm before
+//! it, SwiGLU inputs, the RoPE rotation and the residual add after it
+//! ([`QuantMatmulOptions`]), inside the few-row GEMV's kernel where the backend has one.
+
+use super::{QuantSpec, QuantTensor};
+use crate::error::{Error, Result};
+use crate::ops::rope::RopeLayout;
+use crate::ops::OpSpec;
+use crate::profile::Work;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// `self x w^T` with `w` quantized `[n, k]` (a linear layer's weight): `self` is `[.., k]`,
+    /// the result `[.., n]`. The weights are dequantised inside the kernel.
+    pub fn matmul_quant(&self, w: &QuantTensor) -> Result<Tensor> {
+        self.matmul_quant_with(w, QuantMatmulOptions::default())
+    }
+
+    /// `residual + self x w^T` with `w` quantized `[n, k]`: a projection and the residual
+    /// connection around it (a transformer's attention output and down projection) in one
+    /// kernel where the backend has one (the GEMV of a few rows on wgpu and CUDA; elsewhere
+    /// the product, then an add). `residual` has the result's shape, `[.., n]`.
+    pub fn matmul_quant_add(&self, w: &QuantTensor, residual: &Tensor) -> Result<Tensor> {
+        let options = QuantMatmulOptions {
+            residual: Some(residual),
+            ..Default::default()
+        };
+        self.matmul_quant_with(w, options)
+    }
+
+    /// [`Tensor::matmul_quant`] with the input normalised first and a residual added after
+    /// (see [`QuantMatmulOptions`]): `residual + rms_norm(self, weight, eps) x w^T`, one
+    /// kernel for the few-row product on wgpu and CUDA.
+    pub fn matmul_quant_with(
+        &self,
+        w: &QuantTensor,
+        options: QuantMatmulOptions<'_>,
+    ) -> Result<Tensor> {
+        let op = "matmul_quant";
+        if options.swiglu && options.rms_norm.is_some() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "swiglu and rms_norm cannot be asked together".into(),
+            });
+        }
+        if !self.device().same(&w.device) {
+            return Err(Error::DeviceMismatch { op });
+        }
+        for t in options
+            .residual
+            .into_iter()
+            .chain(options.rms_norm.map(|n| n.0))
+            .chain(options.rope.into_iter().flat_map(|r| [r.0, r.1]))
+        {
+            self.same_device(t, op)?;
+        }
+        if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].matmul_quant_with(w, options))? {
+            return Ok(out);
+        }
+        let Some((&k, lead)) = self.shape().split_last() else {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "a tensor of shape [] has no last axis".into(),
+            });
+        };
+        let glu = usize::from(options.swiglu) + 1;
+        if k != w.cols * glu {
+            return Err(Error::shape(
+                op,
+                self.shape(),
+                &w.shape(),
+                "(the last axis must equal the weight's cols, twice them with swiglu)",
+            ));
+        }
+        let m: usize = lead.iter().product();
+        let mut shape = lead.to_vec();
+        shape.push(w.rows);
+        if let Some(r) = options.residual {
+            if r.shape() != shape.as_slice() {
+                return Err(Error::shape(
+                    op,
+                    r.shape(),
+                    &shape,
+                    "(the residual has the product's shape)",
+                ));
+            }
+        }
+        if let Some((nw, eps)) = options.rms_norm {
+            if nw.len() != k {
+                return Err(Error::shape(
+                    op,
+                    nw.shape(),
+                    &[k],
+                    "(the norm's weight has one value per column of the input)",
+                ));
+            }
+            if !(eps.is_finite() && eps >= 0.0) {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("eps must be finite and >= 0, got {eps}"),
+                });
+            }
+        }
+        let rope_dim = match options.rope {
+            Some((cos, sin, layout)) => Some(rope_dim(cos, sin, layout, m, w.rows)?),
+            None => None,
+        };
+        if let (Some((cos, sin, RopeLayout::HalfSplit)), Some(dim)) = (options.rope, rope_dim) {
+            // Pairs half a row apart: no kernel rotates them as they are written, so the
+            // product, then the rotation, then the add.
+            let product = self.matmul_quant_with(
+                w,
+                QuantMatmulOptions {
+                    rope: None,
+                    residual: None,
+                    ..options
+                },
+            )?;
+            let rows = product.len() / dim;
+            let rotated = product
+                .reshape(&[rows, dim])?
+                .rope(cos, sin, RopeLayout::HalfSplit)?;
+            let rotated = rotated.reshape(&shape)?;
+            return match options.residual {
+                Some(r) => r.add(&rotated),
+                None => Ok(rotated),
+            };
+        }
+        // The kernels take row-major f32 residuals, norm weights and tables; others are
+        // converted.
+        let residual = options.residual.map(|t| t.floats(op)).transpose()?;
+        let tables = options
+            .rope
+            .map(|(c, s, _)| Ok::<_, Error>((c.floats(op)?, s.floats(op)?)))
+            .transpose()?;
+        let norm = options
+            .rms_norm
+            .map(|(t, eps)| t.floats(op).map(|t| (t, eps)))
+            .transpose()?;
+        self.device().check_output(op, &shape)?;
+        let spec = QuantMatmulSpec {
+            m,
+            weight: w.spec(),
+            residual: residual.is_some(),
+            rms_norm: norm.as_ref().map(|n| n.1),
+            swiglu: options.swiglu,
+            rope: rope_dim,
+        };
+        let around = QuantAround {
+            residual: residual.as_ref().map(Tensor::storage),
+            norm: norm.as_ref().map(|n| n.0.storage()),
+            rope: tables.as_ref().map(|t| (t.0.storage(), t.1.storage())),
+        };
+        let storage =
+            self.device()
+                .op(&spec)
+                .matmul_quant(self.storage(), &w.storages(), &around, spec)?;
+        Ok(self.with_storage(storage, shape))
+    }
+}
+
+/// Options of [`Tensor::matmul_quant_with`]: what a transformer does around a projection,
+/// done inside the product's kernel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuantMatmulOptions<'a> {
+    /// Normalises each row of the input first, as `rms_norm(Some(weight), None, eps)` does:
+    /// `(weight, eps)`, the weight one value per input column.
+    pub rms_norm: Option<(&'a Tensor, f32)>,
+    /// Added to the product (the result's shape): a residual connection.
+    pub residual: Option<&'a Tensor>,
+    /// The input holds two halves, gate then up, of the weight's cols each (`[.., 2 * cols]`),
+    /// and the product reads `silu(gate) * up` (see [`Tensor::swiglu`]): a LLaMA MLP's down
+    /// projection with its activation. Not with `rms_norm`.
+    pub swiglu: bool,
+    /// Rotates the product as [`Tensor::rope`] rotates `[rows, dim]` data: `(cos, sin,
+    /// layout)`, the tables `[rows, dim / 2]` where `dim` is twice their last axis, `rows` is
+    /// the product's element count over `dim`, and the weight's rows are a multiple of `dim`
+    /// (each output row whole RoPE rows: a LLaMA's fused query, key and value projection,
+    /// with a table row per head). Rotated before `residual` is added. The few-row product
+    /// on wgpu and CUDA rotates [`RopeLayout::Interleaved`] pairs in its kernel.
+    pub rope: Option<(&'a Tensor, &'a Tensor, RopeLayout)>,
+}
+
+/// The optional operands of a quantized product (see [`QuantMatmulSpec`]), as a backend
+/// receives them: the residual, the norm's weight and the rope tables (cos, sin).
+pub(crate) struct QuantAround<'a, S> {
+    pub residual: Option<&'a S>,
+    pub norm: Option<&'a S>,
+    pub rope: Option<(&'a S, &'a S)>,
+}
+
+impl<S> Clone for QuantAround<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for QuantAround<'_, S> {}
+
+impl<'a, S> QuantAround<'a, S> {
+    /// Each operand through `f`, in [`QuantAround::all`]'s order.
+    pub(crate) fn try_map<T>(
+        &self,
+        mut f: impl FnMut(&'a S) -> Result<&'a T>,
+    ) -> Result<QuantAround<'a, T>> {
+        let residual = self.residual.map(&mut f).transpose()?;
+        let norm = self.norm.map(&mut f).transpose()?;
+        let rope = match self.rope {
+            Some((c, s)) => Some((f(c)?, f(s)?)),
+            None => None,
+        };
+        Ok(QuantAround {
+            residual,
+            norm,
+            rope,
+        })
+    }
+
+    /// The operands present: residual, norm, cos, sin.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &'a S> {
+        let rope = self.rope.into_iter().flat_map(|(c, s)| [c, s]);
+        self.residual.into_iter().chain(self.norm).chain(rope)
+    }
+}
+
+/// The RoPE row length of [`QuantMatmulOptions::rope`]'s tables for a product of `m` rows by
+/// `n` columns, once their shapes are checked.
+fn rope_dim(cos: &Tensor, sin: &Tensor, layout: RopeLayout, m: usize, n: usize) -> Result<usize> {
+    let op = "matmul_quant";
+    let half = match cos.shape() {
+        [_, half] if *half > 0 => *half,
+        other => {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("rope tables are [rows, dim / 2], got {other:?} ({layout:?})"),
+            })
+        }
+    };
+    let dim = 2 * half;
+    if !n.is_multiple_of(dim) {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "rope rows of {dim} values must tile the product's rows of {n} (the weight's rows)"
+            ),
+        });
+    }
+    let rows = crate::shape::mul(op, m, n / dim)?;
+    for t in [cos, sin] {
+        if t.shape() != [rows, half] {
+            return Err(Error::shape(
+                op,
+                t.shape(),
+                &[rows, half],
+                "(rope tables have a row per rope row of the product)",
+            ));
+        }
+    }
+    Ok(dim)
+}
+
+/// `x [m, cols] x w^T` with `w` the quantized `[rows, cols]` matrix of `weight`: `[m, rows]`,
+/// plus a residual `[m, rows]` when `residual`, of x's rows RMS-normalised first (with this
+/// eps and a weight of `cols` values) when `rms_norm`, of `silu(gate) * up` when `swiglu` (x
+/// is then `[m, 2 * cols]`, gate then up); their storages travel beside the weight's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QuantMatmulSpec {
+    pub m: usize,
+    pub weight: QuantSpec,
+    pub residual: bool,
+    pub rms_norm: Option<f32>,
+    pub swiglu: bool,
+    /// The product is rotated as interleaved RoPE rows of this many values, by cos and sin
+    /// tables `[m * n / dim, dim / 2]` (see [`QuantMatmulOptions::rope`]).
+    pub rope: Option<usize>,
+}
+
+impl OpSpec for QuantMatmulSpec {
+    fn name(&self) -> &'static str {
+        match (self.rms_norm.is_some(), self.residual) {
+            (false, false) => "matmul_quant",
+            (false, true) => "matmul_quant_add",
+            (true, _) => "matmul_quant_with",
+        }
+    }
+
+    fn work(&self) -> Work {
+        let w = self.weight;
+        Work::Flops(2.0 * self.m as f64 * w.rows as f64 * w.cols as f64)
+    }
+}
