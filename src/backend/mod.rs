@@ -144,6 +144,36 @@ pub(crate) trait BackendOps {
         around: &QuantAround<'_, Self::Storage>,
         spec: QuantMatmulSpec,
     ) -> Result<Self::Storage>;
+    /// What a quantized product's backend runs apart from its kernel (prompts, the CPU, wgpu
+    /// asked for both): `out`, the `[m, n]` product, rotated by `around`'s rope tables when
+    /// `spec.rope` says so, then `around`'s residual added.
+    fn quant_rope_and_add(
+        &self,
+        mut out: Self::Storage,
+        around: &QuantAround<'_, Self::Storage>,
+        spec: QuantMatmulSpec,
+    ) -> Result<Self::Storage> {
+        let n = spec.m * spec.weight.rows;
+        if let (Some((cos, sin)), Some(dim)) = (around.rope, spec.rope) {
+            let rope = RopeSpec {
+                n,
+                seq: n / dim,
+                dim,
+                layout: crate::RopeLayout::Interleaved,
+            };
+            out = self.rope(&out, cos, sin, rope)?;
+        }
+        if let Some(r) = around.residual {
+            let add = BinarySpec {
+                op: crate::ops::elementwise::BinaryOp::Add,
+                n,
+                a_len: n,
+                b_len: n,
+            };
+            out = self.binary(&out, r, add)?;
+        }
+        Ok(out)
+    }
     /// The f32 matrix of quantized blocks (see [`QuantSpec`]).
     fn dequantize(&self, w: &[&Self::Storage], spec: QuantSpec) -> Result<Self::Storage>;
     /// conv2d (see [`ConvSpec`]).

@@ -346,21 +346,10 @@ impl BackendOps for CpuBackend {
             }
             _ => x,
         };
-        let mut out = quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m)?;
-        if let (Some((cos, sin)), Some(dim)) = (around.rope, s.rope) {
-            let spec = crate::ops::rope::RopeSpec {
-                n: out.len(),
-                seq: out.len() / dim,
-                dim,
-                layout: crate::RopeLayout::Interleaved,
-            };
-            out = self.rope(&CpuStorage(out), cos, sin, spec)?.0;
-        }
-        if let Some(r) = around.residual {
-            // The CPU runs ops as they come: the add is one more pass over the small result.
-            out.iter_mut().zip(&r.0).for_each(|(o, r)| *o += r);
-        }
-        Ok(CpuStorage(out))
+        let out = CpuStorage(quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m)?);
+        // The CPU runs ops as they come: the rotation and the add are passes over the small
+        // result.
+        self.quant_rope_and_add(out, around, s)
     }
 
     fn dequantize(&self, w: &[&CpuStorage], s: QuantSpec) -> Result<CpuStorage> {

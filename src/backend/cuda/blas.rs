@@ -396,26 +396,8 @@ pub(super) fn matmul_quant(
             rope: None,
             ..around
         };
-        let mut out = matmul_quant(be, x, w, plain, spec)?;
-        if let (Some((cos, sin)), Some(dim)) = (around.rope, spec.rope) {
-            let rope = crate::ops::rope::RopeSpec {
-                n: m * n,
-                seq: m * n / dim,
-                dim,
-                layout: crate::RopeLayout::Interleaved,
-            };
-            out = be.rope(&out, cos, sin, rope)?;
-        }
-        if let Some(r) = around.residual {
-            let add = crate::ops::elementwise::BinarySpec {
-                op: crate::ops::elementwise::BinaryOp::Add,
-                n: m * n,
-                a_len: m * n,
-                b_len: m * n,
-            };
-            out = be.binary(&out, r, add)?;
-        }
-        return Ok(out);
+        let out = matmul_quant(be, x, w, plain, spec)?;
+        return be.quant_rope_and_add(out, &around, spec);
     }
     if m > QGEMV_MAX_ROWS && n * k > 0 {
         // Many rows: dequantize once and multiply on cuBLAS, out[m, n] = x[m, k] w[n, k]^T.

@@ -386,13 +386,7 @@ impl BackendOps for WgpuBackend {
         a: &QuantAround<'_, WgpuStorage>,
         s: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
-        let around = quant::Around {
-            residual: a.residual,
-            norm: a.norm.zip(s.rms_norm),
-            swiglu: s.swiglu,
-            rope: a.rope.zip(s.rope).map(|((c, s), d)| (c, s, d)),
-        };
-        self.encode_matmul_quant(x, s.weight.parts(w)?, around, s.m)
+        self.encode_matmul_quant(x, s.weight.parts(w)?, a, s)
     }
 
     fn dequantize(&self, w: &[&WgpuStorage], s: QuantSpec) -> Result<WgpuStorage> {

@@ -4,21 +4,11 @@
 use super::super::{WgpuBackend, WgpuStorage};
 use super::matmul::GEMV_MAX_ROWS;
 use super::{u32_of, whole, Kernel, WG};
+use crate::backend::BackendOps;
 use crate::error::Result;
 use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
 use crate::ops::norm::NormSpec;
-use crate::ops::quant::{QuantParts, BLOCK};
-
-/// What the product does around the GEMV: a residual added, x RMS-normalised (weight and
-/// eps) or read as SwiGLU halves, the result rotated as interleaved RoPE rows (cos, sin, row
-/// length) (see `QuantMatmulSpec`).
-#[derive(Clone, Copy, Default)]
-pub(super) struct Around<'a> {
-    pub residual: Option<&'a WgpuStorage>,
-    pub norm: Option<(&'a WgpuStorage, f32)>,
-    pub swiglu: bool,
-    pub rope: Option<(&'a WgpuStorage, &'a WgpuStorage, usize)>,
-}
+use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantParts, BLOCK};
 
 /// quant.wgsl's parameters.
 #[repr(C)]
@@ -33,72 +23,60 @@ struct QuantParams {
 }
 
 impl WgpuBackend {
+    /// `x w^T` with what `around` and `spec` ask around it: inside the GEMV for a few rows
+    /// (the norm, SwiGLU, RoPE or the residual; RoPE and the residual together share a
+    /// binding, so the add runs apart), as kernels of their own around the tiled product of
+    /// a prompt.
     pub(super) fn encode_matmul_quant(
         &self,
         x: &WgpuStorage,
         w: QuantParts<'_, WgpuStorage>,
-        around: Around<'_>,
-        m: usize,
+        around: &QuantAround<'_, WgpuStorage>,
+        spec: QuantMatmulSpec,
     ) -> Result<WgpuStorage> {
-        let Around {
-            residual,
-            norm,
-            swiglu,
-            rope,
-        } = around;
+        let m = spec.m;
         let weights = (w.rows * w.cols) as u64;
         let gemv = !(m as u64 > GEMV_MAX_ROWS && weights > 0 && self.shared.fits_binding(weights));
-        if swiglu && (!gemv || w.cols == 0) {
+        if spec.swiglu && (!gemv || w.cols == 0) {
             // A prompt (or empty rows): the SwiGLU's own kernel first, then the product.
-            let spec = crate::ops::elementwise::swiglu_spec(m, w.cols);
-            let x = self.encode_strided(x, Some(x), &spec)?;
-            let around = Around {
+            let gated = crate::ops::elementwise::swiglu_spec(m, w.cols);
+            let x = self.encode_strided(x, Some(x), &gated)?;
+            let spec = QuantMatmulSpec {
                 swiglu: false,
-                ..around
+                ..spec
             };
-            return self.encode_matmul_quant(&x, w, around, m);
+            return self.encode_matmul_quant(&x, w, around, spec);
         }
-        if let Some((nw, eps)) = norm.filter(|_| !gemv || w.cols == 0) {
+        if let (Some(nw), Some(eps), true) = (around.norm, spec.rms_norm, !gemv || w.cols == 0) {
             // A prompt (or empty rows): the norm's own kernel first, then the product.
-            let spec = NormSpec {
+            let norm = NormSpec {
                 rms: true,
                 rows: m,
                 cols: w.cols,
                 eps,
             };
-            let x = self.encode_norm(x, Some(nw), None, spec)?;
-            let around = Around {
+            let x = self.encode_norm(x, Some(nw), None, norm)?;
+            let around = QuantAround {
                 norm: None,
-                ..around
+                ..*around
             };
-            return self.encode_matmul_quant(&x, w, around, m);
+            let spec = QuantMatmulSpec {
+                rms_norm: None,
+                ..spec
+            };
+            return self.encode_matmul_quant(&x, w, &around, spec);
         }
-        if let Some((cos, sin, dim)) = rope.filter(|_| !gemv || residual.is_some()) {
-            // A prompt, or a residual too (the kernel has no binding left for it): the
-            // product, then the rotation, then the add.
-            let plain = Around {
+        let both = around.rope.is_some() && around.residual.is_some();
+        if (!gemv && (around.residual.is_some() || around.rope.is_some())) || both {
+            // A prompt's product is bound by its arithmetic: the rotation and the add are more
+            // passes (and the GEMV has no binding for the residual beside the tables).
+            let plain = QuantAround {
                 residual: None,
                 rope: None,
-                ..around
+                ..*around
             };
-            let n = m * w.rows;
-            let product = self.encode_matmul_quant(x, w, plain, m)?;
-            let rotated = self.encode_rope(
-                &product,
-                cos,
-                sin,
-                [n, n / dim, dim],
-                crate::RopeLayout::Interleaved,
-            )?;
-            return match residual {
-                Some(r) => self.encode_binary(
-                    crate::ops::elementwise::BinaryOp::Add,
-                    (&rotated, n),
-                    (r, n),
-                    n,
-                ),
-                None => Ok(rotated),
-            };
+            let out = self.encode_matmul_quant(x, w, &plain, spec)?;
+            return self.quant_rope_and_add(out, around, spec);
         }
         if !gemv {
             // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
@@ -124,53 +102,45 @@ impl WgpuBackend {
                 storage: crate::DType::F32,
                 weight: crate::DType::F32,
             };
-            let out = self.encode_matmul(x, &weights, None, spec)?;
-            return match residual {
-                // A prompt's product is bound by its arithmetic: the add is one more pass.
-                Some(r) => self.encode_binary(
-                    crate::ops::elementwise::BinaryOp::Add,
-                    (&out, m * n),
-                    (r, m * n),
-                    m * n,
-                ),
-                None => Ok(out),
-            };
+            return self.encode_matmul(x, &weights, None, spec);
         }
-        let (m, n) = (m as u64, w.rows as u64);
-        self.quant_kernel(Some(x), w, around, m * n, m)
+        self.quant_kernel(w, Some((x, around, spec)))
     }
 
     pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
-        let n = (w.rows * w.cols) as u64;
-        self.quant_kernel(None, w, Around::default(), n, 0)
+        self.quant_kernel(w, None)
     }
 
-    /// Runs quant.wgsl: the matmul when `x` is given (`m` rows, with what `around` asks),
-    /// else the dequantisation.
+    /// Runs quant.wgsl: the GEMV of `product`'s x (its rows, with what its operands and spec
+    /// ask) when given, else the dequantisation.
     fn quant_kernel(
         &self,
-        x: Option<&WgpuStorage>,
         w: QuantParts<'_, WgpuStorage>,
-        around: Around<'_>,
-        out_len: u64,
-        m: u64,
+        product: Option<(&WgpuStorage, &QuantAround<'_, WgpuStorage>, QuantMatmulSpec)>,
     ) -> Result<WgpuStorage> {
-        let Around {
-            residual,
-            norm,
-            swiglu,
-            rope,
-        } = around;
+        let none = QuantAround {
+            residual: None,
+            norm: None,
+            rope: None,
+        };
+        let (x, around, m, eps, swiglu, rope_dim) = match product {
+            Some((x, a, s)) => (Some(x), a, s.m as u64, s.rms_norm, s.swiglu, s.rope),
+            None => (None, &none, 0, None, false, None),
+        };
+        let out_len = match product {
+            Some(_) => m * w.rows as u64,
+            None => (w.rows * w.cols) as u64,
+        };
         let s = self.begin()?;
         let (n, k) = (w.rows as u64, w.cols as u64);
         let blocks = n * k / BLOCK as u64;
         let (scales, words) = (w.scales.buffer()?, w.words.buffer()?);
         let mins = w.mins.map(WgpuStorage::buffer).transpose()?;
         let xb = x.map(WgpuStorage::buffer).transpose()?;
-        let rb = residual.map(WgpuStorage::buffer).transpose()?;
-        let nb = norm.map(|(t, _)| t.buffer()).transpose()?;
-        let (cb, sb) = match rope {
-            Some((c, s, _)) => (Some(c.buffer()?), Some(s.buffer()?)),
+        let rb = around.residual.map(WgpuStorage::buffer).transpose()?;
+        let nb = around.norm.map(WgpuStorage::buffer).transpose()?;
+        let (cb, sb) = match around.rope {
+            Some((c, s)) => (Some(c.buffer()?), Some(s.buffer()?)),
             None => (None, None),
         };
         let mut st = s.state();
@@ -192,8 +162,8 @@ impl WgpuBackend {
             n: u32_of(n, "weight rows")?,
             k: u32_of(k, "weight cols")?,
             // The norm's eps, as bits.
-            eps_bits: norm.map_or(0, |(_, eps)| eps.to_bits()),
-            rope_dim: u32_of(rope.map_or(0, |r| r.2) as u64, "rope rows")?,
+            eps_bits: eps.map_or(0, f32::to_bits),
+            rope_dim: u32_of(rope_dim.unwrap_or(0) as u64, "rope rows")?,
             _pad: [0; 3],
         };
         // The tables' length: half a value per output.
