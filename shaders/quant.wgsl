@@ -14,7 +14,8 @@
 // element t % dim of rope row t / dim; pairs (2i, 2i + 1) turn by cos and sin[row, i]), as
 // rope.wgsl does: the two outputs of a pair are of one workgroup (8 even-aligned outputs), so
 // each reads its partner's sum from workgroup memory. `dequant`: one invocation per weight
-// element.
+// element, written as the weight's [n, k] or, when params.transposed is 1, as its transpose
+// [k, n] (the layout the tiled matmul's vec4 loads read, for a prompt's product).
 
 override FORMAT: u32 = 0u;
 override HAS_RESIDUAL: bool = false;
@@ -32,7 +33,7 @@ struct Params {
     k: u32,
     eps_bits: u32, // the norm's eps (HAS_NORM)
     rope_dim: u32, // values per RoPE row (HAS_ROPE)
-    _pad0: u32,
+    transposed: u32, // `dequant` writes [k, n]
     _pad1: u32,
     _pad2: u32,
 }
@@ -220,5 +221,9 @@ fn dequant(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     if (i >= params.n * params.k) {
         return;
     }
-    out[i] = weight(i / params.k, i % params.k);
+    if (params.transposed == 1u) {
+        out[i] = weight(i % params.n, i / params.n);
+    } else {
+        out[i] = weight(i / params.k, i % params.k);
+    }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use gpukit::models::{Bpe, GenerateOptions, Gguf, Llm, LlmOptions};
-use gpukit::{DType, Device};
+use gpukit::{DType, Device, Precision};
 
 #[path = "common/backends.rs"]
 mod backends;
@@ -279,21 +279,29 @@ fn expected() -> &'static [Expected] {
     })
 }
 
-/// Greedy ids and the prompt's logits against the reference, with the KV cache in `kv_cache`:
-/// the logits within 2e-3 of the largest in size for f32 and f16 caches (measured: 1e-6 and
-/// 3e-4), 1e-2 for bf16 (3e-3), whose keys and values keep 8 bits of mantissa.
-fn check(device: &Device, kv_cache: DType) {
+/// Greedy ids and the prompt's logits against the reference, with the KV cache in `kv_cache`
+/// and the prompt's products in `prompt` (`None`: the device's default): the logits within
+/// 2e-3 of the largest in size for f32 and f16 caches (measured: 1e-6 and 3e-4), 1e-2 for
+/// bf16 (3e-3), whose keys and values keep 8 bits of mantissa, and as much for prompt
+/// products on f16 and bf16 inputs.
+fn check(device: &Device, kv_cache: DType, prompt: Option<Precision>) {
     let e = expected();
     let options = LlmOptions {
         context: Some(256),
         kv_cache,
+        prompt_precision: prompt,
     };
     let llm = Llm::from_bytes(device, model_bytes(), options).unwrap();
     assert_eq!(llm.kv_cache_dtype(), kv_cache);
-    let (tol, margin) = match kv_cache {
-        DType::F32 => (2e-3, 0.05),
-        DType::F16 => (2e-3, 0.1),
-        _ => (1e-2, 0.3),
+    if let Some(p) = prompt {
+        assert_eq!(llm.prompt_precision(), p);
+    }
+    let (tol, margin) = match (kv_cache, llm.prompt_precision()) {
+        (DType::F32, Precision::F32) => (2e-3, 0.05),
+        (DType::F16, Precision::F32) => (2e-3, 0.1),
+        (_, Precision::F32) => (1e-2, 0.3),
+        (DType::F32 | DType::F16, Precision::F16) => (5e-3, 0.3),
+        _ => (2e-2, 0.5),
     };
     for (prompt, want) in PROMPTS.iter().zip(e) {
         let options = GenerateOptions {
@@ -311,8 +319,9 @@ fn check(device: &Device, kv_cache: DType) {
             .zip(&want.logits[0])
             .fold(0f64, |m, (a, b)| m.max((*a as f64 - b).abs()));
         println!(
-            "{} {kv_cache} cache {prompt:?}: {ids:?} {:?} (reference {:?}); logits max error {err:.2e} of {scale:.1}",
+            "{} {kv_cache} cache, {} prompt {prompt:?}: {ids:?} {:?} (reference {:?}); logits max error {err:.2e} of {scale:.1}",
             device.info().backend,
+            llm.prompt_precision().name(),
             llm.tokenizer().decode(&ids),
             want.ids,
         );
@@ -335,36 +344,64 @@ fn check(device: &Device, kv_cache: DType) {
 
 #[test]
 fn llm_matches_an_f64_reference_on_the_cpu() {
-    check(&Device::cpu(), DType::F32);
+    check(&Device::cpu(), DType::F32, None);
 }
 
 #[test]
 fn llm_matches_an_f64_reference_on_the_gpu() {
-    check(&backends::vulkan(), DType::F32);
+    check(&backends::vulkan(), DType::F32, None);
 }
 
 #[test]
 fn llm_matches_an_f64_reference_on_cuda() {
-    backends::on_cuda(|d| check(d, DType::F32));
+    backends::on_cuda(|d| check(d, DType::F32, None));
 }
 
 #[test]
 fn a_half_precision_kv_cache_matches_the_reference_on_the_cpu() {
     for dtype in [DType::F16, DType::BF16] {
-        check(&Device::cpu(), dtype);
+        check(&Device::cpu(), dtype, None);
     }
 }
 
 #[test]
 fn a_half_precision_kv_cache_matches_the_reference_on_the_gpu() {
-    check(&backends::vulkan(), DType::F16);
+    check(&backends::vulkan(), DType::F16, None);
 }
 
 #[test]
 fn a_half_precision_kv_cache_matches_the_reference_on_cuda() {
     backends::on_cuda(|d| {
         for dtype in [DType::F16, DType::BF16] {
-            check(d, dtype);
+            check(d, dtype, None);
+        }
+    });
+}
+
+/// The prompt's products in each precision the default does not pick: f16 and bf16 inputs
+/// on the CPU (rounded as tensor cores read them) and the GPU adapter, and CUDA both ways.
+#[test]
+fn prompt_products_in_each_precision_match_the_reference_on_the_cpu() {
+    for p in [Precision::F16, Precision::Bf16] {
+        check(&Device::cpu(), DType::F32, Some(p));
+    }
+}
+
+#[test]
+fn prompt_products_in_each_precision_match_the_reference_on_the_gpu() {
+    let d = backends::vulkan();
+    let other = match d.info().features.cooperative_matrix {
+        true => Precision::F32,
+        false => Precision::F16,
+    };
+    check(&d, DType::F32, Some(other));
+}
+
+#[test]
+fn prompt_products_in_each_precision_match_the_reference_on_cuda() {
+    backends::on_cuda(|d| {
+        for p in [Precision::F32, Precision::Bf16] {
+            check(d, DType::F32, Some(p));
         }
     });
 }

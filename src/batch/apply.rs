@@ -311,6 +311,7 @@ impl Batch {
                 rms_norm: eps.map(|e| (t[1 + usize::from(has_r)], e)),
                 swiglu,
                 rope: layout.map(|l| (t[at], t[at + 1], l)),
+                ..Default::default()
             };
             t[0].matmul_quant_with(&w, options)
         });

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::models::gguf::{Gguf, TensorType};
 use crate::models::llama::invalid;
 use crate::ops::MatmulOptions;
-use crate::QuantFormat;
+use crate::{QuantFormat, QuantMatmulOptions};
 use crate::{Device, QuantTensor, Tensor};
 
 /// A linear layer's weight, `[out, in]` (shared with recorded decode steps).
@@ -17,53 +17,43 @@ pub(crate) enum Linear {
 }
 
 impl Linear {
-    pub(crate) fn apply(&self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Linear::Quant(w) => x.matmul_quant(w),
-            Linear::Dense(w) => x.matmul_with(
-                w,
-                MatmulOptions {
-                    transpose_b: true,
-                    ..Default::default()
-                },
-            ),
+    /// `x w^T` with what `options` asks around it (the norm before, SwiGLU inputs, the
+    /// residual after, and the many-row product's precision): one kernel for a quantized
+    /// weight's few-row product, the same steps one op each for a dense weight.
+    pub(crate) fn apply(&self, x: &Tensor, options: QuantMatmulOptions<'_>) -> Result<Tensor> {
+        let w = match self {
+            Linear::Quant(w) => return x.matmul_quant_with(w, options),
+            Linear::Dense(w) => w,
+        };
+        if options.rope.is_some() {
+            return Err(invalid("a dense linear layer does not rotate its product"));
         }
-    }
-
-    /// `residual + x x w^T`: one kernel for a quantized weight's few-row product.
-    pub(crate) fn apply_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        match self {
-            Linear::Quant(w) => x.matmul_quant_add(w, residual),
-            Linear::Dense(_) => residual.add(&self.apply(x)?),
-        }
-    }
-
-    /// `residual + swiglu(x) x w^T`: one kernel for a quantized weight's few-row product.
-    pub(crate) fn apply_swiglu_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        match self {
-            Linear::Quant(w) => x.matmul_quant_with(
-                w,
-                crate::QuantMatmulOptions {
-                    swiglu: true,
-                    residual: Some(residual),
-                    ..Default::default()
-                },
-            ),
-            Linear::Dense(_) => residual.add(&self.apply(&x.swiglu()?)?),
-        }
-    }
-
-    /// `rms_norm(x, norm, eps) x w^T`: one kernel for a quantized weight's few-row product.
-    pub(crate) fn apply_norm(&self, x: &Tensor, norm: &Tensor, eps: f32) -> Result<Tensor> {
-        match self {
-            Linear::Quant(w) => x.matmul_quant_with(
-                w,
-                crate::QuantMatmulOptions {
-                    rms_norm: Some((norm, eps)),
-                    ..Default::default()
-                },
-            ),
-            Linear::Dense(_) => self.apply(&x.rms_norm(Some(norm), None, eps)?),
+        let gated;
+        let x = if options.swiglu {
+            gated = x.swiglu()?;
+            &gated
+        } else {
+            x
+        };
+        let normed;
+        let x = match options.rms_norm {
+            Some((norm, eps)) => {
+                normed = x.rms_norm(Some(norm), None, eps)?;
+                &normed
+            }
+            None => x,
+        };
+        let product = x.matmul_with(
+            w,
+            MatmulOptions {
+                transpose_b: true,
+                precision: options.precision,
+                ..Default::default()
+            },
+        )?;
+        match options.residual {
+            Some(r) => r.add(&product),
+            None => Ok(product),
         }
     }
 

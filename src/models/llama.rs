@@ -16,8 +16,8 @@ use crate::models::bpe::Bpe;
 use crate::models::decode::KvCache;
 use crate::models::gguf::{Gguf, TensorType};
 use crate::models::linear::{fused, Linear};
-use crate::ops::{AttentionLayout, AttentionOptions, RopeLayout};
-use crate::{Device, Tensor};
+use crate::ops::{AttentionLayout, AttentionOptions, Precision, RopeLayout};
+use crate::{Device, QuantMatmulOptions, Tensor};
 
 pub(crate) fn invalid(reason: impl Into<String>) -> Error {
     Error::InvalidArgument {
@@ -135,6 +135,8 @@ pub(crate) struct Model {
     pub(crate) context: usize,
     /// The KV cache's dtype.
     pub(crate) kv_cache: DType,
+    /// The arithmetic of a prompt's products.
+    pub(crate) prompt_precision: Precision,
     /// Ids that end an answer (`<|im_end|>`, the end-of-sequence token).
     pub(crate) stop_ids: Vec<u32>,
 }
@@ -146,6 +148,7 @@ impl std::fmt::Debug for Llm {
             .field("config", &m.config)
             .field("context", &m.context)
             .field("kv_cache", &m.kv_cache)
+            .field("prompt_precision", &m.prompt_precision)
             .field("backend", &m.device.info().backend)
             .finish()
     }
@@ -165,6 +168,12 @@ pub struct LlmOptions {
     /// dtype); other backends convert the cache's keys and values to f32 for each attention,
     /// which saves memory, not time.
     pub kv_cache: DType,
+    /// The arithmetic of the prompt's products (prefill; each new token's few-row products
+    /// multiply in f32 whatever this says). `None` (the default) picks [`Precision::F16`]
+    /// where the device has tensor cores ([`crate::DeviceFeatures::cooperative_matrix`]:
+    /// CUDA, NVIDIA over Vulkan), as llama.cpp's prompt kernels do, and [`Precision::F32`]
+    /// elsewhere, where rounding would cost time and gain none.
+    pub prompt_precision: Option<Precision>,
 }
 
 impl Default for LlmOptions {
@@ -172,6 +181,7 @@ impl Default for LlmOptions {
         LlmOptions {
             context: None,
             kv_cache: DType::F32,
+            prompt_precision: None,
         }
     }
 }
@@ -190,7 +200,17 @@ impl Llm {
     /// cache's dtype). Checks first that the weights, the KV cache and the activations fit the
     /// device's memory, where the device reports it.
     pub fn from_bytes(device: &Device, bytes: &[u8], options: LlmOptions) -> Result<Llm> {
-        let LlmOptions { context, kv_cache } = options;
+        let LlmOptions {
+            context,
+            kv_cache,
+            prompt_precision,
+        } = options;
+        let prompt_precision = prompt_precision.unwrap_or(
+            match device.info().features.cooperative_matrix {
+                true => Precision::F16,
+                false => Precision::F32,
+            },
+        );
         if !matches!(kv_cache, DType::F32 | DType::F16 | DType::BF16) {
             return Err(invalid(format!(
                 "the KV cache holds F32, F16 or BF16, not {kv_cache:?}"
@@ -325,6 +345,7 @@ impl Llm {
             rope: (cos, sin),
             context,
             kv_cache,
+            prompt_precision,
             stop_ids,
             tokenizer,
             config,
@@ -332,6 +353,12 @@ impl Llm {
         Ok(Llm {
             model: std::sync::Arc::new(model),
         })
+    }
+
+    /// The arithmetic of a prompt's products ([`LlmOptions::prompt_precision`] as resolved
+    /// for this device).
+    pub fn prompt_precision(&self) -> Precision {
+        self.model.prompt_precision
     }
 
     /// The model's shape.
@@ -461,8 +488,24 @@ impl Model {
             ..Default::default()
         };
         let at = cache.position(self)?;
+        let precision = self.prompt_precision;
+        // A product's options: the norm before it, the residual after, SwiGLU inputs.
+        fn with<'a>(
+            precision: Precision,
+            rms_norm: Option<(&'a Tensor, f32)>,
+            residual: Option<&'a Tensor>,
+            swiglu: bool,
+        ) -> QuantMatmulOptions<'a> {
+            QuantMatmulOptions {
+                rms_norm,
+                residual,
+                swiglu,
+                precision,
+                ..Default::default()
+            }
+        }
         for (i, l) in self.layers.iter().enumerate() {
-            let qkv = l.qkv.apply_norm(&x, &l.attn_norm, c.eps)?;
+            let qkv = l.qkv.apply(&x, with(precision, Some((&l.attn_norm, c.eps)), None, false))?;
             let qkv = qkv.reshape(&[n * rows, hd])?;
             let qkv = qkv.rope(&cos, &sin, RopeLayout::Interleaved)?;
             let qkv = qkv.reshape(&[1, n, rows, hd])?;
@@ -470,13 +513,14 @@ impl Model {
             let (k, v) = (cached.slice(2, 0..kv)?, cached.slice(2, kv..2 * kv)?);
             let q = qkv.slice(2, 0..h)?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
-            x = l.o.apply_add(&att, &x)?;
-            let gate_up = l.gate_up.apply_norm(&x, &l.ffn_norm, c.eps)?;
-            x = l.down.apply_swiglu_add(&gate_up, &x)?;
+            x = l.o.apply(&att, with(precision, None, Some(&x), false))?;
+            let gate_up = l.gate_up.apply(&x, with(precision, Some((&l.ffn_norm, c.eps)), None, false))?;
+            x = l.down.apply(&gate_up, with(precision, None, Some(&x), true))?;
         }
         cache.len += n;
         let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };
-        self.lm_head.apply_norm(&last, &self.out_norm, c.eps)
+        self.lm_head
+            .apply(&last, with(precision, Some((&self.out_norm, c.eps)), None, false))
     }
 }
 

@@ -240,7 +240,11 @@ impl JsLlm {
                     ))
                 })?,
             };
-            let options = LlmOptions { context, kv_cache };
+            let options = LlmOptions {
+                context,
+                kv_cache,
+                ..Default::default()
+            };
             let inner = Llm::from_bytes(&device, &file, options).map_err(js_error)?;
             Ok(JsLlm { inner }.into())
         })

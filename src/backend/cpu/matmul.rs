@@ -126,6 +126,20 @@ fn round_bf16(v: &[f32]) -> Vec<f32> {
         .collect()
 }
 
+/// Rounds `v` in place as `precision` reads a product's inputs (f16 or bf16 and back; f32
+/// and TF32 keep them).
+pub(super) fn round_inputs(precision: Precision, v: &mut [f32]) {
+    match precision {
+        Precision::F16 => v
+            .iter_mut()
+            .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        Precision::Bf16 => v
+            .iter_mut()
+            .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+        Precision::F32 | Precision::Tf32 => {}
+    }
+}
+
 /// `[m, n]` = `a [m, k]` times the f16 or bf16 weight `[n, k]` (packed two to a word)
 /// transposed, with the bias and activation of `spec`: the shapes
 /// `BackendImpl::matmul_takes_half_weights` admits.

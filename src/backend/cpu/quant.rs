@@ -1,9 +1,10 @@
 //! Quantized weights on the CPU: dequantization and the quantized matmul.
 
-use super::matmul::{sgemm, View};
+use super::matmul::{round_inputs, sgemm, View};
 use super::par;
 use super::quant_rows::{block, Row};
 use super::CpuStorage;
+use crate::ops::matmul::Precision;
 use crate::ops::quant::{QuantParts, BLOCK};
 
 /// Dequantizes weight rows `r0..` into `out`, whole rows of `w.cols` each.
@@ -39,11 +40,28 @@ const QUANT_ROWS: usize = 64;
 
 /// `x[m, k] * w[n, k]^T` with `w` quantized: blocks of weight rows are dequantized into a
 /// small buffer (in parallel) and multiplied at once, so the f32 weights never exist whole.
-pub(super) fn matmul_quant(x: &[f32], w: QuantParts<'_, CpuStorage>, m: usize) -> Result<Vec<f32>> {
+/// Past the few-row kernel's rows, both operands are first rounded as `precision` reads them.
+pub(super) fn matmul_quant(
+    x: &[f32],
+    w: QuantParts<'_, CpuStorage>,
+    m: usize,
+    precision: Precision,
+) -> Result<Vec<f32>> {
     let (n, k) = (w.rows, w.cols);
     if (1..=super::quant_rows::MAX_ROWS).contains(&m) && x.len() >= m * k {
         return Ok(super::quant_rows::product(x, &w, m));
     }
+    let rounded;
+    let x = if precision == Precision::F32 {
+        x
+    } else {
+        rounded = {
+            let mut r = x.to_vec();
+            round_inputs(precision, &mut r);
+            r
+        };
+        &rounded[..]
+    };
     // Computed transposed, out^T[n, m] = w x^T, so each task owns whole rows of the result.
     let mut out_t = vec![0.0f32; n * m];
     par::try_chunks_mut(&mut out_t, (QUANT_ROWS * m).max(1), |start, dst| {
@@ -51,6 +69,7 @@ pub(super) fn matmul_quant(x: &[f32], w: QuantParts<'_, CpuStorage>, m: usize) -
         let rows = dst.len() / m.max(1);
         let mut deq = vec![0.0f32; rows * k];
         dequant_rows(&w, r0, &mut deq);
+        round_inputs(precision, &mut deq);
         let wv = View {
             data: &deq,
             rs: k,

@@ -400,30 +400,27 @@ pub(super) fn matmul_quant(
         return be.quant_rope_and_add(out, &around, spec);
     }
     if m > QGEMV_MAX_ROWS && n * k > 0 {
-        // Many rows: dequantize once and multiply on cuBLAS, out[m, n] = x[m, k] w[n, k]^T.
+        // Many rows: dequantize once and multiply on cuBLAS in the asked precision, out[m, n]
+        // = x[m, k] w[n, k]^T.
         let deq = be.dequantize(&w.storages(), w.spec())?;
-        let out = be.alloc(m * n)?;
-        be.gemm(&Gemm {
-            op_a: Op::CUBLAS_OP_T,
-            op_b: Op::CUBLAS_OP_N,
-            m: n,
-            n: m,
-            k,
-            a: deq.ptr(),
-            lda: k,
-            stride_a: 0,
-            b: x.ptr(),
-            ldb: k,
-            stride_b: 0,
-            c: out.ptr(),
-            ldc: n,
-            stride_c: 0,
-            batch: 1,
-            data: Data::CUDA_R_32F,
-            out: Data::CUDA_R_32F,
-            compute: Compute::CUBLAS_COMPUTE_32F,
-        })?;
-        return Ok(out);
+        let spec = MatmulSpec {
+            dims: crate::ops::matmul::MatmulDims {
+                batch: 1,
+                m,
+                k,
+                n,
+                a_stride: 0,
+                b_stride: 0,
+            },
+            transpose_a: false,
+            transpose_b: true,
+            activation: None,
+            precision: spec.precision,
+            tile: None,
+            storage: DType::F32,
+            weight: DType::F32,
+        };
+        return matmul(be, x, &deq, None, spec);
     }
     let out = be.alloc(m * n)?;
     if m * n == 0 {

@@ -6,7 +6,7 @@
 
 use gpukit::models::{GenerateOptions, LlmOptions};
 
-use crate::chat::{kv_cache, load, DEFAULT_MODEL};
+use crate::chat::{kv_cache, load, precision, DEFAULT_MODEL};
 
 const TEXT: &str = include_str!("../../../scripts/peers/bench_text.txt");
 const RUNS: usize = 3;
@@ -27,6 +27,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             }
             "--model" => model = it.next().ok_or("--model needs a file")?.clone(),
             "--kv-cache" => options.kv_cache = kv_cache(&mut it)?,
+            "--prompt-precision" => options.prompt_precision = Some(precision(&mut it)?),
             other => return Err(format!("unknown argument {other:?} for bench-chat")),
         }
     }
@@ -78,6 +79,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             "backend": info.backend.to_string(),
             "adapter": info.adapter,
             "kv_cache": options.kv_cache.name(),
+            "prompt_precision": llm.prompt_precision().name(),
             "decode_tokens_per_s": d,
             "prefill_tokens_per_s": p,
             "decode_runs": decode,
@@ -86,8 +88,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         println!("{out}");
     } else {
         println!(
-            "SmolLM2-135M-Instruct Q4_1 on {} ({}), {} KV cache",
-            info.backend, info.adapter, options.kv_cache
+            "SmolLM2-135M-Instruct Q4_1 on {} ({}), {} KV cache, {} prompt products",
+            info.backend,
+            info.adapter,
+            options.kv_cache,
+            llm.prompt_precision().name()
         );
         println!("C1 decode, 128 new tokens after 128:  {d:>9.1} tokens/s  (runs {decode:.1?})");
         println!("C2 prefill, 512-token prompt:         {p:>9.1} tokens/s  (runs {prefill:.1?})");

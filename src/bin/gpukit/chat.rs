@@ -4,14 +4,14 @@
 use std::io::{BufRead, Write};
 
 use gpukit::models::{Finish, GenerateOptions, Llm, LlmOptions};
-use gpukit::{Backend, DType, Device};
+use gpukit::{Backend, DType, Device, Precision};
 
 /// The file `scripts/fetch-models.sh` fetches.
 pub(crate) const DEFAULT_MODEL: &str = "target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 const USAGE: &str = "usage: gpukit chat [--backend B] [--model FILE] [--max-tokens N] \
      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--context N] [--kv-cache f32|f16|bf16] \
-     [--raw] [--json] [--profile] [PROMPT]";
+     [--prompt-precision f32|f16|bf16|tf32] [--raw] [--json] [--profile] [PROMPT]";
 
 struct Args {
     backend: Option<Backend>,
@@ -62,6 +62,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--seed" => o.seed = number(&mut it, arg)?,
             "--context" => a.load.context = Some(number(&mut it, arg)?),
             "--kv-cache" => a.load.kv_cache = kv_cache(&mut it)?,
+            "--prompt-precision" => a.load.prompt_precision = Some(precision(&mut it)?),
             "--" => words.extend(it.by_ref().cloned()),
             other if other.starts_with("--") => {
                 return Err(format!("unknown option {other:?} for chat\n{USAGE}"))
@@ -81,6 +82,17 @@ pub(crate) fn kv_cache(it: &mut std::slice::Iter<'_, String>) -> Result<DType, S
         .and_then(|v| v.parse::<DType>().ok())
         .filter(|d| d.is_float())
         .ok_or_else(|| "--kv-cache takes f32, f16 or bf16".to_string())
+}
+
+/// The precision after `--prompt-precision`.
+pub(crate) fn precision(it: &mut std::slice::Iter<'_, String>) -> Result<Precision, String> {
+    match it.next().map(String::as_str) {
+        Some("f32") => Ok(Precision::F32),
+        Some("f16") => Ok(Precision::F16),
+        Some("bf16") => Ok(Precision::Bf16),
+        Some("tf32") => Ok(Precision::Tf32),
+        _ => Err("--prompt-precision takes f32, f16, bf16 or tf32".to_string()),
+    }
 }
 
 /// Loads the model a command's arguments name, on the device they name.

@@ -102,12 +102,15 @@ const USAGE: &str =
   bench-embed [--backend NAME] [--model DIR]
                     embedding latency at batch 1 and throughput at 128 x 128 tokens
   chat [--backend NAME] [--model FILE] [--max-tokens N] [--temperature T] [--top-k K]
-       [--top-p P] [--seed S] [--context N] [--kv-cache f32|f16|bf16] [--raw] [PROMPT]
+       [--top-p P] [--seed S] [--context N] [--kv-cache f32|f16|bf16]
+       [--prompt-precision f32|f16|bf16|tf32] [--raw] [PROMPT]
                     answers from SmolLM2-135M-Instruct, streamed; interactive without PROMPT;
                     --temperature 0 (the default) is greedy; --raw skips the chat template;
+                    the prompt's products default to f16 where the device has tensor cores;
                     --json prints {\"model\", \"backend\", \"prompt_ids\", \"ids\", \"text\",
                     \"finish\", \"prefill_tokens_per_s\", \"decode_tokens_per_s\"}
   bench-chat [--backend NAME] [--model FILE] [--kv-cache f32|f16|bf16]
+             [--prompt-precision f32|f16|bf16|tf32]
                     LLM decode tokens/s (128 after a 128-token prompt) and prefill tokens/s
                     (a 512-token prompt); scripts/peers/llama_cpp.mjs times llama.cpp alike";
 

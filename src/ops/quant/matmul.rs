@@ -4,6 +4,7 @@
 
 use super::{QuantSpec, QuantTensor};
 use crate::error::{Error, Result};
+use crate::ops::matmul::Precision;
 use crate::ops::rope::RopeLayout;
 use crate::ops::OpSpec;
 use crate::profile::Work;
@@ -145,6 +146,7 @@ impl Tensor {
             rms_norm: norm.as_ref().map(|n| n.1),
             swiglu: options.swiglu,
             rope: rope_dim,
+            precision: options.precision,
         };
         let around = QuantAround {
             residual: residual.as_ref().map(Tensor::storage),
@@ -179,6 +181,16 @@ pub struct QuantMatmulOptions<'a> {
     /// with a table row per head). Rotated before `residual` is added. The few-row product
     /// on wgpu and CUDA rotates [`RopeLayout::Interleaved`] pairs in its kernel.
     pub rope: Option<(&'a Tensor, &'a Tensor, RopeLayout)>,
+    /// The arithmetic of a product of many rows (a prompt), as [`MatmulOptions::precision`]:
+    /// with [`Precision::F16`] the dequantised weights and the input are rounded to f16 and
+    /// multiplied on tensor cores where the device has them (cuBLAS on CUDA, cooperative
+    /// matrices on wgpu), as llama.cpp's prompt kernels do. The few-row product (the GEMV of
+    /// 8 rows or fewer on wgpu and CUDA, of 32 or fewer on the CPU) reads the weights once
+    /// per row whatever the precision and always multiplies in f32, which is within every
+    /// precision's tolerance.
+    ///
+    /// [`MatmulOptions::precision`]: crate::MatmulOptions::precision
+    pub precision: Precision,
 }
 
 /// The optional operands of a quantized product (see [`QuantMatmulSpec`]), as a backend
@@ -273,6 +285,8 @@ pub(crate) struct QuantMatmulSpec {
     /// The product is rotated as interleaved RoPE rows of this many values, by cos and sin
     /// tables `[m * n / dim, dim / 2]` (see [`QuantMatmulOptions::rope`]).
     pub rope: Option<usize>,
+    /// The arithmetic of the many-row product (see [`QuantMatmulOptions::precision`]).
+    pub precision: Precision,
 }
 
 impl OpSpec for QuantMatmulSpec {

@@ -1,12 +1,13 @@
 //! Quantized weights: the quantized GEMV for a few rows, dequantization, and for prompts a
 //! dequantized copy through the tiled matmul.
 
+use super::super::pipelines::Arith;
 use super::super::{WgpuBackend, WgpuStorage};
 use super::matmul::GEMV_MAX_ROWS;
 use super::{u32_of, whole, Kernel, WG};
 use crate::backend::BackendOps;
 use crate::error::Result;
-use crate::ops::matmul::{MatmulDims, MatmulSpec, Precision};
+use crate::ops::matmul::{MatmulDims, MatmulSpec};
 use crate::ops::norm::NormSpec;
 use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantParts, BLOCK};
 
@@ -19,7 +20,9 @@ struct QuantParams {
     k: u32,
     eps_bits: u32,
     rope_dim: u32,
-    _pad: [u32; 3],
+    /// The dequantisation writes `[k, n]`.
+    transposed: u32,
+    _pad: [u32; 2],
 }
 
 impl WgpuBackend {
@@ -79,12 +82,18 @@ impl WgpuBackend {
             return self.quant_rope_and_add(out, around, spec);
         }
         if !gemv {
-            // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, instead
-            // of reading every weight once per row. The f32 copy lives until the product is
+            // Many rows (a prompt): dequantise once and run the tiled matmul, x w^T, in the
+            // asked precision (f16 on cooperative matrices where the adapter has them),
+            // instead of reading every weight once per row. The f32 copy lives until the product is
             // recorded; its buffer goes back to the pool after the submit. A copy larger than
             // one binding allows (128 MiB in browsers) stays on the per-row kernel.
             let (n, k) = (w.rows, w.cols);
-            let weights = self.encode_dequantize(w)?;
+            // Cooperative matrices load B as vec4 rows only untransposed: the weights are
+            // dequantised as [k, n] for them (same cost as [n, k]).
+            let coop = Arith::of(spec.precision, self.shared.shader_f16, self.shared.coop_matrix)
+                == Arith::F16Coop;
+            let transposed = coop && n % 4 == 0 && k % 4 == 0;
+            let weights = self.quant_kernel(w, None, transposed)?;
             let spec = MatmulSpec {
                 dims: MatmulDims {
                     batch: 1,
@@ -95,28 +104,29 @@ impl WgpuBackend {
                     b_stride: 0,
                 },
                 transpose_a: false,
-                transpose_b: true,
+                transpose_b: !transposed,
                 activation: None,
-                precision: Precision::F32,
+                precision: spec.precision,
                 tile: None,
                 storage: crate::DType::F32,
                 weight: crate::DType::F32,
             };
             return self.encode_matmul(x, &weights, None, spec);
         }
-        self.quant_kernel(w, Some((x, around, spec)))
+        self.quant_kernel(w, Some((x, around, spec)), false)
     }
 
     pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
-        self.quant_kernel(w, None)
+        self.quant_kernel(w, None, false)
     }
 
     /// Runs quant.wgsl: the GEMV of `product`'s x (its rows, with what its operands and spec
-    /// ask) when given, else the dequantisation.
+    /// ask) when given, else the dequantisation, as `[k, n]` when `transposed`.
     fn quant_kernel(
         &self,
         w: QuantParts<'_, WgpuStorage>,
         product: Option<(&WgpuStorage, &QuantAround<'_, WgpuStorage>, QuantMatmulSpec)>,
+        transposed: bool,
     ) -> Result<WgpuStorage> {
         let none = QuantAround {
             residual: None,
@@ -164,7 +174,8 @@ impl WgpuBackend {
             // The norm's eps, as bits.
             eps_bits: eps.map_or(0, f32::to_bits),
             rope_dim: u32_of(rope_dim.unwrap_or(0) as u64, "rope rows")?,
-            _pad: [0; 3],
+            transposed: u32::from(transposed),
+            _pad: [0; 2],
         };
         // The tables' length: half a value per output.
         let table = (out_len / 2).max(1);
