@@ -133,6 +133,7 @@ impl Batch {
                 lengths: None,
                 scale,
                 layout: Default::default(),
+                ..Default::default()
             };
             t[0].attention(t[1], t[2], options)
         })
@@ -154,6 +155,7 @@ impl Batch {
                 lengths: Some(t[3]),
                 scale,
                 layout: Default::default(),
+                ..Default::default()
             };
             t[0].attention(t[1], t[2], options)
         })

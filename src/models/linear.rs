@@ -6,8 +6,8 @@ use crate::error::Result;
 use crate::models::gguf::{Gguf, TensorType};
 use crate::models::llama::invalid;
 use crate::ops::MatmulOptions;
-use crate::{QuantFormat, QuantMatmulOptions};
 use crate::{Device, QuantTensor, Tensor};
+use crate::{QuantFormat, QuantMatmulOptions};
 
 /// A linear layer's weight, `[out, in]` (shared with recorded decode steps).
 #[derive(Clone)]

@@ -168,8 +168,8 @@ pub struct LlmOptions {
     /// dtype); other backends convert the cache's keys and values to f32 for each attention,
     /// which saves memory, not time.
     pub kv_cache: DType,
-    /// The arithmetic of the prompt's products (prefill; each new token's few-row products
-    /// multiply in f32 whatever this says). `None` (the default) picks [`Precision::F16`]
+    /// The arithmetic of the prompt's products and attention (prefill; each new token's
+    /// few-row products multiply in f32 whatever this says). `None` (the default) picks [`Precision::F16`]
     /// where the device has tensor cores ([`crate::DeviceFeatures::cooperative_matrix`]:
     /// CUDA, NVIDIA over Vulkan), as llama.cpp's prompt kernels do, and [`Precision::F32`]
     /// elsewhere, where rounding would cost time and gain none.
@@ -205,12 +205,11 @@ impl Llm {
             kv_cache,
             prompt_precision,
         } = options;
-        let prompt_precision = prompt_precision.unwrap_or(
-            match device.info().features.cooperative_matrix {
+        let prompt_precision =
+            prompt_precision.unwrap_or(match device.info().features.cooperative_matrix {
                 true => Precision::F16,
                 false => Precision::F32,
-            },
-        );
+            });
         if !matches!(kv_cache, DType::F32 | DType::F16 | DType::BF16) {
             return Err(invalid(format!(
                 "the KV cache holds F32, F16 or BF16, not {kv_cache:?}"
@@ -482,9 +481,15 @@ impl Model {
         let (cos, sin) = self.rope_rows(start, n)?;
         let rows = self.head_rows();
         let (h, kv) = (c.heads, c.kv_heads);
+        // The prompt's attention in its products' precision (tensor cores on CUDA in f16).
         let options = AttentionOptions {
             causal: true,
             layout: AttentionLayout::Bshd,
+            precision: if n > 1 {
+                self.prompt_precision
+            } else {
+                Precision::F32
+            },
             ..Default::default()
         };
         let at = cache.position(self)?;
@@ -505,7 +510,10 @@ impl Model {
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
-            let qkv = l.qkv.apply(&x, with(precision, Some((&l.attn_norm, c.eps)), None, false))?;
+            let qkv = l.qkv.apply(
+                &x,
+                with(precision, Some((&l.attn_norm, c.eps)), None, false),
+            )?;
             let qkv = qkv.reshape(&[n * rows, hd])?;
             let qkv = qkv.rope(&cos, &sin, RopeLayout::Interleaved)?;
             let qkv = qkv.reshape(&[1, n, rows, hd])?;
@@ -514,13 +522,19 @@ impl Model {
             let q = qkv.slice(2, 0..h)?;
             let att = q.attention(&k, &v, options)?.reshape(&[n, c.hidden])?;
             x = l.o.apply(&att, with(precision, None, Some(&x), false))?;
-            let gate_up = l.gate_up.apply(&x, with(precision, Some((&l.ffn_norm, c.eps)), None, false))?;
-            x = l.down.apply(&gate_up, with(precision, None, Some(&x), true))?;
+            let gate_up = l
+                .gate_up
+                .apply(&x, with(precision, Some((&l.ffn_norm, c.eps)), None, false))?;
+            x = l
+                .down
+                .apply(&gate_up, with(precision, None, Some(&x), true))?;
         }
         cache.len += n;
         let last = if n == 1 { x } else { x.slice(0, n - 1..n)? };
-        self.lm_head
-            .apply(&last, with(precision, Some((&self.out_norm, c.eps)), None, false))
+        self.lm_head.apply(
+            &last,
+            with(precision, Some((&self.out_norm, c.eps)), None, false),
+        )
     }
 }
 

@@ -8,6 +8,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::matmul::Precision;
 use crate::ops::OpSpec;
 use crate::profile::Work;
 use crate::tensor::Tensor;
@@ -41,6 +42,14 @@ pub struct AttentionOptions<'a> {
     pub scale: Option<f32>,
     /// The axis order of q, k, v and the output.
     pub layout: AttentionLayout,
+    /// The arithmetic over f32 operands, as [`MatmulOptions::precision`]: with
+    /// [`Precision::F16`] or [`Precision::Bf16`] where the backend has a half-precision kernel
+    /// (CUDA's tensor cores, head widths 32, 64 and 128), q, k and v are rounded to that dtype
+    /// and attended as stored, the result returned as f32; elsewhere the f32 kernels compute
+    /// exactly, which is within the tolerance. Operands already in a half dtype ignore it.
+    ///
+    /// [`MatmulOptions::precision`]: crate::MatmulOptions::precision
+    pub precision: Precision,
 }
 
 /// Where row `(b, h, i)` of a q, k or v operand starts: `offset + b * batch + h * head +
@@ -51,6 +60,14 @@ pub(crate) struct RowStrides {
     pub batch: usize,
     pub head: usize,
     pub seq: usize,
+}
+
+/// The three operands' strides when each has contiguous rows.
+fn strides_all(s: [Option<RowStrides>; 3]) -> Option<[RowStrides; 3]> {
+    match s {
+        [Some(a), Some(b), Some(c)] => Some([a, b, c]),
+        _ => None,
+    }
 }
 
 impl RowStrides {
@@ -126,6 +143,7 @@ fn rerun_options<'a>(
         lengths: t.get(3).copied(),
         scale,
         layout,
+        ..Default::default()
     }
 }
 
@@ -191,11 +209,29 @@ impl Tensor {
         // tensor-core kernel on CUDA); elsewhere f32 copies (views copied out), the result in
         // their dtype. A view whose rows are strided is copied out; any other is read in place.
         let mut storage = DType::F32;
+        let rounded = match options.precision {
+            Precision::F16 => Some(DType::F16),
+            Precision::Bf16 => Some(DType::BF16),
+            Precision::F32 | Precision::Tf32 => None,
+        };
+        if let (Some(half), Some(rows)) = (rounded, strides_all(strides)) {
+            let all_f32 = [self, k, v].iter().all(|t| t.dtype() == DType::F32);
+            if all_f32
+                && self
+                    .device()
+                    .backend()
+                    .attention_stores_halves(half, (b, hq, sq), (d, dv), rows)
+            {
+                let exact = AttentionOptions {
+                    precision: Precision::F32,
+                    ..options
+                };
+                let (q, k, v) = (self.cast(half)?, k.cast(half)?, v.cast(half)?);
+                return q.attention(&k, &v, exact)?.cast(DType::F32);
+            }
+        }
         if let Some(dtype) = Tensor::promotion("attention", &[self, k, v])? {
-            let rows = match strides {
-                [Some(a), Some(b), Some(c)] => Some([a, b, c]),
-                _ => None,
-            };
+            let rows = strides_all(strides);
             let halves = dtype.size() == 2
                 && [self, k, v].iter().all(|t| t.dtype() == dtype)
                 && rows.is_some_and(|r| {

@@ -297,6 +297,7 @@ impl AttentionOptions {
             lengths,
             scale: self.scale,
             layout,
+            ..Default::default()
         })
     }
 }

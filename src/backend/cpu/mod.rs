@@ -346,7 +346,12 @@ impl BackendOps for CpuBackend {
             }
             _ => x,
         };
-        let out = CpuStorage(quant::matmul_quant(&x.0, s.weight.parts(w)?, s.m, s.precision)?);
+        let out = CpuStorage(quant::matmul_quant(
+            &x.0,
+            s.weight.parts(w)?,
+            s.m,
+            s.precision,
+        )?);
         // The CPU runs ops as they come: the rotation and the add are passes over the small
         // result.
         self.quant_rope_and_add(out, around, s)

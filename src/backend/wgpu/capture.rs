@@ -234,8 +234,8 @@ impl WgpuBackend {
         })
     }
 
-    /// Runs a replay with new data in its input buffers, then reads `outputs`: one submit, one
-    /// mapping.
+    /// Runs a replay with new data in its input buffers, then reads `outputs`: a submit per
+    /// [`super::recorder::SUBMIT_EVERY`] steps, one mapping.
     pub(crate) async fn replay(
         &self,
         replay: &Replay,
@@ -253,7 +253,11 @@ impl WgpuBackend {
                         .write_buffer(t.buffer()?, 0, bytemuck::cast_slice(data));
                 }
             }
-            for step in &replay.steps {
+            for (i, step) in replay.steps.iter().enumerate() {
+                if i > 0 && (i as u64).is_multiple_of(super::recorder::SUBMIT_EVERY) {
+                    // In parts, as eager dispatches go: the GPU starts on the first.
+                    s.submit(&mut st);
+                }
                 match step {
                     Step::Dispatch {
                         pipeline,

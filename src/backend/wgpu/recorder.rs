@@ -2,11 +2,15 @@
 //! parameters of every dispatch packed into one uniform buffer.
 //!
 //! Ops append dispatches to the open pass and return; nothing is submitted until something waits
-//! (a read back, `synchronize`) or the parameter buffer is full. A chain of ops therefore costs
-//! one dispatch each inside one pass, not a submit each.
+//! (a read back, `synchronize`), the parameter buffer is full or [`SUBMIT_EVERY`] dispatches
+//! are recorded. A chain of ops therefore costs one dispatch each, not a submit each.
 
 /// Bytes of dispatch parameters one submit can carry.
 pub(crate) const PARAMS_CAPACITY: u64 = 256 * 1024;
+
+/// Dispatches recorded before a submit: the GPU works on them while later ones are recorded
+/// (recording a dispatch costs the host a few microseconds, about what a small kernel takes).
+pub(crate) const SUBMIT_EVERY: u64 = 48;
 
 pub(crate) struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,

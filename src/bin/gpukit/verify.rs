@@ -160,6 +160,7 @@ fn attention(dev: &Device) -> gpukit::Result<Vec<Tensor>> {
                 scale: None,
                 lengths: None,
                 layout: Default::default(),
+                ..Default::default()
             };
             out.push(q.attention(&k, &v, o)?);
         }

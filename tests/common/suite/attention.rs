@@ -69,6 +69,7 @@ pub async fn attention(dev: &Device) {
             scale: None,
             lengths: None,
             layout: Default::default(),
+            ..Default::default()
         };
         let y = tq.attention(&tk, &tv, options).unwrap();
         assert_eq!(y.shape(), &[b, hq, sq, dv]);
@@ -141,6 +142,7 @@ pub async fn attention_special_values(dev: &Device) {
             scale: None,
             lengths: None,
             layout: Default::default(),
+            ..Default::default()
         };
         let got = tq.attention(&tk, &tv, opts).unwrap().read().await.unwrap();
         let row = |i: usize| &got[i * d..(i + 1) * d];
@@ -198,6 +200,7 @@ pub async fn attention_special_values(dev: &Device) {
             scale: None,
             lengths: None,
             layout: Default::default(),
+            ..Default::default()
         };
         let got = q1.attention(&k1, &v1, opts).unwrap().read().await.unwrap();
         assert!(
@@ -223,6 +226,7 @@ pub async fn attention_special_values(dev: &Device) {
             scale: None,
             lengths: None,
             layout: Default::default(),
+            ..Default::default()
         };
         let got = qn
             .attention(&tkn, &tv, causal)

@@ -98,6 +98,7 @@ pub async fn attention_halves(dev: &Device) {
                 lengths: dev_lens.as_ref(),
                 scale: None,
                 layout,
+                ..Default::default()
             };
             let y = tq.attention(&tk, &tv, options).unwrap();
             assert_eq!(y.dtype(), dtype);
@@ -195,6 +196,79 @@ pub async fn attention_halves(dev: &Device) {
             assert!(got[d..].iter().all(|&x| x == 0.0), "{dtype:?} d={d} no key");
         }
         attention_mixed(dev, dtype, round, tol).await;
+        attention_precision(dev, dtype).await;
+    }
+}
+
+/// f32 operands attended in `dtype`'s precision ([`AttentionOptions::precision`]), read through
+/// views of one packed `[1, s, hq + 2 hkv, d]` tensor as a decoder's prompt reads them: the
+/// result f32 and within the rounded inputs' error of f64 on the unrounded values, whether the
+/// backend rounds (CUDA at d 64) or computes exactly (d 96, other backends).
+async fn attention_precision(dev: &Device, dtype: gpukit::DType) {
+    use gpukit::{AttentionLayout, DType};
+    let precision = match dtype {
+        DType::F16 => Precision::F16,
+        _ => Precision::Bf16,
+    };
+    let tol = match dtype {
+        DType::F16 => Tol {
+            atol: 4e-3,
+            rtol: 4e-3,
+        },
+        _ => Tol {
+            atol: 3.2e-2,
+            rtol: 3.2e-2,
+        },
+    };
+    let (hq, hkv) = (6usize, 2usize);
+    for (ci, (s, d)) in [(130usize, 64usize), (37, 96)].into_iter().enumerate() {
+        let seed = 9970 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let (q, k, v) = (
+            rng.vec(hq * s * d, -1.0, 1.0),
+            rng.vec(hkv * s * d, -1.0, 1.0),
+            rng.vec(hkv * s * d, -1.0, 1.0),
+        );
+        // Each position's heads side by side: q's, then k's, then v's.
+        let (bq, bk, bv) = (
+            to_bshd(&q, 1, hq, s, d),
+            to_bshd(&k, 1, hkv, s, d),
+            to_bshd(&v, 1, hkv, s, d),
+        );
+        let mut packed = Vec::with_capacity(s * (hq + 2 * hkv) * d);
+        for j in 0..s {
+            packed.extend_from_slice(&bq[j * hq * d..(j + 1) * hq * d]);
+            packed.extend_from_slice(&bk[j * hkv * d..(j + 1) * hkv * d]);
+            packed.extend_from_slice(&bv[j * hkv * d..(j + 1) * hkv * d]);
+        }
+        let t = dev.tensor(&packed, &[1, s, hq + 2 * hkv, d]).unwrap();
+        let part = |r: std::ops::Range<usize>| t.slice(2, r).unwrap();
+        let (tq, tk, tv) = (
+            part(0..hq),
+            part(hq..hq + hkv),
+            part(hq + hkv..hq + 2 * hkv),
+        );
+        let options = AttentionOptions {
+            causal: true,
+            layout: AttentionLayout::Bshd,
+            precision,
+            ..Default::default()
+        };
+        let y = tq.attention(&tk, &tv, options).unwrap();
+        assert_eq!(y.dtype(), DType::F32, "{precision:?} attention case {ci}");
+        let got = y.read().await.unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want: Vec<(f64, Tol)> =
+            oracle::attention(&q, &k, &v, (hq, hkv, s, s, d, d), true, s, scale)
+                .into_iter()
+                .map(|(w, _)| (w, tol))
+                .collect();
+        check(
+            &format!("f32 attention in {precision:?}, case {ci} seed {seed}"),
+            &|i| format!("flat {i}"),
+            &to_bshd(&got, 1, s, hq, d),
+            &want,
+        );
     }
 }
 

@@ -492,6 +492,7 @@ fn random_program(dev: &Device, rng: &mut Rng, ops: usize) -> Program {
                             scale: None,
                             lengths: None,
                             layout: Default::default(),
+                            ..Default::default()
                         };
                         q.attention(&k, &k, o)?.reshape(&shape[2..])
                     })
@@ -503,6 +504,7 @@ fn random_program(dev: &Device, rng: &mut Rng, ops: usize) -> Program {
                     scale: None,
                     lengths: None,
                     layout: Default::default(),
+                    ..Default::default()
                 };
                 let e = q.attention(&k, &k, o).unwrap();
                 (y, e.reshape(&shape[2..]).unwrap())

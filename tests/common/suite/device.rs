@@ -36,6 +36,7 @@ pub async fn verification_mode(dev: &Device) {
         scale: None,
         lengths: None,
         layout: Default::default(),
+        ..Default::default()
     };
     q.attention(&q, &q, opts).unwrap().read().await.unwrap();
     let mut b = fresh.batch();

@@ -144,6 +144,11 @@ impl Shared {
         if gx == 0 || gy == 0 || gz == 0 {
             return Ok(());
         }
+        if st.recorder.dispatches >= super::recorder::SUBMIT_EVERY {
+            // A long chain of ops (a prompt through a model) goes to the GPU in parts, so it
+            // starts on the first while the rest is recorded.
+            self.submit(st);
+        }
         let offset = match st.recorder.push_params(params) {
             Some(o) => o,
             None => {

@@ -90,8 +90,11 @@ impl WgpuBackend {
             let (n, k) = (w.rows, w.cols);
             // Cooperative matrices load B as vec4 rows only untransposed: the weights are
             // dequantised as [k, n] for them (same cost as [n, k]).
-            let coop = Arith::of(spec.precision, self.shared.shader_f16, self.shared.coop_matrix)
-                == Arith::F16Coop;
+            let coop = Arith::of(
+                spec.precision,
+                self.shared.shader_f16,
+                self.shared.coop_matrix,
+            ) == Arith::F16Coop;
             let transposed = coop && n % 4 == 0 && k % 4 == 0;
             let weights = self.quant_kernel(w, None, transposed)?;
             let spec = MatmulSpec {
