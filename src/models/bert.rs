@@ -327,7 +327,7 @@ impl Embedder {
     pub fn session(&self) -> EmbedSession<'_> {
         EmbedSession {
             embedder: self,
-            graphs: Vec::new(),
+            buckets: Buckets::default(),
         }
     }
 
@@ -456,6 +456,13 @@ fn forward(
 /// activations' memory). Not `Send`: one session per thread.
 pub struct EmbedSession<'a> {
     embedder: &'a Embedder,
+    buckets: Buckets,
+}
+
+/// The compiled buckets of a session, apart from the embedder they belong to (the JS
+/// `Embedder` keeps them beside its shared model).
+#[derive(Default)]
+pub(crate) struct Buckets {
     graphs: Vec<Prepared>,
 }
 
@@ -476,7 +483,19 @@ impl EmbedSession<'_> {
 
     /// One L2-normalised embedding per text, in order, as [`Embedder::embed`] gives them.
     pub async fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        let e = self.embedder;
+        self.buckets.embed(self.embedder, texts).await
+    }
+
+    /// Blocking [`EmbedSession::embed`].
+    #[cfg(native)]
+    pub fn embed_blocking(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        crate::future::block_on(self.embed(texts))
+    }
+}
+
+impl Buckets {
+    /// [`EmbedSession::embed`] with `e`'s model, which compiled every kept bucket.
+    pub(crate) async fn embed(&mut self, e: &Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         let ids = e.encode_all(texts);
         let mut out = vec![Vec::new(); ids.len()];
         for part in e.parts(&ids) {
@@ -488,7 +507,7 @@ impl EmbedSession<'_> {
                 .saturating_mul(16)
                 .clamp(16, max.max(1));
             let x = Inputs::new(&batch, b, len.max(longest(&batch)), e.tokenizer.pad_id());
-            let prepared = self.prepared(x.batch, x.len)?;
+            let prepared = self.prepared(e, x.batch, x.len)?;
             prepared.graph.set_input(prepared.ids, &x.ids)?;
             prepared.graph.set_input(prepared.lengths, &x.lengths)?;
             let result = prepared.graph.run(&[(prepared.pool, &x.pool)]).await?;
@@ -500,14 +519,8 @@ impl EmbedSession<'_> {
         Ok(out)
     }
 
-    /// Blocking [`EmbedSession::embed`].
-    #[cfg(native)]
-    pub fn embed_blocking(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
-        crate::future::block_on(self.embed(texts))
-    }
-
     /// The bucket's graph, compiled now if it is not kept (dropping the least recently used).
-    fn prepared(&mut self, batch: usize, len: usize) -> Result<&mut Prepared> {
+    fn prepared(&mut self, e: &Embedder, batch: usize, len: usize) -> Result<&mut Prepared> {
         if let Some(at) = self
             .graphs
             .iter()
@@ -516,10 +529,9 @@ impl EmbedSession<'_> {
             let p = self.graphs.remove(at);
             self.graphs.push(p);
         } else {
-            if self.graphs.len() >= Self::CAPACITY {
+            if self.graphs.len() >= EmbedSession::CAPACITY {
                 self.graphs.remove(0);
             }
-            let e = self.embedder;
             let x = Inputs::new(&[], batch, len, e.tokenizer.pad_id());
             let mut rec = e.device.batch();
             let ids = rec.upload_of(&x.ids, &[batch, len])?;

@@ -2,6 +2,7 @@
 //! all-MiniLM-L6-v2 from a URL (with progress and an optional Cache Storage copy) or from bytes,
 //! and embeds strings. The core entry is built without it.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::{Array, Float32Array, Promise, Uint8Array};
@@ -11,7 +12,14 @@ use wasm_bindgen_futures::future_to_promise;
 use super::download::{bytes, file_url, text, Download, JsResult};
 use super::gpu::JsGpu;
 use super::{describe, js_error, property};
-use crate::models::Embedder;
+use crate::models::bert::Buckets;
+use crate::models::{Embedder, EmbedderOptions};
+use crate::DType;
+
+/// The most texts, and characters a text, that `embed` sends through a kept compiled graph
+/// (larger calls run eagerly, so the kept buckets' activations stay small).
+const REPLAY_TEXTS: usize = 16;
+const REPLAY_CHARS: usize = 512;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_MODELS: &'static str = r#"
@@ -36,6 +44,10 @@ export interface EmbedderLoadOptions {
   /** A Cache Storage name: files found there are not downloaded again, and downloads are
    *  stored there. Ignored where Cache Storage is missing (Node, insecure origins). */
   cache?: string;
+  /** The linear layers' weights: "f32" (the default), "f16" or "bf16". Half weights are kept
+   *  only where the backend multiplies by them as stored (`weightDtype` says what was kept;
+   *  the wasm CPU backend and WebGPU keep f32). */
+  weights?: "f32" | "f16" | "bf16";
 }
 "#;
 
@@ -43,6 +55,29 @@ export interface EmbedderLoadOptions {
 #[wasm_bindgen(js_name = Embedder)]
 pub struct JsEmbedder {
     inner: Rc<Embedder>,
+    /// Compiled graphs of small calls' (batch, length) buckets, replayed with new ids; taken
+    /// out while a call replays them (`None`: busy).
+    buckets: Rc<RefCell<Option<Buckets>>>,
+}
+
+/// The `weights` of `EmbedderLoadOptions`.
+fn weights_option(options: &JsValue) -> JsResult<DType> {
+    if options.is_undefined() || options.is_null() {
+        return Ok(DType::F32);
+    }
+    let w = property(options, "weights");
+    if w.is_undefined() {
+        return Ok(DType::F32);
+    }
+    match w.as_string().as_deref() {
+        Some("f32") => Ok(DType::F32),
+        Some("f16") => Ok(DType::F16),
+        Some("bf16") => Ok(DType::BF16),
+        _ => Err(js_error(format!(
+            "Embedder.load: weights is \"f32\", \"f16\" or \"bf16\", got {}",
+            describe(&w)
+        ))),
+    }
 }
 
 /// The texts of `embed`: an array of strings (a string with lone surrogates is read with
@@ -81,7 +116,8 @@ impl JsEmbedder {
     ) -> Promise {
         let device = gpu.device().clone();
         future_to_promise(async move {
-            let mut download = Download::new(&options, "Embedder.load", &[]).await?;
+            let mut download = Download::new(&options, "Embedder.load", &["weights"]).await?;
+            let weights_dtype = weights_option(&options)?;
             let (config, tokenizer, weights) = if let Some(base) = source.as_string() {
                 let names = ["config.json", "tokenizer.json", "model.safetensors"];
                 let files: Vec<(&str, String)> =
@@ -110,17 +146,24 @@ impl JsEmbedder {
                 ))
                 .into());
             };
-            let inner =
-                Embedder::from_bytes(&device, &config, &tokenizer, &weights).map_err(js_error)?;
+            let options = EmbedderOptions {
+                weights: weights_dtype,
+            };
+            let inner = Embedder::from_bytes_with(&device, &config, &tokenizer, &weights, options)
+                .map_err(js_error)?;
             Ok(JsEmbedder {
                 inner: Rc::new(inner),
+                buckets: Rc::new(RefCell::new(Some(Buckets::default()))),
             }
             .into())
         })
     }
 
     /// One L2-normalised embedding per text, in order (a `Float32Array` of `dim` values each).
-    /// Texts past 512 tokens are truncated; any number of texts is split into batches.
+    /// Texts past 512 tokens are truncated; any number of texts is split into batches. A
+    /// call of at most 16 texts of at most 512 characters replays a compiled graph of its
+    /// (batch, length) bucket, recorded on first use (the results equal the eager pass's);
+    /// larger calls, and calls made while another is replaying, run eagerly.
     #[wasm_bindgen(unchecked_return_type = "Promise<Float32Array[]>")]
     pub fn embed(
         &self,
@@ -128,9 +171,24 @@ impl JsEmbedder {
     ) -> JsResult<Promise> {
         let texts = self::texts(&texts)?;
         let inner = self.inner.clone();
+        let buckets = self.buckets.clone();
         Ok(future_to_promise(async move {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors = inner.embed(&refs).await.map_err(js_error)?;
+            let small = refs.len() <= REPLAY_TEXTS && refs.iter().all(|t| t.len() <= REPLAY_CHARS);
+            let replay = if small {
+                buckets.borrow_mut().take()
+            } else {
+                None
+            };
+            let vectors = match replay {
+                Some(mut b) => {
+                    let v = b.embed(&inner, &refs).await;
+                    *buckets.borrow_mut() = Some(b);
+                    v
+                }
+                None => inner.embed(&refs).await,
+            }
+            .map_err(js_error)?;
             Ok(vectors
                 .iter()
                 .map(|v| JsValue::from(Float32Array::from(&v[..])))
@@ -142,6 +200,12 @@ impl JsEmbedder {
     /// The token ids of `text` as the model sees it (`[CLS] ... [SEP]`, at most 512).
     pub fn tokenize(&self, text: &str) -> Vec<u32> {
         self.inner.tokenizer().encode(text)
+    }
+
+    /// The dtype the linear layers' weights are kept in: "f32", "f16" or "bf16".
+    #[wasm_bindgen(getter, js_name = weightDtype)]
+    pub fn weight_dtype(&self) -> String {
+        self.inner.weight_dtype().name().to_string()
     }
 
     /// The width of an embedding (384 for all-MiniLM-L6-v2).

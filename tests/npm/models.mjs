@@ -36,6 +36,22 @@ TEXTS.forEach((text, i) => {
   worst = Math.min(worst, c);
   assert.ok(c >= 0.9999, `${JSON.stringify(text)}: cosine ${c} to the f64 reference`);
 });
+assert.equal(embedder.weightDtype, "f32");
+// 16 short texts replayed a compiled graph; 17 run eagerly, with the same results. Two calls at
+// once: one replays, the other (finding the graphs busy) runs eagerly.
+const eager = await embedder.embed([...TEXTS, "one more"]);
+TEXTS.forEach((text, i) =>
+  assert.ok(cosine(eager[i], vectors[i]) >= 0.99999, `${text}: replayed against eager`),
+);
+const [a, b] = await Promise.all([embedder.embed([TEXTS[0]]), embedder.embed([TEXTS[1]])]);
+assert.ok(cosine(a[0], reference[0]) >= 0.9999 && cosine(b[0], reference[1]) >= 0.9999, "at once");
+const half = await Embedder.load(gpu, files, { weights: "f16" });
+assert.ok(["f16", "f32"].includes(half.weightDtype), `weights kept as ${half.weightDtype}`);
+const halfVectors = await half.embed(TEXTS.slice(0, 4));
+halfVectors.forEach((v, i) =>
+  assert.ok(cosine(v, reference[i]) >= 0.9999, `f16 weights, text ${i}: ${cosine(v, reference[i])}`),
+);
+await rejects(() => Embedder.load(gpu, files, { weights: "f8" }), /weights is "f32"/, "weights f8");
 console.log(
   `models: ${TEXTS.length} texts embedded in ${ms.toFixed(0)} ms (Node, CPU backend, wasm ` +
     `SIMD128); lowest cosine to the f64 reference ${worst.toFixed(9)}`,

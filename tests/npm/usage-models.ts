@@ -26,8 +26,12 @@ export async function usageModels(weights: Uint8Array, config: string, tokenizer
   await fromBytes.embed("one string");
   // @ts-expect-error: the source is a URL or the files
   await Embedder.load(gpu, 42);
+  const half: Embedder = await Embedder.load(gpu, files, { weights: "f16" });
+  const kept: string = half.weightDtype;
+  // @ts-expect-error: weights are "f32", "f16" or "bf16"
+  await Embedder.load(gpu, files, { weights: "f8" });
   fromBytes.free();
-  return vectors.length + dim + ids.length + seen.length;
+  return vectors.length + dim + ids.length + seen.length + kept.length;
 }
 
 export async function usageLlm(gguf: Uint8Array) {
