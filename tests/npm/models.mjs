@@ -49,7 +49,10 @@ const half = await Embedder.load(gpu, files, { weights: "f16" });
 assert.ok(["f16", "f32"].includes(half.weightDtype), `weights kept as ${half.weightDtype}`);
 const halfVectors = await half.embed(TEXTS.slice(0, 4));
 halfVectors.forEach((v, i) =>
-  assert.ok(cosine(v, reference[i]) >= 0.9999, `f16 weights, text ${i}: ${cosine(v, reference[i])}`),
+  assert.ok(
+    cosine(v, reference[i]) >= 0.9999,
+    `f16 weights, text ${i}: ${cosine(v, reference[i])}`,
+  ),
 );
 await rejects(() => Embedder.load(gpu, files, { weights: "f8" }), /weights is "f32"/, "weights f8");
 console.log(
