@@ -65,6 +65,41 @@ unsafe fn load16<W: Weight>(p: *const W) -> __m512 {
     }
 }
 
+/// The lane sums of sixteen accumulators at once, `out[4 r + t]` the sum of `acc[r][t]`: pairs
+/// interleaved and added within 128-bit lanes, then groups of four, then across the lanes (45
+/// instructions where sixteen separate reductions take about 130).
+///
+/// # Safety
+/// AVX-512F must be present.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn sum16(acc: &[[__m512; 4]; 4]) -> [f32; 16] {
+    // Within each 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3] of a pair.
+    let pair =
+        |a: __m512, b: __m512| _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    // Within each 128-bit lane: the lane's sum of each of four vectors, in order.
+    let four = |v: &[__m512; 4]| {
+        let (ab, cd) = (pair(v[0], v[1]), pair(v[2], v[3]));
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(ab, cd),
+            _mm512_shuffle_ps::<0b11_10_11_10>(ab, cd),
+        )
+    };
+    // Across the four 128-bit lanes of two such vectors: lanes (0 + 1, 2 + 3) of each.
+    let halves = |x: __m512, y: __m512| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(x, y),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(x, y),
+        )
+    };
+    let q = [four(&acc[0]), four(&acc[1]), four(&acc[2]), four(&acc[3])];
+    let sums = halves(halves(q[0], q[1]), halves(q[2], q[3]));
+    let mut out = [0.0f32; 16];
+    // SAFETY: 16 f32 lanes into 16 f32s.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sums) };
+    out
+}
+
 /// See `matmul_rows::block`: `out[j * m + i] = a_i . w_j` for `m` rows of `a` and the weight
 /// rows `j0..j0 + out.len() / m`.
 ///
@@ -110,9 +145,11 @@ pub(super) unsafe fn block<W: Weight>(
                 }
                 c += 16;
             }
+            // SAFETY: AVX-512F is present (this function's target feature).
+            let sums = unsafe { sum16(&acc) };
             for r in 0..tr {
                 for t in 0..tw {
-                    let mut s = _mm512_reduce_add_ps(acc[r][t]);
+                    let mut s = sums[4 * r + t];
                     for e in kv..k {
                         // SAFETY: e < k, inside both rows.
                         s = unsafe { (*xs[r].add(e)).mul_add((*ws[t].add(e)).value(), s) };
