@@ -15,6 +15,7 @@ extern "C" __global__ void attention(AttnLayout lay, const float* __restrict__ q
                                      const float* __restrict__ v, const u32* __restrict__ lens,
                                      u64 hq, u64 hkv, u64 sq, u64 sk, u64 d, u64 dv,
                                      u32 causal, float scale, u32 tk, float* __restrict__ out) {
+    WAIT_PRIOR();
     extern __shared__ float smem[];
     float* qs = smem;                    // [WARPS][d]
     float* ks = qs + WARPS * d;          // [tk][d + 1]
@@ -263,6 +264,7 @@ extern "C" __global__ void __launch_bounds__(256, FLASH_MIN_BLOCKS_64) flash_att
     AttnLayout lay, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq, u64 sk, u64 d, u64 dv, u32 causal, float scale,
     float* __restrict__ out) {
+    WAIT_PRIOR();
     flash_body<1>(lay, q, k, v, lens, hq, hkv, sq, sk, d, dv, causal, scale, out);
 }
 
@@ -270,5 +272,6 @@ extern "C" __global__ void __launch_bounds__(256, FLASH_MIN_BLOCKS_128) flash_at
     AttnLayout lay, const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq, u64 sk, u64 d, u64 dv, u32 causal, float scale,
     float* __restrict__ out) {
+    WAIT_PRIOR();
     flash_body<2>(lay, q, k, v, lens, hq, hkv, sq, sk, d, dv, causal, scale, out);
 }

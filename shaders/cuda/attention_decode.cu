@@ -17,6 +17,7 @@ extern "C" __global__ void attention_split(AttnLayout lay, const float* __restri
                                            u64 sk, u64 d, u64 dv, u32 causal, float scale,
                                            u64 chunk, float* __restrict__ partial,
                                            float* __restrict__ out) {
+    WAIT_PRIOR();
     extern __shared__ float smem[];
     const u32 dd = (u32)d, dvv = (u32)dv, ch = (u32)chunk;
     float* qs = smem;                   // [d]
@@ -96,6 +97,7 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
                                             u64 sk, u64 d, u64 dv, u32 causal, float scale,
                                             u64 chunk, u32 elem, float* __restrict__ partial,
                                             void* __restrict__ out) {
+    WAIT_PRIOR();
     extern __shared__ float smem[];
     const u32 dd = (u32)d, dvv = (u32)dv;
     const u32 group = (u32)(hq / hkv), rows = group * (u32)sq;
@@ -297,6 +299,7 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
 extern "C" __global__ void __launch_bounds__(256) attention_merge(
     AttnLayout lay, const float* __restrict__ partial, const u32* __restrict__ lens, u64 hq,
     u64 sq, u64 sk, u64 dv, u32 causal, u64 splits, u32 elem, void* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float sm[MERGE_WARPS][2 + 32 * MERGE_COLS];
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u64 row = blockIdx.x, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;

@@ -291,6 +291,7 @@ __device__ __forceinline__ void flash_mma(const AttnLayout& lay, const h16* __re
         AttnLayout lay, const h16* __restrict__ q, const h16* __restrict__ k,                      \
         const h16* __restrict__ v, const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq, u64 sk,  \
         u32 causal, float scale, h16* __restrict__ out) {                                          \
+        WAIT_PRIOR();                                                                              \
         flash_mma<D, BF>(lay, q, k, v, lens, hq, hkv, sq, sk, causal, scale, out);                 \
     }
 

@@ -240,6 +240,7 @@ __device__ __forceinline__ void decode_rows(AttnLayout lay, const void* __restri
                        partial, out, sm_acc, sm_ml)
 
 extern "C" __global__ void __launch_bounds__(128, 4) attention_rows_f32(DR_ARGS) {
+    WAIT_PRIOR();
     __shared__ float sm_acc[DR_WARPS][DR_ROWS][DR_WIDTH];
     __shared__ float sm_ml[DR_WARPS][DR_ROWS][2];
     switch (d) {
@@ -251,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) attention_rows_f32(DR_ARGS)
 }
 
 extern "C" __global__ void __launch_bounds__(128) attention_rows_half(DR_ARGS) {
+    WAIT_PRIOR();
     __shared__ float sm_acc[DR_WARPS][DR_ROWS][DR_WIDTH];
     __shared__ float sm_ml[DR_WARPS][DR_ROWS][2];
     switch (d) {

@@ -4,6 +4,7 @@
 
 extern "C" __global__ void cast(const void* __restrict__ x, u32 from, void* __restrict__ out,
                                 u32 to, u64 n) {
+    WAIT_PRIOR();
     const unsigned short* xh = (const unsigned short*)x;
     const u32* xw = (const u32*)x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;

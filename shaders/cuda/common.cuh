@@ -4,6 +4,16 @@
 typedef unsigned int u32;
 typedef unsigned long long u64;
 
+// Programmatic dependent launch (sm_90 and later): src/backend/cuda/mod.rs lets a kernel start
+// while the one before it in the stream finishes, so its launch overlaps that kernel's tail.
+// Every kernel waits here, first, for the grid before it to complete and its writes to show;
+// before sm_90 launches are serial and this is nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define WAIT_PRIOR() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define WAIT_PRIOR()
+#endif
+
 #define POS_INF __int_as_float(0x7f800000)
 #define NEG_INF __int_as_float(0xff800000)
 #define QNAN __int_as_float(0x7fc00000)

@@ -6,6 +6,7 @@
 extern "C" __global__ void compare(u32 op, u32 kind, const u32* __restrict__ a, u64 la,
                                    const u32* __restrict__ b, u64 lb, u32* __restrict__ out,
                                    u64 n) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
         const u32 x = a[la == n ? i : i % la], y = b[lb == n ? i : i % lb];

@@ -10,6 +10,7 @@ struct Im2colParams {
 // tap of output (oy, ox), zero in the padding; output rows oy0 .. oy0 + rows.
 extern "C" __global__ void im2col(Im2colParams p, const float* __restrict__ x,
                                   float* __restrict__ cols) {
+    WAIT_PRIOR();
     const u64 width = p.rows * p.ow, depth = p.cg * p.kh * p.kw;
     const u64 total = p.groups * depth * width;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;

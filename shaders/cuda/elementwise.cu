@@ -4,6 +4,7 @@
 // out[i] = unary(x[i]); each thread does four elements, as one float4 where it can.
 extern "C" __global__ void unary(u32 kind, float p0, float p1, const float* __restrict__ x,
                                  float* __restrict__ out, u64 n) {
+    WAIT_PRIOR();
     for (u64 i = 4 * ((u64)blockIdx.x * blockDim.x + threadIdx.x); i < n;
          i += 4 * (u64)gridDim.x * blockDim.x) {
         if (i + 4 <= n) {
@@ -23,6 +24,7 @@ extern "C" __global__ void unary(u32 kind, float p0, float p1, const float* __re
 extern "C" __global__ void binary(u32 op, const float* __restrict__ a, u64 la,
                                   const float* __restrict__ b, u64 lb, float* __restrict__ out,
                                   u64 n) {
+    WAIT_PRIOR();
     const bool full = la == n && lb == n;
     for (u64 i = 4 * ((u64)blockIdx.x * blockDim.x + threadIdx.x); i < n;
          i += 4 * (u64)gridDim.x * blockDim.x) {
@@ -51,6 +53,7 @@ extern "C" __global__ void where_select(const float* __restrict__ c, u64 lc,
                                         const float* __restrict__ a, u64 la,
                                         const float* __restrict__ b, u64 lb,
                                         float* __restrict__ out, u64 n) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
         const float v = c[lc == n ? i : i % lc];
@@ -72,6 +75,7 @@ struct StridedParams {
 extern "C" __global__ void strided(StridedParams p, u32 kind, u32 binary, u32 gate, float p0, float p1,
                                    const float* __restrict__ a, const float* __restrict__ b,
                                    float* __restrict__ out) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n;
          i += (u64)gridDim.x * blockDim.x) {
         u64 rem = i, ia = p.a_offset, ib = p.b_offset;

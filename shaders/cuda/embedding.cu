@@ -4,6 +4,7 @@
 
 extern "C" __global__ void embedding(const u32* __restrict__ table, const u32* __restrict__ ids,
                                      u64 count, u64 dim, u64 vocab, u32* __restrict__ out) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count * dim;
          i += (u64)gridDim.x * blockDim.x) {
         const u64 id = ids[i / dim];
@@ -17,6 +18,7 @@ extern "C" __global__ void embedding(const u32* __restrict__ table, const u32* _
 extern "C" __global__ void write_rows(const u32* __restrict__ src, const u32* __restrict__ at,
                                       u64 rows, u64 width, u64 capacity, u64 offset,
                                       u32* __restrict__ dst) {
+    WAIT_PRIOR();
     const u64 first = at[0];
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < rows * width;
          i += (u64)gridDim.x * blockDim.x) {

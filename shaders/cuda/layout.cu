@@ -10,6 +10,7 @@ struct CopyParams {
 // out[out_offset + c . out_strides] = x[in_offset + c . in_strides] for every coordinate c.
 extern "C" __global__ void copy_strided(CopyParams p, const float* __restrict__ x,
                                         float* __restrict__ out) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < p.n;
          i += (u64)gridDim.x * blockDim.x) {
         u64 rem = i, src = p.in_offset, dst = p.out_offset;

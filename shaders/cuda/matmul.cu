@@ -6,6 +6,7 @@
 // inner = oh * ow, channels = o.
 extern "C" __global__ void epilogue(float* out, const float* __restrict__ bias, u64 inner,
                                     u64 channels, u32 act, u64 n) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
         float v = out[i];
@@ -18,6 +19,7 @@ extern "C" __global__ void epilogue(float* out, const float* __restrict__ bias, 
 // f32 to f16 (round to nearest even), for cuBLAS's half-precision products.
 extern "C" __global__ void to_f16(const float* __restrict__ x, unsigned short* __restrict__ out,
                                   u64 n) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
         unsigned short h;
@@ -29,6 +31,7 @@ extern "C" __global__ void to_f16(const float* __restrict__ x, unsigned short* _
 // f32 to bf16 (round to nearest even; NaN stays a quiet NaN), by bits so any architecture runs it.
 extern "C" __global__ void to_bf16(const float* __restrict__ x, unsigned short* __restrict__ out,
                                    u64 n) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
         u32 b = __float_as_uint(x[i]);

@@ -6,6 +6,7 @@
 extern "C" __global__ void norm_rows(const float* __restrict__ x, const float* __restrict__ w,
                                      const float* __restrict__ b, u64 rows, u64 cols, u32 rms,
                                      float eps, float* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float scratch[32];
     for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* row = x + r * cols;

@@ -8,6 +8,7 @@ struct PoolParams {
 
 // Max pooling (NaN in the window gives NaN) or average pooling (padding counts as zero).
 extern "C" __global__ void pool2d(PoolParams p, const float* __restrict__ x, float* __restrict__ out) {
+    WAIT_PRIOR();
     const u64 total = p.planes * p.oh * p.ow;
     const float area = (float)(p.kh * p.kw);
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;

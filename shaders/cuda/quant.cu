@@ -20,6 +20,7 @@ __device__ __forceinline__ float dequant_at(u32 format, const float* __restrict_
 extern "C" __global__ void dequantize(u32 format, const float* __restrict__ scales,
                                       const float* __restrict__ mins, const u32* __restrict__ words,
                                       u64 rows, u64 cols, float* __restrict__ out) {
+    WAIT_PRIOR();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols;
          i += (u64)gridDim.x * blockDim.x) {
         out[i] = dequant_at(format, scales, mins, words, i / cols, cols, i % cols);
@@ -241,6 +242,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const flo
                                                          const float* __restrict__ cos_t,
                                                          const float* __restrict__ sin_t,
                                                          u32 rope_dim, float* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float red[4][8];
     // `few`: 2 outputs a group, for matrices too small to fill the GPU with groups of 8 (a
     // small GEMV waits on its slowest warp's arithmetic).

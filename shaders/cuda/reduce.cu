@@ -5,6 +5,7 @@
 // op: 0 sum, 1 mean, 2 max, 3 min (ReduceOp order). Max and min let NaN win.
 extern "C" __global__ void reduce_rows(u32 op, const float* __restrict__ x, u64 rows, u64 cols,
                                        float* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float scratch[32];
     const int kind = op <= 1 ? 0 : (op == 2 ? 1 : 2);
     for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -22,6 +23,7 @@ extern "C" __global__ void reduce_rows(u32 op, const float* __restrict__ x, u64 
 // out[block] = partial sums of a[i] * b[i]; a second launch of reduce_rows adds them.
 extern "C" __global__ void dot_partial(const float* __restrict__ a, const float* __restrict__ b,
                                        u64 n, float* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float scratch[32];
     float acc = 0.0f;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;

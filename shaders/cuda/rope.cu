@@ -4,6 +4,7 @@
 extern "C" __global__ void rope(const float* __restrict__ x, const float* __restrict__ cs,
                                 const float* __restrict__ sn, u64 n, u64 seq, u64 dim,
                                 u32 interleaved, float* __restrict__ out) {
+    WAIT_PRIOR();
     const u64 half = dim / 2;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {

@@ -7,6 +7,7 @@
 // or v - max - log(sum). A NaN anywhere, a +inf maximum or a row of only -inf gives NaN.
 extern "C" __global__ void softmax_rows(const float* __restrict__ x, u64 rows, u64 cols, u32 log,
                                         float* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float scratch[32];
     for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* row = x + r * cols;
@@ -33,6 +34,7 @@ extern "C" __global__ void softmax_rows(const float* __restrict__ x, u64 rows, u
 // -inf gives NaN.
 extern "C" __global__ void softmax_partial(const float* __restrict__ x, u64 cols, u64 chunk,
                                            float* __restrict__ pairs) {
+    WAIT_PRIOR();
     __shared__ float scratch[32];
     const u64 r = blockIdx.y, c0 = (u64)blockIdx.x * chunk;
     const u64 c1 = c0 + chunk < cols ? c0 + chunk : cols;
@@ -55,6 +57,7 @@ extern "C" __global__ void softmax_partial(const float* __restrict__ x, u64 cols
 extern "C" __global__ void softmax_finish(const float* __restrict__ x, u64 cols, u64 chunk,
                                           const float* __restrict__ pairs, u32 log,
                                           float* __restrict__ out) {
+    WAIT_PRIOR();
     __shared__ float scratch[32];
     const u64 r = blockIdx.y, chunks = gridDim.x;
     const float* p = pairs + 2 * r * chunks;

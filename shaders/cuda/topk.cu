@@ -170,6 +170,7 @@ __device__ bool topk_select(const float* __restrict__ row, u64 cols, u64 k, floa
 // rounds otherwise and where selection gives up.
 extern "C" __global__ void topk_rows(const float* __restrict__ x, u64 rows, u64 cols, u64 k,
                                      float* __restrict__ values, float* __restrict__ indices) {
+    WAIT_PRIOR();
     __shared__ u64 scratch[32];
     __shared__ u32 hist[TK_BINS];
     __shared__ u64 cand[TK_CAP];

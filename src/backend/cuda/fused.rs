@@ -35,7 +35,7 @@ pub(crate) fn fused_source(expr: &Expr) -> Result<String> {
     for j in 0..MAX_INPUTS {
         let _ = write!(s, "const float* __restrict__ in{j}, u64 l{j}, ");
     }
-    s.push_str("float* __restrict__ out, u64 n) {\n");
+    s.push_str("float* __restrict__ out, u64 n) {\n    WAIT_PRIOR();\n");
     s.push_str(
         "    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n         \
          i += (u64)gridDim.x * blockDim.x) {\n",

@@ -84,6 +84,11 @@ pub(crate) struct CudaBackend {
     multiprocessors: u32,
     /// Compute capability 8.0 or later: `mma.sync` on f16 and bf16, `cp.async`, `ldmatrix`.
     mma: bool,
+    /// Kernels launch with programmatic stream serialization (compute capability 9.0 and
+    /// later, unless `GPUKIT_CUDA_PDL=0`): each may start while the one before it finishes
+    /// and waits in `WAIT_PRIOR` (common.cuh) for its writes, so launch latency overlaps the
+    /// previous kernel's tail.
+    pdl: bool,
 }
 
 impl CudaBackend {
@@ -141,6 +146,8 @@ impl CudaBackend {
             shared_optin: props.shared_memory_per_block_optin,
             multiprocessors: props.multiprocessors,
             mma: props.compute_capability >= (8, 0),
+            pdl: props.compute_capability >= (9, 0)
+                && std::env::var("GPUKIT_CUDA_PDL").as_deref() != Ok("0"),
         };
         Ok((backend, info))
     }
@@ -232,6 +239,41 @@ impl CudaBackend {
         // SAFETY: each pointer points at a live argument of the type and order the kernel
         // declares (the launch sites mirror the .cu signatures); buffers are large enough for
         // the sizes passed, which the ops layer validated.
+        if self.pdl {
+            use cudarc::driver::sys;
+            // SAFETY: an all-zero launch attribute value is a valid union of integers.
+            let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+            value.programmaticStreamSerializationAllowed = 1;
+            let mut attr = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value,
+            };
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid.0,
+                gridDimY: grid.1,
+                gridDimZ: grid.2,
+                blockDimX: block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: shared,
+                hStream: self.cu_stream(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and its attribute outlive the call, and every kernel
+            // waits for the grid before it (WAIT_PRIOR) before it reads or writes memory.
+            return unsafe {
+                sys::cuLaunchKernelEx(
+                    &config,
+                    f.cu_function(),
+                    ptrs.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .result()
+            .map_err(errors::driver);
+        }
         unsafe {
             cu::launch_kernel(
                 f.cu_function(),
