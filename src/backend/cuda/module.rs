@@ -389,6 +389,41 @@ mod tests {
         assert_ne!(stable_hash(&["ab", ""]), stable_hash(&["a", "b"]));
     }
 
+    /// Kernels launch with programmatic stream serialization on sm_90: one that touched memory
+    /// before `WAIT_PRIOR()` could race the kernel before it. Every kernel of every file
+    /// (and the generated fused one) waits first.
+    #[test]
+    fn every_kernel_waits_for_the_one_before_it_first() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders/cuda");
+        let mut sources: Vec<(String, String)> = std::fs::read_dir(&dir)
+            .expect("shaders/cuda")
+            .map(|e| e.expect("a directory entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+            .map(|p| {
+                (
+                    p.display().to_string(),
+                    std::fs::read_to_string(&p).expect("a .cu file"),
+                )
+            })
+            .collect();
+        let fused = crate::backend::cuda::fused::fused_source(&crate::ops::fused::Expr::Input(0))
+            .expect("the library markers exist");
+        sources.push(("fused".into(), fused));
+        let mut kernels = 0;
+        for (file, text) in &sources {
+            for (at, _) in text.match_indices("extern \"C\" __global__") {
+                let body = &text[at..][text[at..].find('{').expect("a kernel body") + 1..];
+                let first = body.trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+                assert!(
+                    first.starts_with("WAIT_PRIOR();"),
+                    "{file}: a kernel at byte {at} does not begin with WAIT_PRIOR()"
+                );
+                kernels += 1;
+            }
+        }
+        assert!(kernels >= 34, "{kernels} kernels found");
+    }
+
     #[test]
     fn every_file_has_its_entry_points_and_the_library_markers() {
         use Entry::*;
