@@ -196,7 +196,7 @@ pub async fn attention_halves(dev: &Device) {
             assert!(got[d..].iter().all(|&x| x == 0.0), "{dtype:?} d={d} no key");
         }
         attention_mixed(dev, dtype, round, tol).await;
-        attention_precision(dev, dtype).await;
+        attention_precision(dev, dtype, tol).await;
     }
 }
 
@@ -204,21 +204,16 @@ pub async fn attention_halves(dev: &Device) {
 /// views of one packed `[1, s, hq + 2 hkv, d]` tensor as a decoder's prompt reads them: the
 /// result f32 and within the rounded inputs' error of f64 on the unrounded values, whether the
 /// backend rounds (CUDA at d 64) or computes exactly (d 96, other backends).
-async fn attention_precision(dev: &Device, dtype: gpukit::DType) {
-    use gpukit::{AttentionLayout, DType};
+async fn attention_precision(dev: &Device, dtype: gpukit::DType, tol: Tol) {
+    use gpukit::DType;
     let precision = match dtype {
         DType::F16 => Precision::F16,
         _ => Precision::Bf16,
     };
-    let tol = match dtype {
-        DType::F16 => Tol {
-            atol: 4e-3,
-            rtol: 4e-3,
-        },
-        _ => Tol {
-            atol: 3.2e-2,
-            rtol: 3.2e-2,
-        },
+    // Twice the rounded operands' tolerance: the inputs' own rounding as well.
+    let tol = Tol {
+        atol: 2.0 * tol.atol,
+        rtol: 2.0 * tol.rtol,
     };
     let (hq, hkv) = (6usize, 2usize);
     for (ci, (s, d)) in [(130usize, 64usize), (37, 96)].into_iter().enumerate() {
@@ -248,27 +243,9 @@ async fn attention_precision(dev: &Device, dtype: gpukit::DType) {
             part(hq..hq + hkv),
             part(hq + hkv..hq + 2 * hkv),
         );
-        let options = AttentionOptions {
-            causal: true,
-            layout: AttentionLayout::Bshd,
-            precision,
-            ..Default::default()
-        };
-        let y = tq.attention(&tk, &tv, options).unwrap();
-        assert_eq!(y.dtype(), DType::F32, "{precision:?} attention case {ci}");
-        let got = y.read().await.unwrap();
-        let scale = 1.0 / (d as f64).sqrt();
-        let want: Vec<(f64, Tol)> =
-            oracle::attention(&q, &k, &v, (hq, hkv, s, s, d, d), true, s, scale)
-                .into_iter()
-                .map(|(w, _)| (w, tol))
-                .collect();
-        check(
-            &format!("f32 attention in {precision:?}, case {ci} seed {seed}"),
-            &|i| format!("flat {i}"),
-            &to_bshd(&got, 1, s, hq, d),
-            &want,
-        );
+        let ctx = format!("f32 attention in {precision:?}, case {ci} seed {seed}");
+        let operands = ((&tq, &tk, &tv), (&q[..], &k[..], &v[..]));
+        causal_bshd(operands, (hq, hkv, s, s, d), precision, tol, &ctx).await;
     }
 }
 
@@ -276,7 +253,6 @@ async fn attention_precision(dev: &Device, dtype: gpukit::DType) {
 /// sequence-first tensor, as a decoder keeps them, read through slices): the result is f32 and
 /// matches f64 on the rounded keys and values, for decode rows (1 and 4) and a prompt block.
 async fn attention_mixed(dev: &Device, dtype: gpukit::DType, round: impl Fn(f32) -> f32, tol: Tol) {
-    use gpukit::{AttentionLayout, DType};
     let (hq, hkv, cap, d) = (8usize, 2usize, 90usize, 64usize);
     for (ci, (sq, sk)) in [(1usize, 70usize), (4, 83), (9, 9)].into_iter().enumerate() {
         let seed = 9950 + ci as u64;
@@ -311,25 +287,47 @@ async fn attention_mixed(dev: &Device, dtype: gpukit::DType, round: impl Fn(f32)
         let tq = dev
             .tensor(&to_bshd(&q, 1, hq, sq, d), &[1, sq, hq, d])
             .unwrap();
-        let options = AttentionOptions {
-            causal: true,
-            layout: AttentionLayout::Bshd,
-            ..Default::default()
-        };
-        let y = tq.attention(&tk, &tv, options).unwrap();
-        assert_eq!(y.dtype(), DType::F32, "{dtype:?} mixed case {ci}");
-        let got = y.read().await.unwrap();
-        let scale = 1.0 / (d as f64).sqrt();
-        let want: Vec<(f64, Tol)> =
-            oracle::attention(&q, &k, &v, (hq, hkv, sq, sk, d, d), true, sk, scale)
-                .into_iter()
-                .map(|(w, _)| (w, tol))
-                .collect();
-        check(
-            &format!("{dtype:?} cache, f32 query, case {ci} seed {seed}"),
-            &|i| format!("flat {i}"),
-            &to_bshd(&got, 1, sq, hq, d),
-            &want,
-        );
+        let ctx = format!("{dtype:?} cache, f32 query, case {ci} seed {seed}");
+        let operands = ((&tq, &tk, &tv), (&q[..], &k[..], &v[..]));
+        causal_bshd(operands, (hq, hkv, sq, sk, d), Precision::F32, tol, &ctx).await;
     }
+}
+
+/// Attention operands: the tensors (q, k, v) and their values, heads-first.
+type Operands<'a> = (
+    (&'a Tensor, &'a Tensor, &'a Tensor),
+    (&'a [f32], &'a [f32], &'a [f32]),
+);
+
+/// Causal sequence-first attention of the tensors (q, k, v) in `precision`, an f32 result,
+/// against f64 on the heads-first values within `tol`.
+async fn causal_bshd(
+    ((tq, tk, tv), (q, k, v)): Operands<'_>,
+    (hq, hkv, sq, sk, d): (usize, usize, usize, usize, usize),
+    precision: Precision,
+    tol: Tol,
+    ctx: &str,
+) {
+    use gpukit::{AttentionLayout, DType};
+    let options = AttentionOptions {
+        causal: true,
+        layout: AttentionLayout::Bshd,
+        precision,
+        ..Default::default()
+    };
+    let y = tq.attention(tk, tv, options).unwrap();
+    assert_eq!(y.dtype(), DType::F32, "{ctx}");
+    let got = y.read().await.unwrap();
+    let scale = 1.0 / (d as f64).sqrt();
+    let want: Vec<(f64, Tol)> =
+        oracle::attention(q, k, v, (hq, hkv, sq, sk, d, d), true, sk, scale)
+            .into_iter()
+            .map(|(w, _)| (w, tol))
+            .collect();
+    check(
+        ctx,
+        &|i| format!("flat {i}"),
+        &to_bshd(&got, 1, sq, hq, d),
+        &want,
+    );
 }

@@ -76,10 +76,7 @@ pub async fn quantized(dev: &Device) {
         let x = rng.vec(m * k, -1.0, 1.0);
         let bytes = oracle::quantize(&w, format);
         let wq = dev.quantized(&bytes, format, n, k).unwrap();
-        let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
-            .iter()
-            .map(|&v| v as f32)
-            .collect();
+        let deq32 = dequantized_f32(&bytes, format);
         let want = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
         for precision in [Precision::F16, Precision::Bf16, Precision::Tf32] {
             let options = gpukit::QuantMatmulOptions {
@@ -111,10 +108,7 @@ pub async fn quantized(dev: &Device) {
         x[2 * k + 7] = f32::NEG_INFINITY;
         let bytes = oracle::quantize(&w, format);
         let wq = dev.quantized(&bytes, format, n, k).unwrap();
-        let deq32: Vec<f32> = oracle::dequantize(&bytes, format)
-            .iter()
-            .map(|&v| v as f32)
-            .collect();
+        let deq32 = dequantized_f32(&bytes, format);
         let got = dev.tensor(&x, &[m, k]).unwrap().matmul_quant(&wq).unwrap();
         let want = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
         assert!(want.iter().all(|(v, _)| !v.is_finite()));
