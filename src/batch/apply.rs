@@ -132,7 +132,6 @@ impl Batch {
                 key_lengths: key_lengths.as_deref(),
                 lengths: None,
                 scale,
-                layout: Default::default(),
                 ..Default::default()
             };
             t[0].attention(t[1], t[2], options)
@@ -154,7 +153,6 @@ impl Batch {
                 key_lengths: None,
                 lengths: Some(t[3]),
                 scale,
-                layout: Default::default(),
                 ..Default::default()
             };
             t[0].attention(t[1], t[2], options)

@@ -278,3 +278,24 @@ pub(super) fn bytes(value: &JsValue, what: &str) -> JsResult<Vec<u8>> {
         describe(value)
     )))
 }
+
+/// The float dtype an option names ("f32", "f16" or "bf16"; f32 when absent), for the load
+/// option `what` (`Llm.load kvCache`, `Embedder.load weights`).
+pub(super) fn float_dtype(options: &JsValue, key: &str, what: &str) -> JsResult<crate::DType> {
+    if !options.is_object() {
+        return Ok(crate::DType::F32);
+    }
+    match property(options, key) {
+        v if v.is_undefined() || v.is_null() => Ok(crate::DType::F32),
+        v => v
+            .as_string()
+            .and_then(|name| name.parse::<crate::DType>().ok())
+            .filter(|d| d.is_float())
+            .ok_or_else(|| {
+                js_error(format!(
+                    "{what} must be \"f32\", \"f16\" or \"bf16\", got {}",
+                    describe(&v)
+                ))
+            }),
+    }
+}

@@ -9,10 +9,9 @@ use js_sys::{Float32Array, Object, Promise, Reflect, Symbol, Uint32Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::download::{bytes, Download, JsResult};
+use super::download::{bytes, float_dtype, Download, JsResult};
 use super::gpu::JsGpu;
 use super::{describe, js_error, property};
-use crate::dtype::DType;
 use crate::models::{Finish, GenerateOptions, Generation, Llm, LlmOptions};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -213,19 +212,7 @@ impl JsLlm {
                         })? as usize,
                 ),
             };
-            let kv_cache = match property(&options, "kvCache") {
-                v if v.is_undefined() || v.is_null() => DType::F32,
-                v => v
-                    .as_string()
-                    .and_then(|name| name.parse::<DType>().ok())
-                    .filter(|d| d.is_float())
-                    .ok_or_else(|| {
-                        js_error(format!(
-                            "Llm.load kvCache must be \"f32\", \"f16\" or \"bf16\", got {}",
-                            describe(&v)
-                        ))
-                    })?,
-            };
+            let kv_cache = float_dtype(&options, "kvCache", "Llm.load kvCache")?;
             let file = match source.as_string() {
                 Some(url) => {
                     let name = url.rsplit('/').next().unwrap_or("model.gguf").to_string();

@@ -9,12 +9,11 @@ use js_sys::{Array, Float32Array, Promise, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::download::{bytes, file_url, text, Download, JsResult};
+use super::download::{bytes, file_url, float_dtype, text, Download, JsResult};
 use super::gpu::JsGpu;
 use super::{describe, js_error, property};
 use crate::models::bert::Buckets;
 use crate::models::{Embedder, EmbedderOptions};
-use crate::DType;
 
 /// The most texts, and characters a text, that `embed` sends through a kept compiled graph
 /// (larger calls run eagerly, so the kept buckets' activations stay small).
@@ -60,26 +59,6 @@ pub struct JsEmbedder {
     buckets: Rc<RefCell<Option<Buckets>>>,
 }
 
-/// The `weights` of `EmbedderLoadOptions`.
-fn weights_option(options: &JsValue) -> JsResult<DType> {
-    if options.is_undefined() || options.is_null() {
-        return Ok(DType::F32);
-    }
-    let w = property(options, "weights");
-    if w.is_undefined() {
-        return Ok(DType::F32);
-    }
-    match w.as_string().as_deref() {
-        Some("f32") => Ok(DType::F32),
-        Some("f16") => Ok(DType::F16),
-        Some("bf16") => Ok(DType::BF16),
-        _ => Err(js_error(format!(
-            "Embedder.load: weights is \"f32\", \"f16\" or \"bf16\", got {}",
-            describe(&w)
-        ))),
-    }
-}
-
 /// The texts of `embed`: an array of strings (a string with lone surrogates is read with
 /// U+FFFD in their place) or of UTF-8 bytes (invalid UTF-8 is an error naming the text).
 fn texts(value: &JsValue) -> JsResult<Vec<String>> {
@@ -117,7 +96,7 @@ impl JsEmbedder {
         let device = gpu.device().clone();
         future_to_promise(async move {
             let mut download = Download::new(&options, "Embedder.load", &["weights"]).await?;
-            let weights_dtype = weights_option(&options)?;
+            let weights_dtype = float_dtype(&options, "weights", "Embedder.load weights")?;
             let (config, tokenizer, weights) = if let Some(base) = source.as_string() {
                 let names = ["config.json", "tokenizer.json", "model.safetensors"];
                 let files: Vec<(&str, String)> =

@@ -114,18 +114,6 @@ pub(super) fn sgemm(
     Ok(())
 }
 
-/// Rounds to f16 and back, as the GPU's f16 path reads its inputs.
-fn round_f16(v: &[f32]) -> Vec<f32> {
-    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
-}
-
-/// Rounds to bf16 and back, as CUDA's bf16 path reads its inputs.
-fn round_bf16(v: &[f32]) -> Vec<f32> {
-    v.iter()
-        .map(|&x| half::bf16::from_f32(x).to_f32())
-        .collect()
-}
-
 /// Rounds `v` in place as `precision` reads a product's inputs (f16 or bf16 and back; f32
 /// and TF32 keep them).
 pub(super) fn round_inputs(precision: Precision, v: &mut [f32]) {
@@ -137,6 +125,19 @@ pub(super) fn round_inputs(precision: Precision, v: &mut [f32]) {
             .iter_mut()
             .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
         Precision::F32 | Precision::Tf32 => {}
+    }
+}
+
+/// `v` as `precision` reads it: itself for f32 and TF32, else a rounded copy (f16 as the GPU's
+/// f16 path reads its inputs, bf16 as CUDA's bf16 path does).
+pub(super) fn rounded(precision: Precision, v: &[f32]) -> std::borrow::Cow<'_, [f32]> {
+    match precision {
+        Precision::F32 | Precision::Tf32 => std::borrow::Cow::Borrowed(v),
+        Precision::F16 | Precision::Bf16 => {
+            let mut r = v.to_vec();
+            round_inputs(precision, &mut r);
+            std::borrow::Cow::Owned(r)
+        }
     }
 }
 
@@ -203,20 +204,8 @@ pub(super) fn matmul(
     spec: MatmulSpec,
 ) -> Result<Vec<f32>> {
     let d = spec.dims;
-    let (rounded_a, rounded_b);
-    let (a, b) = match spec.precision {
-        Precision::F16 => {
-            rounded_a = round_f16(a);
-            rounded_b = round_f16(b);
-            (&rounded_a[..], &rounded_b[..])
-        }
-        Precision::Bf16 => {
-            rounded_a = round_bf16(a);
-            rounded_b = round_bf16(b);
-            (&rounded_a[..], &rounded_b[..])
-        }
-        Precision::F32 | Precision::Tf32 => (a, b),
-    };
+    let (a, b) = (rounded(spec.precision, a), rounded(spec.precision, b));
+    let (a, b) = (&a[..], &b[..]);
     let (ars, acs) = if spec.transpose_a { (1, d.m) } else { (d.k, 1) };
     let (brs, bcs) = if spec.transpose_b { (1, d.k) } else { (d.n, 1) };
     let mn = d.m * d.n;

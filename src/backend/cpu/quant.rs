@@ -1,6 +1,6 @@
 //! Quantized weights on the CPU: dequantization and the quantized matmul.
 
-use super::matmul::{round_inputs, sgemm, View};
+use super::matmul::{round_inputs, rounded, sgemm, View};
 use super::par;
 use super::quant_rows::{block, Row};
 use super::CpuStorage;
@@ -51,17 +51,8 @@ pub(super) fn matmul_quant(
     if (1..=super::quant_rows::MAX_ROWS).contains(&m) && x.len() >= m * k {
         return Ok(super::quant_rows::product(x, &w, m));
     }
-    let rounded;
-    let x = if precision == Precision::F32 {
-        x
-    } else {
-        rounded = {
-            let mut r = x.to_vec();
-            round_inputs(precision, &mut r);
-            r
-        };
-        &rounded[..]
-    };
+    let x = rounded(precision, x);
+    let x = &x[..];
     // Computed transposed, out^T[n, m] = w x^T, so each task owns whole rows of the result.
     let mut out_t = vec![0.0f32; n * m];
     par::try_chunks_mut(&mut out_t, (QUANT_ROWS * m).max(1), |start, dst| {

@@ -86,13 +86,16 @@ pub(crate) fn kv_cache(it: &mut std::slice::Iter<'_, String>) -> Result<DType, S
 
 /// The precision after `--prompt-precision`.
 pub(crate) fn precision(it: &mut std::slice::Iter<'_, String>) -> Result<Precision, String> {
-    match it.next().map(String::as_str) {
-        Some("f32") => Ok(Precision::F32),
-        Some("f16") => Ok(Precision::F16),
-        Some("bf16") => Ok(Precision::Bf16),
-        Some("tf32") => Ok(Precision::Tf32),
-        _ => Err("--prompt-precision takes f32, f16, bf16 or tf32".to_string()),
-    }
+    let name = it.next();
+    [
+        Precision::F32,
+        Precision::F16,
+        Precision::Bf16,
+        Precision::Tf32,
+    ]
+    .into_iter()
+    .find(|p| name.is_some_and(|n| n == p.name()))
+    .ok_or_else(|| "--prompt-precision takes f32, f16, bf16 or tf32".to_string())
 }
 
 /// Loads the model a command's arguments name, on the device they name.
