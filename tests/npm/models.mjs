@@ -54,7 +54,11 @@ halfVectors.forEach((v, i) =>
     `f16 weights, text ${i}: ${cosine(v, reference[i])}`,
   ),
 );
-await rejects(() => Embedder.load(gpu, files, { weights: "f8" }), /weights must be "f32"/, "weights f8");
+await rejects(
+  () => Embedder.load(gpu, files, { weights: "f8" }),
+  /weights must be "f32"/,
+  "weights f8",
+);
 console.log(
   `models: ${TEXTS.length} texts embedded in ${ms.toFixed(0)} ms (Node, CPU backend, wasm ` +
     `SIMD128); lowest cosine to the f64 reference ${worst.toFixed(9)}`,
