@@ -6,12 +6,30 @@ typedef unsigned long long u64;
 
 // Programmatic dependent launch (sm_90 and later): src/backend/cuda/mod.rs lets a kernel start
 // while the one before it in the stream finishes, so its launch overlaps that kernel's tail.
-// Every kernel waits here, first, for the grid before it to complete and its writes to show;
-// before sm_90 launches are serial and this is nothing.
+// Every kernel waits here, first, for the grid before it to complete and its writes to show,
+// then lets the grid after it launch: that grid's blocks take free slots and run up to their
+// own wait (its launch, and any WARM_L2 of memory no kernel writes, overlap this kernel's
+// body). Before sm_90 launches are serial and both are nothing.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define WAIT_PRIOR() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define WAIT_PRIOR() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #else
 #define WAIT_PRIOR()
+#endif
+
+// Before WAIT_PRIOR only: asks L2 for `bytes` from `p` (lines of 128 bytes spread over the
+// block's threads). A hint, never a read into registers, and L2 is coherent for every SM, so
+// it cannot see stale data; kernels use it for weights, whose loads then meet L2 rather than
+// memory once the kernel before finishes.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define WARM_L2(p, bytes)                                                                         \
+    do {                                                                                          \
+        const char* warm_at = (const char*)(p);                                                   \
+        const u64 warm_n = (u64)(bytes);                                                          \
+        for (u64 o = (u64)threadIdx.x * 128; o < warm_n; o += (u64)blockDim.x * 128)             \
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(warm_at + o));                          \
+    } while (0)
+#else
+#define WARM_L2(p, bytes)
 #endif
 
 #define POS_INF __int_as_float(0x7f800000)
