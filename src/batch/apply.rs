@@ -7,7 +7,7 @@ use super::{Batch, Op, Value};
 use crate::backend::Storage;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::quant::QuantTensor;
+use crate::ops::quant::{QuantMatmulOptions, QuantTensor};
 use crate::ops::{AttentionOptions, Conv2dOptions, Pool2dOptions, RopeLayout};
 use crate::tensor::Tensor;
 
@@ -247,22 +247,23 @@ impl Batch {
         w: Rc<QuantTensor>,
         residual: Value,
     ) -> Result<Value> {
-        self.matmul_quant_with_by(x, w, Some(residual), None, false, None)
+        let options = QuantMatmulOptions {
+            residual: Some(residual),
+            ..Default::default()
+        };
+        self.matmul_quant_with_by(x, w, options)
     }
 
     /// `residual + rope(rms_norm(x, norm_weight, eps) x w^T)` (or `swiglu(x) x w^T`), each
-    /// part optional, in one kernel (see [`Tensor::matmul_quant_with`]; `rope` is `(cos, sin,
-    /// layout)`).
+    /// part optional, in one kernel, in the options' precision: [`Tensor::matmul_quant_with`]
+    /// with the options' operands as values of this batch.
     pub fn matmul_quant_with(
         &mut self,
         x: Value,
         w: Rc<QuantTensor>,
-        residual: Option<Value>,
-        rms_norm: Option<(Value, f32)>,
-        swiglu: bool,
-        rope: Option<(Value, Value, crate::RopeLayout)>,
+        options: QuantMatmulOptions<Value>,
     ) -> Result<Value> {
-        self.matmul_quant_with_by(x, w, residual, rms_norm, swiglu, rope)
+        self.matmul_quant_with_by(x, w, options)
     }
 
     /// [`Batch::matmul_quant_with`] with the weight behind any owning pointer.
@@ -270,15 +271,19 @@ impl Batch {
         &mut self,
         x: Value,
         w: W,
-        residual: Option<Value>,
-        rms_norm: Option<(Value, f32)>,
-        swiglu: bool,
-        rope: Option<(Value, Value, crate::RopeLayout)>,
+        options: QuantMatmulOptions<Value>,
     ) -> Result<Value>
     where
         W: std::ops::Deref<Target = QuantTensor> + 'static,
     {
         let op = "matmul_quant_with";
+        let QuantMatmulOptions {
+            rms_norm,
+            residual,
+            swiglu,
+            rope,
+            precision,
+        } = options;
         let mut shape = self.shape_of(x, op)?;
         match shape.last_mut() {
             // The halves of a SwiGLU input are the weight's cols each.
@@ -306,12 +311,12 @@ impl Batch {
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| {
             // The inputs in order: x, then each present part.
             let at = 1 + usize::from(has_r) + usize::from(eps.is_some());
-            let options = crate::QuantMatmulOptions {
+            let options = QuantMatmulOptions {
                 residual: has_r.then(|| t[1]),
                 rms_norm: eps.map(|e| (t[1 + usize::from(has_r)], e)),
                 swiglu,
                 rope: layout.map(|l| (t[at], t[at + 1], l)),
-                ..Default::default()
+                precision,
             };
             t[0].matmul_quant_with(&w, options)
         });

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::models::linear::Linear;
 use crate::models::llama::Model;
 use crate::ops::{AttentionLayout, AttentionOptions, RopeLayout};
-use crate::{Batch, Tensor};
+use crate::{Batch, QuantMatmulOptions, Tensor};
 
 /// Per layer, the keys and values of every position so far.
 pub(crate) struct KvCache {
@@ -285,9 +285,14 @@ fn linear(b: &mut Batch, w: &Linear, x: Value) -> Result<Value> {
 /// quantized one.
 fn linear_norm(b: &mut Batch, w: &Linear, x: Value, norm: Value, eps: f32) -> Result<Value> {
     match w {
-        Linear::Quant(q) => {
-            b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps)), false, None)
-        }
+        Linear::Quant(q) => b.matmul_quant_with_by(
+            x,
+            q.clone(),
+            QuantMatmulOptions {
+                rms_norm: Some((norm, eps)),
+                ..Default::default()
+            },
+        ),
         Linear::Dense(_) => {
             let h = b.rms_norm(x, Some(norm), None, eps)?;
             linear(b, w, h)
@@ -308,7 +313,15 @@ fn linear_norm_rope(
     match w {
         Linear::Quant(q) => {
             let rope = Some((cos, sin, RopeLayout::Interleaved));
-            b.matmul_quant_with_by(x, q.clone(), None, Some((norm, eps)), false, rope)
+            b.matmul_quant_with_by(
+                x,
+                q.clone(),
+                QuantMatmulOptions {
+                    rms_norm: Some((norm, eps)),
+                    rope,
+                    ..Default::default()
+                },
+            )
         }
         Linear::Dense(_) => {
             let y = linear_norm(b, w, x, norm, eps)?;
@@ -324,7 +337,14 @@ fn linear_norm_rope(
 /// Records `residual + x x w^T` for a linear layer's weight: one kernel for a quantized one.
 fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, false, None),
+        Linear::Quant(q) => b.matmul_quant_with_by(
+            x,
+            q.clone(),
+            QuantMatmulOptions {
+                residual: Some(residual),
+                ..Default::default()
+            },
+        ),
         Linear::Dense(_) => {
             let y = linear(b, w, x)?;
             b.add(residual, y)
@@ -336,7 +356,15 @@ fn linear_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Va
 /// quantized one.
 fn linear_swiglu_add(b: &mut Batch, w: &Linear, x: Value, residual: Value) -> Result<Value> {
     match w {
-        Linear::Quant(q) => b.matmul_quant_with_by(x, q.clone(), Some(residual), None, true, None),
+        Linear::Quant(q) => b.matmul_quant_with_by(
+            x,
+            q.clone(),
+            QuantMatmulOptions {
+                residual: Some(residual),
+                swiglu: true,
+                ..Default::default()
+            },
+        ),
         Linear::Dense(_) => {
             let gated = b.swiglu(x)?;
             linear_add(b, w, gated, residual)

@@ -20,7 +20,7 @@ impl Linear {
     /// `x w^T` with what `options` asks around it (the norm before, SwiGLU inputs, the
     /// residual after, and the many-row product's precision): one kernel for a quantized
     /// weight's few-row product, the same steps one op each for a dense weight.
-    pub(crate) fn apply(&self, x: &Tensor, options: QuantMatmulOptions<'_>) -> Result<Tensor> {
+    pub(crate) fn apply(&self, x: &Tensor, options: QuantMatmulOptions<&Tensor>) -> Result<Tensor> {
         let w = match self {
             Linear::Quant(w) => return x.matmul_quant_with(w, options),
             Linear::Dense(w) => w,

@@ -500,7 +500,7 @@ impl Model {
             rms_norm: Option<(&'a Tensor, f32)>,
             residual: Option<&'a Tensor>,
             swiglu: bool,
-        ) -> QuantMatmulOptions<'a> {
+        ) -> QuantMatmulOptions<&'a Tensor> {
             QuantMatmulOptions {
                 rms_norm,
                 residual,

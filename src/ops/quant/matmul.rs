@@ -35,7 +35,7 @@ impl Tensor {
     pub fn matmul_quant_with(
         &self,
         w: &QuantTensor,
-        options: QuantMatmulOptions<'_>,
+        options: QuantMatmulOptions<&Tensor>,
     ) -> Result<Tensor> {
         let op = "matmul_quant";
         if options.swiglu && options.rms_norm.is_some() {
@@ -162,14 +162,16 @@ impl Tensor {
 }
 
 /// Options of [`Tensor::matmul_quant_with`]: what a transformer does around a projection,
-/// done inside the product's kernel.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct QuantMatmulOptions<'a> {
+/// done inside the product's kernel. `T` is how the options name their operands: `&Tensor`
+/// for [`Tensor::matmul_quant_with`], a batch's [`Value`](crate::Value) for
+/// [`Batch::matmul_quant_with`](crate::Batch::matmul_quant_with).
+#[derive(Debug, Clone, Copy)]
+pub struct QuantMatmulOptions<T> {
     /// Normalises each row of the input first, as `rms_norm(Some(weight), None, eps)` does:
     /// `(weight, eps)`, the weight one value per input column.
-    pub rms_norm: Option<(&'a Tensor, f32)>,
+    pub rms_norm: Option<(T, f32)>,
     /// Added to the product (the result's shape): a residual connection.
-    pub residual: Option<&'a Tensor>,
+    pub residual: Option<T>,
     /// The input holds two halves, gate then up, of the weight's cols each (`[.., 2 * cols]`),
     /// and the product reads `silu(gate) * up` (see [`Tensor::swiglu`]): a LLaMA MLP's down
     /// projection with its activation. Not with `rms_norm`.
@@ -180,7 +182,7 @@ pub struct QuantMatmulOptions<'a> {
     /// (each output row whole RoPE rows: a LLaMA's fused query, key and value projection,
     /// with a table row per head). Rotated before `residual` is added. The few-row product
     /// on wgpu and CUDA rotates [`RopeLayout::Interleaved`] pairs in its kernel.
-    pub rope: Option<(&'a Tensor, &'a Tensor, RopeLayout)>,
+    pub rope: Option<(T, T, RopeLayout)>,
     /// The arithmetic of a product of many rows (a prompt), as [`MatmulOptions::precision`]:
     /// with [`Precision::F16`] the dequantised weights and the input are rounded to f16 and
     /// multiplied on tensor cores where the device has them (cuBLAS on CUDA, cooperative
@@ -191,6 +193,18 @@ pub struct QuantMatmulOptions<'a> {
     ///
     /// [`MatmulOptions::precision`]: crate::MatmulOptions::precision
     pub precision: Precision,
+}
+
+impl<T> Default for QuantMatmulOptions<T> {
+    fn default() -> Self {
+        QuantMatmulOptions {
+            rms_norm: None,
+            residual: None,
+            swiglu: false,
+            rope: None,
+            precision: Precision::default(),
+        }
+    }
 }
 
 /// The optional operands of a quantized product (see [`QuantMatmulSpec`]), as a backend
