@@ -7,9 +7,7 @@
 // memory. Scores are summed across a key's lanes by shuffles; each warp keeps its own online
 // softmax in base 2 (q is scaled by log2 e), and at the end the warps' (m, l, acc) join in
 // shared memory into one partial (attention_merge's layout, m in natural units) or, with one
-// split, the output row. With several splits the block that finishes last (a ticket a KV head,
-// taken after the partials are fenced) joins them, a warp a query row, and gives the ticket back
-// to 0, so no merge kernel follows. A value whose probability is 0 is never added, so a NaN in a masked
+// split, the output row. A value whose probability is 0 is never added, so a NaN in a masked
 // value row stays out. The same results as attention_decode.cu's kernels otherwise (NaN or
 // +inf scores give NaN, a row whose keys all score -inf gives NaN, no visible key gives zeros).
 #define DR_ROWS 4
@@ -48,53 +46,6 @@ __device__ __forceinline__ void dr_unpack(const uint4* x, u32 elem, float* f) {
     }
 }
 
-// Partials (m, l, acc[dv]) of splits first, first + stride, ... folded into a warp's running
-// maximum `mm`, sum `ll` and row `a` (a lane holds columns lane, lane + 32, ...), MERGE_BATCH
-// splits' loads issued before any is used. Loads go to L2 (`__ldcg`): other blocks wrote them.
-#define MERGE_BATCH 4
-#define MERGE_COLS 8
-__device__ __forceinline__ void merge_fold(const float* __restrict__ part, u64 splits, u64 dv,
-                                           u64 first, u64 stride, u32 lane, float& mm, float& ll,
-                                           float* a) {
-    for (u64 s0 = first; s0 < splits; s0 += stride * MERGE_BATCH) {
-        float ms[MERGE_BATCH], ls[MERGE_BATCH], xs[MERGE_BATCH][MERGE_COLS];
-#pragma unroll
-        for (u32 j = 0; j < MERGE_BATCH; ++j) {
-            const u64 s = s0 + j * stride;
-            const float* ps = part + s * (dv + 2);
-            ms[j] = s < splits ? __ldcg(ps) : NEG_INF;
-            ls[j] = s < splits ? __ldcg(ps + 1) : 0.0f;
-#pragma unroll
-            for (u32 c = 0; c < MERGE_COLS; ++c) {
-                const u64 col = lane + 32 * c;
-                xs[j][c] = s < splits && col < dv ? __ldcg(ps + 2 + col) : 0.0f;
-            }
-        }
-        float mb = mm;
-#pragma unroll
-        for (u32 j = 0; j < MERGE_BATCH; ++j) mb = nan_max(mb, ms[j]);
-        const float f = mm == NEG_INF ? 0.0f : expf(mm - mb);
-        ll *= f;
-#pragma unroll
-        for (u32 c = 0; c < MERGE_COLS; ++c) a[c] *= f;
-#pragma unroll
-        for (u32 j = 0; j < MERGE_BATCH; ++j) {
-            const float w = (mb == NEG_INF || ms[j] == NEG_INF) ? 0.0f : expf(ms[j] - mb);
-            if (w != 0.0f) {
-                ll += w * ls[j];
-#pragma unroll
-                for (u32 c = 0; c < MERGE_COLS; ++c) a[c] += w * xs[j][c];
-            }
-        }
-        mm = mb;
-    }
-}
-
-// A joined row's value: zeros without a visible key, NaN where every score was -inf.
-__device__ __forceinline__ float merged(float t, float m, float l, bool none) {
-    return none ? 0.0f : (m == NEG_INF ? QNAN : t / l);
-}
-
 // exp2 of x, 0 where the running maximum is -inf (nothing seen yet).
 __device__ __forceinline__ float dr_exp2(float x, float m) { return m == NEG_INF ? 0.0f : exp2f(x); }
 
@@ -105,7 +56,7 @@ __device__ __forceinline__ void decode_rows(AttnLayout lay, const void* __restri
                                             const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,
                                             u64 sk, u64 d, u32 causal, float scale, u64 chunk,
                                             u32 elem, float* __restrict__ partial,
-                                            void* __restrict__ out, u32* __restrict__ tickets,
+                                            void* __restrict__ out,
                                             float (*sm_acc)[DR_ROWS][DR_WIDTH],
                                             float (*sm_ml)[DR_ROWS][2]) {
     constexpr u32 KG = 32 / L;                 // keys a warp reads at once
@@ -270,35 +221,12 @@ __device__ __forceinline__ void decode_rows(AttnLayout lay, const void* __restri
             }
             if (whole) {
                 const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : row) * d + c;
-                store_elem(out, o, elem, merged(a, mm, ll, none));
+                store_elem(out, o, elem, none ? 0.0f : (mm == NEG_INF ? QNAN : a / ll));
             } else {
                 part[2 + c] = a;
             }
         }
     }
-    if (whole) return;
-    // The last block of this KV head to finish joins every split's partials.
-    __shared__ u32 last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(tickets + blockIdx.y, 1u) + 1 == gridDim.x;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (u32 r = warp; r < rows; r += DR_WARPS) {
-        const u64 h = kvh * group + r / sqs, i = r % sqs, row = (b * hq + h) * sq + i;
-        float mm = NEG_INF, ll = 0.0f, a[MERGE_COLS];
-#pragma unroll
-        for (u32 c = 0; c < MERGE_COLS; ++c) a[c] = 0.0f;
-        merge_fold(partial + row * gridDim.x * (d + 2), gridDim.x, d, 0, 1, lane, mm, ll, a);
-        const bool none = visible_keys(lens, b, i, sq, sk, causal) == 0;
-        const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : row) * d;
-#pragma unroll
-        for (u32 c = 0; c < MERGE_COLS; ++c) {
-            if (lane + 32 * c < d) store_elem(out, o + lane + 32 * c, elem, merged(a[c], mm, ll, none));
-        }
-    }
-    if (tid == 0) tickets[blockIdx.y] = 0;
 }
 
 // d / 8 lanes a key: f32 operands (two vectors a lane) or halves (one).
@@ -306,10 +234,10 @@ __device__ __forceinline__ void decode_rows(AttnLayout lay, const void* __restri
     AttnLayout lay, const void *__restrict__ q, const void *__restrict__ k,                      \
         const void *__restrict__ v, const u32 *__restrict__ lens, u64 hq, u64 hkv, u64 sq, u64 sk, \
         u64 d, u64 dv, u32 causal, float scale, u64 chunk, u32 elem, float *__restrict__ partial,  \
-        void *__restrict__ out, u32 *__restrict__ tickets
+        void *__restrict__ out
 #define DR_CALL(NV, L)                                                                            \
     decode_rows<NV, L>(lay, q, k, v, lens, hq, hkv, sq, sk, d, causal, scale, chunk, elem,        \
-                       partial, out, tickets, sm_acc, sm_ml)
+                       partial, out, sm_acc, sm_ml)
 
 extern "C" __global__ void __launch_bounds__(128, 4) attention_rows_f32(DR_ARGS) {
     WAIT_PRIOR();
@@ -332,47 +260,5 @@ extern "C" __global__ void __launch_bounds__(128) attention_rows_half(DR_ARGS) {
     case 64: DR_CALL(1, 8); break;
     case 128: DR_CALL(1, 16); break;
     default: DR_CALL(1, 32); break;
-    }
-}
-
-// Joins the partials of attention_split and attention_decode (value widths up to 256): a block
-// of MERGE_WARPS warps a query row. Warp w folds splits w, w + MERGE_WARPS, ...; the warps'
-// results join in shared memory.
-#define MERGE_WARPS 8
-extern "C" __global__ void __launch_bounds__(256) attention_merge(
-    AttnLayout lay, const float* __restrict__ partial, const u32* __restrict__ lens, u64 hq,
-    u64 sq, u64 sk, u64 dv, u32 causal, u64 splits, u32 elem, void* __restrict__ out) {
-    WAIT_PRIOR();
-    __shared__ float sm[MERGE_WARPS][2 + 32 * MERGE_COLS];
-    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const u64 row = blockIdx.x, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
-    const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
-    const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
-    float mm = NEG_INF, ll = 0.0f, a[MERGE_COLS];
-#pragma unroll
-    for (u32 c = 0; c < MERGE_COLS; ++c) a[c] = 0.0f;
-    merge_fold(partial + row * splits * (dv + 2), splits, dv, warp, MERGE_WARPS, lane, mm, ll, a);
-    if (lane == 0) {
-        sm[warp][0] = mm;
-        sm[warp][1] = ll;
-    }
-#pragma unroll
-    for (u32 c = 0; c < MERGE_COLS; ++c) sm[warp][2 + lane + 32 * c] = a[c];
-    __syncthreads();
-    float m_all = NEG_INF, l_all = 0.0f, f[MERGE_WARPS];
-#pragma unroll
-    for (u32 w = 0; w < MERGE_WARPS; ++w) m_all = nan_max(m_all, sm[w][0]);
-#pragma unroll
-    for (u32 w = 0; w < MERGE_WARPS; ++w) {
-        f[w] = (m_all == NEG_INF || sm[w][0] == NEG_INF) ? 0.0f : expf(sm[w][0] - m_all);
-        if (f[w] != 0.0f) l_all += f[w] * sm[w][1];
-    }
-    for (u64 c = tid; c < dv; c += blockDim.x) {
-        float t = 0.0f;
-#pragma unroll
-        for (u32 w = 0; w < MERGE_WARPS; ++w) {
-            if (f[w] != 0.0f) t += f[w] * sm[w][2 + c];
-        }
-        store_elem(out, o + c, elem, merged(t, m_all, l_all, visible == 0));
     }
 }

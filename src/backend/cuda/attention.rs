@@ -110,8 +110,7 @@ pub(super) fn attention(
         backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 256, 0, &merge)
     };
     // A split kernel: `extra` arguments after the common ones, partials (m, l, acc[dv]) per
-    // row and split, merged when there are several (attention_rows merges its own: its last
-    // block of a KV head joins them, counted in the backend's tickets).
+    // row and split, merged when there are several.
     let split = |entry: Entry,
                  grid: (u32, u32, u32),
                  threads: u32,
@@ -121,16 +120,9 @@ pub(super) fn attention(
      -> Result<()> {
         let words = crate::shape::mul("attention partials", rows * splits, a.dv + 2)?;
         let partial = backend.alloc(if splits > 1 { words } else { 1 })?;
-        let joins = matches!(entry, Entry::AttentionRows { .. });
-        let tickets = Arg::P(backend.tickets.ptr());
         let args = [&common[..], extra, &[p(&partial), p(&out)]].concat();
-        let args = if joins {
-            [&args[..], &[tickets]].concat()
-        } else {
-            args
-        };
         backend.launch(entry, grid, threads, shared as u32, &args)?;
-        if splits > 1 && !joins {
+        if splits > 1 {
             merge(&partial, splits)?;
         }
         Ok(())

@@ -455,6 +455,10 @@ pub(super) fn matmul_quant(
         _ => 4,
     };
     let per_block = 4 / kw * rows;
+    let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);
+    // A grid of one wave (4 blocks an SM, as launch bounds allow) lets the next kernel launch
+    // as it starts (LAUNCH_NEXT in common.cuh).
+    let one_wave = grid.0 as u64 * grid.1 as u64 <= 4 * be.multiprocessors as u64;
     let args = [
         Arg::I(w.format as u32),
         p(w.scales),
@@ -473,9 +477,9 @@ pub(super) fn matmul_quant(
         opt(around.rope.map(|r| r.0)),
         opt(around.rope.map(|r| r.1)),
         Arg::I(rope_dim),
+        Arg::I(one_wave as u32),
         p(&out),
     ];
-    let grid = (grid_x(n, per_block)?, m.clamp(1, 65535) as u32, 1);
     be.launch(Entry::Qgemv, grid, 128, 0, &args)?;
     Ok(out)
 }

@@ -77,10 +77,6 @@ pub(crate) struct CudaBackend {
     staging: Mutex<Option<PinnedHostSlice<f32>>>,
     /// cuBLAS's workspace, set once so that captured graphs never allocate.
     _workspace: Buffer,
-    /// Zeroed counters, one a block row of a split decode-attention grid (at most 65,535):
-    /// the last block of a row to finish joins the partials and sets its counter back to 0
-    /// (attention_rows.cu). Ops run in stream order, so one set serves every launch.
-    tickets: Buffer,
     graphs: graph::CaptureState,
     /// The most shared memory one block may ask for (beyond 48 KB by opting in per kernel).
     shared_optin: u32,
@@ -94,9 +90,6 @@ pub(crate) struct CudaBackend {
     /// previous kernel's tail.
     pdl: bool,
 }
-
-/// Counters in `CudaBackend::tickets`: a CUDA grid's largest y dimension.
-const TICKETS: u64 = 65535;
 
 impl CudaBackend {
     /// Opens CUDA device `ordinal`, or says why it cannot be used.
@@ -139,10 +132,6 @@ impl CudaBackend {
         }
         .result()
         .map_err(errors::blas)?;
-        let tickets = pool::take(&pool, TICKETS * 4)?;
-        // SAFETY: `tickets` holds TICKETS u32s of this context; the fill is synchronous.
-        unsafe { cu::memset_d8_sync(tickets.ptr(), 0, tickets.bytes() as usize) }
-            .map_err(errors::driver)?;
         let kernels = Kernels::new(ctx.clone(), props.compute_capability, props.driver_version);
         let info = info(&name, &props, selection);
         let backend = CudaBackend {
@@ -153,7 +142,6 @@ impl CudaBackend {
             pool,
             staging: Mutex::new(None),
             _workspace: workspace,
-            tickets,
             graphs: graph::CaptureState::default(),
             shared_optin: props.shared_memory_per_block_optin,
             multiprocessors: props.multiprocessors,

@@ -173,7 +173,7 @@ impl Entry {
             AttentionDecode => (Source::AttentionDecode, "attention_decode"),
             AttentionRows { half: false } => (Source::AttentionRows, "attention_rows_f32"),
             AttentionRows { half: true } => (Source::AttentionRows, "attention_rows_half"),
-            AttentionMerge => (Source::AttentionRows, "attention_merge"),
+            AttentionMerge => (Source::AttentionDecode, "attention_merge"),
             FlashMma { width, bf16 } => (
                 Source::AttentionMma,
                 match (width, bf16) {
@@ -436,7 +436,7 @@ mod tests {
                 .map_or("", |(_, next)| next)
                 .trim_start();
         }
-        let Some(rest) = body.strip_prefix("if (blockIdx.y == 0) {") else {
+        let Some(rest) = body.strip_prefix("if (launch_next && blockIdx.y == 0) {") else {
             return body;
         };
         let Some(end) = rest.find('}') else {
