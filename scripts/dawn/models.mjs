@@ -5,10 +5,16 @@
 //   C1: decode tokens/s, 128 new tokens (greedy, end tokens ignored) after a 128-token prompt;
 //   C2: prefill tokens/s of a 512-token prompt (its time to the first new token).
 // The same workloads as `gpukit bench-embed` and `gpukit bench-chat` natively.
-//   node scripts/dawn/models.mjs --www DIR --minilm DIR --smollm FILE --text FILE [--json FILE]
+// With `--tjs DIR --tjs-model DIR` transformers.js (onnxruntime-web on WebGPU) embeds the same
+// texts in the same process (transformers.mjs), each workload timed for both libraries in turn,
+// and its vectors must agree with gpukit's.
+//   node scripts/dawn/models.mjs --www DIR --minilm DIR --smollm FILE --text FILE
+//     [--tjs DIR --tjs-model DIR] [--quick] [--json FILE]
+// --quick: fewer runs and no E2 (for a software adapter).
 import fs from "node:fs";
 import path from "node:path";
-import { opt, loadPackage } from "./env.mjs";
+import { opt, args, loadPackage } from "./env.mjs";
+import { loadTransformers } from "./transformers.mjs";
 
 const pkg = await loadPackage("pkg/models");
 const gpu = await pkg.Gpu.create({ backend: "webgpu" });
@@ -16,12 +22,13 @@ const cpu = await pkg.Gpu.create({ backend: "cpu" });
 console.log(`gpukit models on ${gpu.info.adapter} (${gpu.info.backend}), checked against wasm CPU`);
 const median = (v) => v.slice().sort((x, y) => x - y)[Math.floor(v.length / 2)];
 const report = { date: new Date().toISOString(), adapter: gpu.info.adapter, rows: [] };
-const row = (id, workload, value, unit, note = "") => {
-  report.rows.push({ id, workload, value, unit, note });
+const row = (id, workload, value, unit, note = "", library = "gpukit") => {
+  report.rows.push({ id, library, workload, value, unit, note });
   console.log(
-    `${id.padEnd(3)} ${workload.padEnd(44)} ${value.toFixed(2).padStart(10)} ${unit} ${note}`,
+    `${id.padEnd(3)} ${library.padEnd(15)} ${workload.padEnd(44)} ${value.toFixed(2).padStart(10)} ${unit} ${note}`,
   );
 };
+const quick = args.includes("--quick");
 let failed = false;
 
 // Each model's failure is reported and fails the run without stopping the other.
@@ -54,28 +61,61 @@ if (minilm)
     console.log(
       `embeddings: lowest cosine to the CPU backend ${worst.toFixed(7)} ${ok ? "ok" : "WRONG"}`,
     );
+    // The peer, loaded after gpukit's check so that a failure there is told apart.
+    const peers = [{ library: "gpukit", embed: (texts) => embedder.embed(texts) }];
+    if (opt("--tjs")) {
+      const tjs = await loadTransformers(opt("--tjs"), opt("--tjs-model"));
+      const theirs = await tjs.embed(texts);
+      const agree = Math.min(...theirs.map((v, i) => v.reduce((s, x, j) => s + x * got[i][j], 0)));
+      const same = agree >= 0.9999;
+      failed ||= !same;
+      console.log(
+        `transformers.js ${tjs.version}: lowest cosine to gpukit ${agree.toFixed(7)} ${same ? "ok" : "WRONG"}`,
+      );
+      peers.push({ library: "transformers.js", embed: tjs.embed });
+    }
+    // A workload's median time in ms for each library, the libraries taking turns run by run.
     const time = async (batch, warm, runs) => {
-      const times = [];
+      const times = peers.map(() => []);
       for (let i = 0; i < warm + runs; i++) {
-        const t0 = performance.now();
-        const out = await embedder.embed(batch);
-        if (i >= warm) times.push(performance.now() - t0);
-        if (out.length !== batch.length) throw new Error("a vector is missing");
+        for (const [p, peer] of peers.entries()) {
+          const t0 = performance.now();
+          const out = await peer.embed(batch);
+          if (i >= warm) times[p].push(performance.now() - t0);
+          if (out.length !== batch.length) throw new Error(`${peer.library}: a vector is missing`);
+        }
       }
-      return median(times);
+      return times.map(median);
     };
     const tokens = embedder.tokenize(sentence).length;
-    const e1 = await time([sentence], 3, 30);
-    row("E1", `batch 1, one sentence of ${tokens} tokens`, e1, "ms");
-    const e2 = await time(Array(128).fill(long), 1, 5);
-    row("E2", "128 sentences x 128 tokens", (128 / e2) * 1e3, "sentences/s", `${e2.toFixed(1)} ms`);
-    const e3 = await time(Array(32).fill(sentence), 2, 10);
-    row(
-      "E3",
-      `32 sentences of ${tokens} tokens`,
-      (32 / e3) * 1e3,
-      "sentences/s",
-      `${e3.toFixed(1)} ms`,
+    const runs = (n) => (quick ? Math.min(n, 3) : n);
+    const e1 = await time([sentence], quick ? 1 : 3, runs(30));
+    peers.forEach((p, i) =>
+      row("E1", `batch 1, one sentence of ${tokens} tokens`, e1[i], "ms", "", p.library),
+    );
+    if (!quick) {
+      const e2 = await time(Array(128).fill(long), 1, 5);
+      peers.forEach((p, i) =>
+        row(
+          "E2",
+          "128 sentences x 128 tokens",
+          (128 / e2[i]) * 1e3,
+          "sentences/s",
+          `${e2[i].toFixed(1)} ms`,
+          p.library,
+        ),
+      );
+    }
+    const e3 = await time(Array(32).fill(sentence), quick ? 1 : 2, runs(10));
+    peers.forEach((p, i) =>
+      row(
+        "E3",
+        `32 sentences of ${tokens} tokens`,
+        (32 / e3[i]) * 1e3,
+        "sentences/s",
+        `${e3[i].toFixed(1)} ms`,
+        p.library,
+      ),
     );
   });
 

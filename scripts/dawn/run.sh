@@ -10,12 +10,15 @@
 # .. 4; one call each carries a folder and copies it to $MODELS, default /root/gpukit-models:
 # `mkdir -p /root/gpukit-models && cp .gpu/models/N/* /root/gpukit-models/`) and runs
 # all-MiniLM-L6-v2 and SmolLM2 in the web build through Dawn (dawn-models.{txt,json}) and
-# natively on Vulkan (vulkan-embed.json, vulkan-chat.json).
+# natively on Vulkan (vulkan-embed.json, vulkan-chat.json). Where folders 5 and 6 came too
+# (transformers.js's ONNX graph) and tjs.tar.xz was staged, transformers.js on WebGPU embeds
+# the same texts in the same process.
 set -uo pipefail
 dir=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$dir/out}
 mkdir -p "$out"
 for f in "$dir"/*.xz "$dir"/../bin/*.xz; do
+  case $f in *.tar.xz) continue ;; esac # archives are unpacked where they are used
   [ -f "$f" ] && xz -d -f "$f" && chmod +x "${f%.xz}"
 done
 export PATH="$dir:$PATH" DAWN_NODE="$dir/dawn.node"
@@ -45,9 +48,21 @@ for step in $steps; do
       [ -f "$m/minilm/model.safetensors" ] || cat "$m"/minilm.part* >"$m/minilm/model.safetensors"
       cp "$m/config.json" "$m/tokenizer.json" "$m/minilm/"
       [ -f "$m/smollm.gguf" ] || cat "$m"/smollm.part* >"$m/smollm.gguf"
+      # transformers.js beside the embedder where stage.sh packed it and folders 5, 6 came.
+      peer=()
+      if [ -f "$dir/tjs.tar.xz" ] && [ -f "$m/onnx.part01" ]; then
+        mkdir -p "$m/tjs/all-MiniLM-L6-v2/onnx"
+        [ -d "$m/tjs/node_modules" ] || tar xJf "$dir/tjs.tar.xz" -C "$m/tjs"
+        [ -f "$m/tjs/all-MiniLM-L6-v2/onnx/model.onnx" ] ||
+          cat "$m"/onnx.part* >"$m/tjs/all-MiniLM-L6-v2/onnx/model.onnx"
+        cp "$m/config.json" "$m/tjs/all-MiniLM-L6-v2/"
+        cp "$m/tjs.tokenizer.json" "$m/tjs/all-MiniLM-L6-v2/tokenizer.json"
+        cp "$m/tjs.tokenizer_config.json" "$m/tjs/all-MiniLM-L6-v2/tokenizer_config.json"
+        peer=(--tjs "$m/tjs" --tjs-model "$m/tjs/all-MiniLM-L6-v2")
+      fi
       echo "== the models in the web build through Dawn"
       node "$dir/models.mjs" --www "$dir/www" --minilm "$m/minilm" --smollm "$m/smollm.gguf" \
-        --text "$dir/bench_text.txt" --json "$out/dawn-models.json" 2>&1 |
+        --text "$dir/bench_text.txt" --json "$out/dawn-models.json" "${peer[@]}" 2>&1 |
         tee "$out/dawn-models.txt" || status=1
       echo "== the same natively on Vulkan"
       "$dir/../bin/gpukit" bench-embed --backend vulkan --model "$m/minilm" --json \

@@ -16,3 +16,17 @@ Object.defineProperty(globalThis, "navigator", {
   configurable: true,
 });
 globalThis.Window ??= function Window() {};
+
+// Dawn's addon refuses a view of a SharedArrayBuffer in `queue.writeBuffer` ("Invalid
+// argument"), which browsers take: onnxruntime-web's wasm memory is shared, so its uploads
+// (transformers.js, models.mjs's peer) go through a copy. Other callers are unaffected.
+const writeBuffer = GPUQueue.prototype.writeBuffer;
+GPUQueue.prototype.writeBuffer = function (buffer, offset, data, dataOffset, size) {
+  if (!(data?.buffer instanceof SharedArrayBuffer))
+    return writeBuffer.call(this, buffer, offset, data, dataOffset, size);
+  const unit = data.BYTES_PER_ELEMENT ?? 1;
+  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength).slice();
+  const start = (dataOffset ?? 0) * unit;
+  const length = size === undefined ? bytes.byteLength - start : size * unit;
+  return writeBuffer.call(this, buffer, offset, bytes, start, length);
+};

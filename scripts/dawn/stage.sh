@@ -39,7 +39,8 @@ pack "$dawn" dawn.node
 pack "$(command -v wasm-bindgen-test-runner)" wasm-bindgen-test-runner
 xz -T2 -1 -f .gpu/bin/gpukit
 cp "$suite" "$out/dawn-suite.wasm"
-cp scripts/dawn/setup.cjs scripts/dawn/env.mjs scripts/dawn/bench.mjs scripts/dawn/models.mjs scripts/dawn/run.sh \
+cp scripts/dawn/setup.cjs scripts/dawn/env.mjs scripts/dawn/bench.mjs scripts/dawn/models.mjs \
+  scripts/dawn/transformers.mjs scripts/dawn/run.sh \
   scripts/peers/bench_text.txt "$out/"
 cp www/common.js www/bench-workloads.js www/bench-refs.js www/raw-webgpu.js "$out/www/"
 cp www/pkg/gpukit.js www/pkg/gpukit_bg.wasm "$out/www/pkg/"
@@ -47,8 +48,8 @@ mkdir -p "$out/www/pkg/models"
 cp www/pkg/models/gpukit.js www/pkg/models/gpukit_bg.wasm "$out/www/pkg/models/"
 cp www/vendor/tf-core.min.js www/vendor/tf-backend-webgpu.min.js "$out/www/vendor/"
 echo '{"type":"module"}' > "$out/www/package.json"
-# The model files (GPU_WEB_MODELS=1): too big for one call together, so in four folders of
-# under 50 MB, .gpu/models/1 .. 4, each carried by its own call and copied to
+# The model files (GPU_WEB_MODELS=1): too big for one call together, so in folders of under
+# 50 MB, .gpu/models/1 .. 4 (and 5, 6 for transformers.js), each carried by its own call and copied to
 # /root/gpukit-models there (files outside the copy outlive a call while the machine stays
 # warm); `run.sh models` puts them together.
 if [ "${GPU_WEB_MODELS:-0}" = 1 ]; then
@@ -62,5 +63,26 @@ if [ "${GPU_WEB_MODELS:-0}" = 1 ]; then
   split -n 2 -d target/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/gpukit-smollm.part
   mv /tmp/gpukit-smollm.part00 .gpu/models/3/smollm.part00
   mv /tmp/gpukit-smollm.part01 .gpu/models/4/smollm.part01
+  # transformers.js, the embedder's peer in the same process (models.mjs --tjs), from what
+  # `make bench-tjs` installed into target/peers: the files its web build and onnxruntime-web's
+  # WebGPU provider load, and the ONNX graph of the same weights in two folders, 5 and 6.
+  peers=target/peers
+  onnx=$peers/tjs-models/all-MiniLM-L6-v2
+  if [ -f "$onnx/onnx/model.onnx" ] && [ -d "$peers/tjs/node_modules/onnxruntime-web/dist" ]; then
+    mkdir -p .gpu/models/5 .gpu/models/6
+    # Named apart from the embedder's files, which share the folder there.
+    cp "$onnx/tokenizer.json" .gpu/models/5/tjs.tokenizer.json
+    cp "$onnx/tokenizer_config.json" .gpu/models/5/tjs.tokenizer_config.json
+    split -n 2 -d "$onnx/onnx/model.onnx" /tmp/gpukit-onnx.part
+    mv /tmp/gpukit-onnx.part00 .gpu/models/5/onnx.part00
+    mv /tmp/gpukit-onnx.part01 .gpu/models/6/onnx.part01
+    ort=node_modules/onnxruntime-web
+    tar cf - -C "$peers/tjs" node_modules/@huggingface/transformers/package.json \
+      node_modules/@huggingface/transformers/dist/transformers.web.js node_modules/onnxruntime-common \
+      $ort/package.json $ort/dist/ort.webgpu.bundle.min.mjs $ort/dist/ort-wasm-simd-threaded.asyncify.mjs \
+      $ort/dist/ort-wasm-simd-threaded.asyncify.wasm | xz -T2 -6 >"$out/tjs.tar.xz"
+  else
+    echo "gpu-web: no transformers.js peer in $peers (run make bench-tjs once): not staged" >&2
+  fi
 fi
 du -shL .gpu/web .gpu/bin .gpu/debs .gpu/models/* 2>/dev/null | awk '{print "staged " $2 ": " $1}'
