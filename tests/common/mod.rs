@@ -30,9 +30,9 @@ macro_rules! with_suite_tests {
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
             embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,
             topk_long_rows, quantized, quantized_residual, quantized_rope, quantized_rows,
-            // suite/fused.rs, batch.rs
+            // suite/fused.rs, batch.rs, batch_quant.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
-            random_batches_vs_eager,
+            random_batches_vs_eager, batch_quant,
             // suite/cast.rs, compare.rs, embedding.rs
             cast_every_pair, half_precision_ops, half_precision_every_op, compare_and_integers,
             device_ids_and_lengths,

@@ -13,6 +13,7 @@ use gpukit::{
 mod attention;
 mod attention_halves;
 mod batch;
+mod batch_quant;
 mod cast;
 mod compare;
 mod conv;
@@ -38,6 +39,7 @@ mod topk;
 pub use attention::*;
 pub use attention_halves::*;
 pub use batch::*;
+pub use batch_quant::*;
 pub use cast::*;
 pub use compare::*;
 pub use conv::*;
