@@ -23,14 +23,12 @@ export async function loadTransformers(root, model) {
   const name = path.basename(model);
   const server = http.createServer((req, res) => {
     const file = path.join(folder, decodeURIComponent(req.url.split("?")[0]));
-    if (
-      !file.startsWith(folder + path.sep) ||
-      !fs.statSync(file, { throwIfNoEntry: false })?.isFile()
-    ) {
+    const stat = file.startsWith(folder + path.sep) && fs.statSync(file, { throwIfNoEntry: false });
+    if (!stat?.isFile()) {
       res.writeHead(404).end();
       return;
     }
-    res.writeHead(200, { "content-length": fs.statSync(file).size });
+    res.writeHead(200, { "content-length": stat.size });
     fs.createReadStream(file).pipe(res);
   });
   await new Promise((done) => server.listen(0, "127.0.0.1", done));

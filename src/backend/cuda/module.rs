@@ -391,8 +391,8 @@ mod tests {
 
     /// Kernels launch with programmatic stream serialization on sm_90: one that touched memory
     /// before `WAIT_PRIOR()` could race the kernel before it. Every kernel of every file
-    /// (and the generated fused one) waits first, after at most a block of `WARM_L2` hints
-    /// (statements up to the first `;` outside parentheses) and the declarations they need.
+    /// (and the generated fused one) waits first, after at most the one-wave GEMV's block of
+    /// `WARM_L2` hints (see `after_warming`).
     #[test]
     fn every_kernel_waits_for_the_one_before_it_first() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders/cuda");
@@ -426,8 +426,9 @@ mod tests {
         assert!(kernels >= 34, "{kernels} kernels found");
     }
 
-    /// The body after a leading `if (...) { ... }` block of `WARM_L2` hints, if it starts
-    /// with one whose statements only declare constants and warm L2.
+    /// The body after its leading comments and a leading `if (launch_next && blockIdx.y ==
+    /// 0) { ... }` block whose statements only declare constants and warm L2 (quant.cu's
+    /// qgemv); the body unchanged if it has no such block.
     fn after_warming(body: &str) -> &str {
         let mut body = body;
         while let Some(comment) = body.strip_prefix("//") {
