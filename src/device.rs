@@ -308,6 +308,17 @@ impl Device {
         &self.inner.backend
     }
 
+    /// Runs `f`, a sequence of ops, on the CPU backend's worker threads when this is the CPU
+    /// device (its parallel kernels then share work with the other workers directly instead of
+    /// each handing it over from outside and sleeping); elsewhere on this thread.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn run_on_host_threads<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match self.backend() {
+            BackendImpl::Cpu(_) => crate::backend::cpu::par::in_pool(f),
+            _ => f(),
+        }
+    }
+
     /// The backend for the op of `spec`, timed while a profiler is on.
     pub(crate) fn op(&self, spec: &impl crate::ops::OpSpec) -> crate::profile::OpScope<'_> {
         crate::profile::OpScope::new(self, spec.name(), spec.work())

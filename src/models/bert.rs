@@ -286,15 +286,18 @@ impl Embedder {
                 self.tokenizer.pad_id(),
             );
             let d = &self.device;
-            let values = forward(
-                &self.weights.config,
-                &self.weights.tensors(),
-                &d.tensor_of(&x.ids, &[x.batch, x.len])?,
-                &d.tensor_of(&x.lengths, &[x.batch])?,
-                &d.tensor(&x.pool, &[x.batch, 1, x.len])?,
-            )?
-            .read()
-            .await?;
+            let (ids, lengths) = (
+                d.tensor_of(&x.ids, &[x.batch, x.len])?,
+                d.tensor_of(&x.lengths, &[x.batch])?,
+            );
+            let pool = d.tensor(&x.pool, &[x.batch, 1, x.len])?;
+            let weights = self.weights.tensors();
+            let config = &self.weights.config;
+            // On the CPU the pass runs on the pool's threads (see `in_pool`); elsewhere here.
+            let values = d
+                .run_on_host_threads(|| forward(config, &weights, &ids, &lengths, &pool))?
+                .read()
+                .await?;
             for (&i, v) in part.iter().zip(values.chunks(self.dim())) {
                 out[i] = v.to_vec();
             }
@@ -313,13 +316,28 @@ impl Embedder {
     }
 
     /// The texts' indices in parts of at most [`Embedder::MAX_BATCH`], each sorted by length.
+    /// On the CPU a part also holds at most [`Embedder::CPU_TOKENS`] padded tokens (one text at
+    /// least), so that its activations stay in the caches and the allocator reuses them.
     fn parts(&self, ids: &[Vec<u32>]) -> Vec<Vec<usize>> {
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| ids[i].len());
-        order
-            .chunks(Self::MAX_BATCH)
-            .map(<[usize]>::to_vec)
-            .collect()
+        let tokens = if self.device.info().backend == crate::Backend::Cpu {
+            Self::CPU_TOKENS
+        } else {
+            usize::MAX
+        };
+        let mut parts: Vec<Vec<usize>> = Vec::new();
+        for i in order {
+            // Sorted by length: this text is the part's longest.
+            let fits = parts.last().is_some_and(|p| {
+                p.len() < Self::MAX_BATCH && (p.len() + 1).saturating_mul(ids[i].len()) <= tokens
+            });
+            match parts.last_mut() {
+                Some(p) if fits => p.push(i),
+                _ => parts.push(vec![i]),
+            }
+        }
+        parts
     }
 
     /// A session that replays a compiled graph per (batch, length) bucket; see
@@ -334,6 +352,9 @@ impl Embedder {
     /// The most texts one forward pass takes (at 512 tokens each, its activations stay under
     /// 1.5 GB).
     pub const MAX_BATCH: usize = 64;
+
+    /// The most padded tokens one forward pass takes on the CPU backend.
+    pub const CPU_TOKENS: usize = 1024;
 
     /// Blocking [`Embedder::embed`].
     #[cfg(native)]
@@ -453,7 +474,8 @@ fn forward(
 /// replayed with the new texts' ids, lengths and pooling weights (on CUDA a CUDA graph: one
 /// launch instead of a hundred). The results equal [`Embedder::embed`]'s; the padding a bucket
 /// adds is masked. The last [`EmbedSession::CAPACITY`] buckets used are kept (each holds its
-/// activations' memory). Not `Send`: one session per thread.
+/// activations' memory). Where the device cannot replay (the CPU backend), a session embeds as
+/// [`Embedder::embed`] does. Not `Send`: one session per thread.
 pub struct EmbedSession<'a> {
     embedder: &'a Embedder,
     buckets: Buckets,
@@ -496,6 +518,11 @@ impl EmbedSession<'_> {
 impl Buckets {
     /// [`EmbedSession::embed`] with `e`'s model, which compiled every kept bucket.
     pub(crate) async fn embed(&mut self, e: &Embedder, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        if !e.device.backend().replays() {
+            // A graph here would run its ops again, padded to the bucket: the eager pass is the
+            // same work without the padding.
+            return e.embed(texts).await;
+        }
         let ids = e.encode_all(texts);
         let mut out = vec![Vec::new(); ids.len()];
         for part in e.parts(&ids) {

@@ -5,9 +5,10 @@
 
 use super::matmul::{sgemm, View};
 use super::par;
-use super::reduce::extreme;
+use super::reduce::{extreme, sum};
 use super::vmath;
 use crate::ops::attention::AttentionSpec;
+use multiversion::multiversion;
 
 /// Query rows per block: the score block stays in L1/L2 and the kernel's tiles fill.
 const BLOCK: usize = 32;
@@ -73,6 +74,23 @@ pub(super) fn attention(
     bshd
 }
 
+/// A row of scores into unnormalised softmax weights in place: the first `seen` scaled and
+/// exponentiated after subtracting their largest, the rest (masked keys) zero. Returns the
+/// weights' sum. Its own function so that it is compiled for the CPU's widest vectors (the
+/// exponential is most of attention's time outside the two products).
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
+fn weights(row: &mut [f32], seen: usize, scale: f32) -> f32 {
+    let (live, masked) = row.split_at_mut(seen.min(row.len()));
+    live.iter_mut().for_each(|x| *x *= scale);
+    let m = extreme(live, true);
+    live.iter_mut().for_each(|x| *x = vmath::exp(*x - m));
+    masked.fill(0.0);
+    sum(live) as f32
+}
+
 /// Every query row of head `h` of batch entry `b` into `out` (`[sq, dv]`).
 #[allow(clippy::too_many_arguments)]
 fn head(
@@ -127,17 +145,7 @@ fn head(
         let _ = sgemm(r, n, d, qv, kb, &mut s, n, false, 1);
         let mut sums = [0.0f32; BLOCK];
         for (t, row) in s.chunks_exact_mut(n).enumerate() {
-            let seen = visible(i0 + t);
-            let (live, masked) = row.split_at_mut(seen);
-            live.iter_mut().for_each(|x| *x *= a.scale);
-            let m = extreme(live, true);
-            let mut l = 0.0f32;
-            for x in live.iter_mut() {
-                *x = vmath::exp(*x - m);
-                l += *x;
-            }
-            masked.fill(0.0);
-            sums[t] = l;
+            sums[t] = weights(row, visible(i0 + t), a.scale);
         }
         // Output rows [r, dv] = p . v.
         let o = &mut out[i0 * dv..(i0 + r) * dv];

@@ -12,7 +12,10 @@ use multiversion::multiversion;
 use std::mem::MaybeUninit;
 
 /// `out[i] = op(x[i])`.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 pub(super) fn unary(op: UnaryOp, x: &[f32], out: &mut [MaybeUninit<f32>]) {
     macro_rules! map {
         ($v:ident => $e:expr) => {
@@ -55,7 +58,10 @@ pub(super) enum Side<'a> {
 }
 
 /// `out[i] = op(a[i], b[i])` with either side possibly one repeated value.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 pub(super) fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [MaybeUninit<f32>]) {
     macro_rules! by_op {
         ($go:ident) => {

@@ -6,7 +6,10 @@ use crate::ops::norm::NormSpec;
 use multiversion::multiversion;
 
 /// Sum of squared distances from `mean`, in f64.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 fn squares(x: &[f32], mean: f64) -> f64 {
     let mut acc = [0.0f64; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -21,7 +24,10 @@ fn squares(x: &[f32], mean: f64) -> f64 {
 }
 
 /// Layer or RMS norm of one row into `out`.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 fn norm_row(x: &[f32], out: &mut [f32], w: Option<&[f32]>, b: Option<&[f32]>, rms: bool, eps: f32) {
     let n = x.len() as f64;
     let mean = if rms { 0.0 } else { sum(x) / n };

@@ -9,7 +9,10 @@ use multiversion::multiversion;
 pub(super) const LANES: usize = 8;
 
 /// Sum of `x` in f64.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 pub(super) fn sum(x: &[f32]) -> f64 {
     let mut acc = [0.0f64; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -23,7 +26,10 @@ pub(super) fn sum(x: &[f32]) -> f64 {
 }
 
 /// Dot product in f64.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 pub(super) fn dot(a: &[f32], b: &[f32]) -> f64 {
     let mut acc = [0.0f64; LANES];
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
@@ -41,7 +47,10 @@ pub(super) fn dot(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// Largest (or smallest) element; NaN if any element is NaN.
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 pub(super) fn extreme(x: &[f32], largest: bool) -> f32 {
     // `a` wins when it beats the running value or is NaN; a NaN running value never loses,
     // because no comparison with it is true.

@@ -6,7 +6,10 @@ use super::vmath;
 use multiversion::multiversion;
 
 /// Softmax (or log-softmax) of each row, in place in `out` (which holds a copy of the input).
-#[multiversion(targets("x86_64+avx2+fma"))]
+#[multiversion(targets(
+    "x86_64+avx2+fma+avx512f+avx512bw+avx512dq+avx512vl",
+    "x86_64+avx2+fma"
+))]
 fn softmax_row(row: &mut [f32], log: bool) {
     let m = extreme(row, true);
     if log {
