@@ -195,7 +195,10 @@ impl Generation {
         let id = match self.ids.last().copied() {
             None => {
                 let prompt = self.prompt.clone();
-                let logits = self.llm.forward(&prompt, &mut self.cache)?;
+                let (llm, cache) = (&self.llm, &mut self.cache);
+                let logits = llm
+                    .device
+                    .run_on_host_threads(|| llm.forward(&prompt, cache))?;
                 let id = self.pick(&logits).await?;
                 self.prefill_time += start.elapsed();
                 id
@@ -226,7 +229,10 @@ impl Generation {
     /// recorded step where the cache is preallocated, op by op elsewhere.
     async fn decode(&mut self, last: u32) -> Result<u32> {
         if self.cache.capacity().is_none() {
-            let logits = self.llm.forward(&[last], &mut self.cache)?;
+            let (llm, cache) = (&self.llm, &mut self.cache);
+            let logits = llm
+                .device
+                .run_on_host_threads(|| llm.forward(&[last], cache))?;
             return self.pick(&logits).await;
         }
         let decoder = match &mut self.decoder {
