@@ -311,12 +311,20 @@ impl Device {
     /// Runs `f`, a sequence of ops, on the CPU backend's worker threads when this is the CPU
     /// device (its parallel kernels then share work with the other workers directly instead of
     /// each handing it over from outside and sleeping); elsewhere on this thread.
+    #[cfg(native)]
     #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn run_on_host_threads<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         match self.backend() {
             BackendImpl::Cpu(_) => crate::backend::cpu::par::in_pool(f),
             _ => f(),
         }
+    }
+
+    /// In wasm the CPU backend has one thread: `f` runs here.
+    #[cfg(web)]
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn run_on_host_threads<T>(&self, f: impl FnOnce() -> T) -> T {
+        f()
     }
 
     /// The backend for the op of `spec`, timed while a profiler is on.

@@ -47,11 +47,55 @@ fn store(to: DType, v: Value) -> u32 {
     }
 }
 
+/// Halves to f32 and f32 to halves, the conversions of half-precision weights and
+/// activations, a slice at a time (the `half` crate converts f16 with F16C where the CPU has
+/// it; bf16 widens by a shift): `None` for any other pair, or a short input.
+fn cast_floats(x: &[f32], s: CastSpec, out: &mut [f32]) -> Option<()> {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    match (s.from, s.to) {
+        (DType::F16 | DType::BF16, DType::F32) => {
+            let src = bytemuck::cast_slice::<f32, u16>(x).get(..s.n)?;
+            par::chunks_mut(&mut out[..s.n], par::GRAIN, |start, chunk| {
+                let from = &src[start..start + chunk.len()];
+                if s.from == DType::F16 {
+                    from.reinterpret_cast::<half::f16>()
+                        .convert_to_f32_slice(chunk);
+                } else {
+                    from.reinterpret_cast::<half::bf16>()
+                        .convert_to_f32_slice(chunk);
+                }
+            });
+            Some(())
+        }
+        (DType::F32, DType::F16 | DType::BF16) => {
+            let src = x.get(..s.n)?;
+            let dst: &mut [u16] = bytemuck::cast_slice_mut(out);
+            par::chunks_mut(&mut dst[..s.n], par::GRAIN, |start, chunk| {
+                let from = &src[start..start + chunk.len()];
+                if s.to == DType::F16 {
+                    chunk
+                        .reinterpret_cast_mut::<half::f16>()
+                        .convert_from_f32_slice(from);
+                } else {
+                    chunk
+                        .reinterpret_cast_mut::<half::bf16>()
+                        .convert_from_f32_slice(from);
+                }
+            });
+            Some(())
+        }
+        _ => None,
+    }
+}
+
 /// The converted words of `s.n` elements.
 pub(super) fn cast(x: &[f32], s: CastSpec) -> Vec<f32> {
     let words = (s.n * s.to.size()).div_ceil(4);
     let per = 4 / s.to.size();
     let mut out = vec![0f32; words];
+    if let Some(()) = cast_floats(x, s, &mut out) {
+        return out;
+    }
     par::chunks_mut(&mut out, par::GRAIN / 2, |start, chunk| {
         for (j, w) in chunk.iter_mut().enumerate() {
             let first = (start + j) * per;

@@ -18,11 +18,11 @@ pub(crate) fn threads() -> usize {
     }
 }
 
-/// Runs `f` on one of the pool's threads (natively; in wasm on this one), so that the parallel
-/// kernels of a sequence of ops split their work with the other threads directly: called from
-/// outside the pool, every parallel op hands its work over and sleeps until it is done.
+/// Runs `f` on one of the pool's threads, so that the parallel kernels of a sequence of ops
+/// split their work with the other threads directly: called from outside the pool, every
+/// parallel op hands its work over and sleeps until it is done.
+#[cfg(native)]
 pub(crate) fn in_pool<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    #[cfg(native)]
     if rayon::current_thread_index().is_none() && threads() > 1 {
         return rayon::scope(|_| f());
     }
