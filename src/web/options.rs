@@ -69,6 +69,19 @@ export interface Pool2dOptions {
   padding?: [number, number];
 }
 export type RopeLayoutName = "interleaved" | "halfSplit";
+/** What `matmulQuant` fuses around the product (a LLaMA layer's pieces). */
+export interface QuantMatmulOptions {
+  /** RMS-normalise each input row first: the weight (one value per input column), eps 1e-5 unless given. */
+  rmsNorm?: { weight: Tensor; eps?: number };
+  /** Added to the product (its shape): a residual connection. */
+  residual?: Tensor;
+  /** The input is gate then up halves; the product reads silu(gate) * up. Not with rmsNorm. */
+  swiglu?: boolean;
+  /** Rotates the product as `rope` does, tables [rows, dim / 2]; layout "interleaved" unless given. */
+  rope?: { cos: Tensor; sin: Tensor; layout?: RopeLayoutName };
+  /** A prompt's product ("f16": on tensor cores where the device has them). */
+  precision?: "f32" | "f16" | "tf32" | "bf16";
+}
 export type QuantFormatName = "q8_0" | "q4_0" | "q4_1";
 export interface BatchMatmulOptions {
   transposeA?: boolean;
@@ -225,6 +238,19 @@ pub(crate) enum PrecisionName {
     F16,
     Tf32,
     Bf16,
+}
+
+/// A precision by its JS name.
+pub(crate) fn precision_by_name(name: &str) -> Result<Precision, JsError> {
+    match name {
+        "f32" => Ok(Precision::F32),
+        "f16" => Ok(Precision::F16),
+        "tf32" => Ok(Precision::Tf32),
+        "bf16" => Ok(Precision::Bf16),
+        _ => Err(JsError::new(&format!(
+            "unknown precision {name:?}: expected \"f32\", \"f16\", \"tf32\" or \"bf16\""
+        ))),
+    }
 }
 
 impl From<PrecisionName> for Precision {

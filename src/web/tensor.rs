@@ -477,11 +477,97 @@ impl JsTensor {
         self.op(|t| t.avg_pool2d(opts))
     }
 
-    /// `self` [.., k] times the quantized weight [n, k] transposed: [.., n].
+    /// `self` [.., k] times the quantized weight [n, k] transposed: [.., n], with what
+    /// `options` fuses around it (see `QuantMatmulOptions`).
     #[wasm_bindgen(js_name = matmulQuant)]
-    pub fn matmul_quant(&self, weight: &JsQuantTensor) -> JsResult<JsTensor> {
-        self.op(|t| t.matmul_quant(&weight.inner))
+    pub fn matmul_quant(
+        &self,
+        weight: &JsQuantTensor,
+        #[wasm_bindgen(unchecked_optional_param_type = "QuantMatmulOptions")] options: JsValue,
+    ) -> JsResult<JsTensor> {
+        let what = "matmulQuant options";
+        let fail = |key: &str, want: &str, v: &JsValue| {
+            JsError::new(&format!(
+                "{what}: {key} must be {want}, got {}",
+                super::describe(v)
+            ))
+        };
+        let tensor = |v: &JsValue, key: &str| -> JsResult<Tensor> {
+            optional_tensor(v, &format!("{what}: {key}"))?
+                .ok_or_else(|| fail(key, "a gpukit Tensor", v))
+        };
+        let (mut norm, mut residual, mut rope) = (None, None, None);
+        let mut opts = crate::QuantMatmulOptions::<&Tensor>::default();
+        for (key, v) in entries(
+            &options,
+            what,
+            &["rmsNorm", "residual", "swiglu", "rope", "precision"],
+        )? {
+            match key.as_str() {
+                "rmsNorm" => {
+                    entries(&v, "rmsNorm", &["weight", "eps"])?;
+                    let eps = property(&v, "eps");
+                    let eps = match eps.as_f64() {
+                        _ if eps.is_undefined() => options::DEFAULT_EPS,
+                        Some(e) if e.is_finite() && e >= 0.0 => e as f32,
+                        _ => return Err(fail("rmsNorm.eps", "a number >= 0", &eps)),
+                    };
+                    norm = Some((tensor(&property(&v, "weight"), "rmsNorm.weight")?, eps));
+                }
+                "residual" => residual = Some(tensor(&v, "residual")?),
+                "swiglu" => {
+                    opts.swiglu = v.as_bool().ok_or_else(|| fail("swiglu", "a boolean", &v))?
+                }
+                "rope" => {
+                    entries(&v, "rope", &["cos", "sin", "layout"])?;
+                    let layout = property(&v, "layout");
+                    let layout = match layout.as_string() {
+                        _ if layout.is_undefined() => crate::RopeLayout::Interleaved,
+                        Some(name) => options::rope_layout(&name)?,
+                        None => return Err(fail("rope.layout", "a string", &layout)),
+                    };
+                    let (cos, sin) = (property(&v, "cos"), property(&v, "sin"));
+                    rope = Some((tensor(&cos, "rope.cos")?, tensor(&sin, "rope.sin")?, layout));
+                }
+                _ => {
+                    let name = v
+                        .as_string()
+                        .ok_or_else(|| fail("precision", "a string", &v))?;
+                    opts.precision = options::precision_by_name(&name)?;
+                }
+            }
+        }
+        opts.rms_norm = norm.as_ref().map(|(w, eps)| (w, *eps));
+        opts.residual = residual.as_ref();
+        opts.rope = rope.as_ref().map(|(c, s, l)| (c, s, *l));
+        JsTensor::wrap(self.get()?.matmul_quant_with(&weight.inner, opts))
     }
+}
+
+/// The keys and values of an options object (none for `undefined` or `null`), each key one of
+/// `known`.
+fn entries(v: &JsValue, what: &str, known: &[&str]) -> JsResult<Vec<(String, JsValue)>> {
+    if v.is_undefined() || v.is_null() {
+        return Ok(Vec::new());
+    }
+    if !v.is_object() {
+        return Err(JsError::new(&format!(
+            "{what} must be an object, got {}",
+            super::describe(v)
+        )));
+    }
+    let mut out = Vec::new();
+    for key in js_sys::Object::keys(v.unchecked_ref::<js_sys::Object>()).iter() {
+        let key = key.as_string().unwrap_or_default();
+        if !known.contains(&key.as_str()) {
+            return Err(JsError::new(&format!(
+                "{what}: unknown key {key:?} (expected {})",
+                known.join(", ")
+            )));
+        }
+        out.push((key.clone(), property(v, &key)));
+    }
+    Ok(out)
 }
 
 fn activation_by_name(name: &str) -> JsResult<crate::Activation> {

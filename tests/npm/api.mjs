@@ -433,6 +433,69 @@ export async function run(gpukit, label) {
   );
   const ones = gpu.tensor(new Float32Array(32).fill(1), [1, 32]);
   close(await ones.matmulQuant(qw).read(), [-16, 16], 1e-5, "matmulQuant");
+  // What matmulQuant fuses, against the same arithmetic in JS on random inputs.
+  {
+    const wRow = (r) => Array.from({ length: 32 }, (_, i) => i - 16 + r);
+    const dot = (v) => [0, 1].map((r) => wRow(r).reduce((acc, w, i) => acc + w * v[i], 0));
+    const xq = rand(32);
+    const x = gpu.tensor(xq, [1, 32]);
+    const res = rand(2);
+    const want = dot(xq).map((v, i) => v + res[i]);
+    close(
+      await x.matmulQuant(qw, { residual: gpu.tensor(res, [1, 2]) }).read(),
+      want,
+      1e-4,
+      "matmulQuant residual",
+    );
+    const g = rand(32);
+    const ms = xq.reduce((acc, v) => acc + v * v, 0) / 32;
+    const normed = xq.map((v, i) => (v / Math.sqrt(ms + 1e-3)) * g[i]);
+    close(
+      await x
+        .matmulQuant(qw, { rmsNorm: { weight: gpu.tensor(g, [32]), eps: 1e-3 }, precision: "f16" })
+        .read(),
+      dot(normed),
+      1e-3,
+      "matmulQuant rmsNorm",
+    );
+    const gu = rand(64);
+    const silu = (v) => v / (1 + Math.exp(-v));
+    const gated = Array.from({ length: 32 }, (_, i) => silu(gu[i]) * gu[32 + i]);
+    close(
+      await gpu.tensor(gu, [1, 64]).matmulQuant(qw, { swiglu: true }).read(),
+      dot(gated),
+      1e-4,
+      "matmulQuant swiglu",
+    );
+    const [o0, o1] = dot(xq);
+    const [c, sn] = [Math.cos(0.7), Math.sin(0.7)];
+    close(
+      await x
+        .matmulQuant(qw, {
+          rope: {
+            cos: gpu.tensor(new Float32Array([c]), [1, 1]),
+            sin: gpu.tensor(new Float32Array([sn]), [1, 1]),
+          },
+        })
+        .read(),
+      [o0 * c - o1 * sn, o0 * sn + o1 * c],
+      1e-4,
+      "matmulQuant rope",
+    );
+    assert.throws(() => x.matmulQuant(qw, { bias: 1 }), /bias/);
+    assert.throws(() => x.matmulQuant(qw, { rmsNorm: { eps: 1e-5 } }), /weight/);
+    assert.throws(
+      () => x.matmulQuant(qw, { rope: { cos: x, sin: x, layout: "spiral" } }),
+      /spiral|layout/,
+    );
+    assert.throws(
+      () =>
+        gpu
+          .tensor(gu, [1, 64])
+          .matmulQuant(qw, { swiglu: true, rmsNorm: { weight: gpu.tensor(g, [32]) } }),
+      /swiglu|rms/i,
+    );
+  }
   // Rows by device ids, dequantised there: row 1, then row 0.
   const qrows = qw.embeddingIds(gpu.tensor(new Float32Array([1, 0]), [2]).cast("u32"));
   assert.deepEqual(qrows.shape, [2, 32]);

@@ -1,6 +1,13 @@
 // Type-checked by tsc against the installed package's generated declarations
 // (scripts/test-npm.sh): the API a TypeScript user sees, with wrong uses marked as errors.
-import { Gpu, Tensor, type GpuInfo, type MatmulOptions } from "gpukit";
+import {
+  Gpu,
+  Tensor,
+  QuantTensor,
+  type GpuInfo,
+  type MatmulOptions,
+  type QuantMatmulOptions,
+} from "gpukit";
 
 export async function usage(): Promise<number> {
   const gpu: Gpu = await Gpu.create({ backend: "auto" });
@@ -29,6 +36,16 @@ export async function usage(): Promise<number> {
   const wrong: Float32Array = values.read();
   // @ts-expect-error: activation names are checked
   x.matmul(x, { activation: "swish" });
+  const q: QuantTensor = gpu.quantized(new Uint8Array(34), "q8_0", 1, 32);
+  const fused: QuantMatmulOptions = {
+    rmsNorm: { weight: x, eps: 1e-5 },
+    residual: x,
+    rope: { cos: x, sin: x, layout: "halfSplit" },
+    precision: "f16",
+  };
+  x.matmulQuant(q, fused).dispose();
+  // @ts-expect-error: rope layouts are checked
+  x.matmulQuant(q, { rope: { cos: x, sin: x, layout: "spiral" } });
 
   return (
     data.length +

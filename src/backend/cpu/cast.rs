@@ -49,7 +49,9 @@ fn store(to: DType, v: Value) -> u32 {
 
 /// Halves to f32 and f32 to halves, the conversions of half-precision weights and
 /// activations, a slice at a time (the `half` crate converts f16 with F16C where the CPU has
-/// it; bf16 widens by a shift): `None` for any other pair, or a short input.
+/// it; bf16 widens by a shift): `None` for any other pair, or a short input. Native only: in
+/// wasm it would cost the npm package more bytes than it saves time.
+#[cfg(native)]
 fn cast_floats(x: &[f32], s: CastSpec, out: &mut [f32]) -> Option<()> {
     use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     match (s.from, s.to) {
@@ -93,6 +95,7 @@ pub(super) fn cast(x: &[f32], s: CastSpec) -> Vec<f32> {
     let words = (s.n * s.to.size()).div_ceil(4);
     let per = 4 / s.to.size();
     let mut out = vec![0f32; words];
+    #[cfg(native)]
     if let Some(()) = cast_floats(x, s, &mut out) {
         return out;
     }
