@@ -116,8 +116,10 @@ impl CpuBackend {
 pub(crate) fn simd() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512bw") && has!("avx512dq") && has!("avx512vl") {
+            "AVX-512"
+        } else if has!("avx2") && has!("fma") {
             "AVX2+FMA"
         } else {
             "SSE2"
