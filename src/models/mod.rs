@@ -8,6 +8,7 @@ pub mod bert;
 mod bert_config;
 pub mod bpe;
 mod decode;
+mod fused_step;
 pub mod generate;
 pub mod gguf;
 mod linear;

@@ -14,6 +14,8 @@
 
 mod attention;
 mod blas;
+#[cfg(feature = "models")]
+pub(crate) mod decode;
 mod elementwise;
 pub(crate) mod errors;
 mod fused;
@@ -209,6 +211,21 @@ impl CudaBackend {
         shared: u32,
         args: &[Arg<'_>],
     ) -> Result<()> {
+        self.launch_as(entry, grid, block, shared, args, false)
+    }
+
+    /// [`CudaBackend::launch`], cooperatively when `cooperative` (every block resident at
+    /// once, as a grid-wide barrier needs; the driver refuses a grid too big for that) and
+    /// then without programmatic serialization.
+    fn launch_as(
+        &self,
+        entry: Entry,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared: u32,
+        args: &[Arg<'_>],
+        cooperative: bool,
+    ) -> Result<()> {
         let f = self.kernels.function(entry)?;
         self.bind()?;
         if shared > 48 << 10 {
@@ -239,13 +256,19 @@ impl CudaBackend {
         // SAFETY: each pointer points at a live argument of the type and order the kernel
         // declares (the launch sites mirror the .cu signatures); buffers are large enough for
         // the sizes passed, which the ops layer validated.
-        if self.pdl {
+        if self.pdl || cooperative {
             use cudarc::driver::sys;
             // SAFETY: an all-zero launch attribute value is a valid union of integers.
             let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-            value.programmaticStreamSerializationAllowed = 1;
+            let id = if cooperative {
+                value.cooperative = 1;
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            } else {
+                value.programmaticStreamSerializationAllowed = 1;
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            };
             let mut attr = sys::CUlaunchAttribute {
-                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                id,
                 pad: [0; 4],
                 value,
             };

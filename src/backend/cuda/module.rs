@@ -36,6 +36,8 @@ pub(crate) enum Source {
     Layout,
     Topk,
     Quant,
+    /// A llama decoding step's layers in one persistent kernel.
+    DecodeStep,
     /// A fused elementwise kernel, by the hash of its generated source.
     Fused(u64),
 }
@@ -61,6 +63,7 @@ impl Source {
             Source::Layout => "shaders/cuda/layout.cu",
             Source::Topk => "shaders/cuda/topk.cu",
             Source::Quant => "shaders/cuda/quant.cu",
+            Source::DecodeStep => "shaders/cuda/decode_step.cu",
             Source::Fused(_) => "a generated fused kernel (src/backend/cuda/fused.rs)",
         }
     }
@@ -85,6 +88,7 @@ impl Source {
             Source::Layout => include_str!("../../../shaders/cuda/layout.cu"),
             Source::Topk => include_str!("../../../shaders/cuda/topk.cu"),
             Source::Quant => include_str!("../../../shaders/cuda/quant.cu"),
+            Source::DecodeStep => include_str!("../../../shaders/cuda/decode_step.cu"),
             Source::Fused(_) => "",
         }
     }
@@ -135,6 +139,8 @@ pub(crate) enum Entry {
         width: u32,
         bf16: bool,
     },
+    /// A llama decoding step's layers (launched cooperatively).
+    DecodeLayers,
     Fused(u64),
 }
 
@@ -185,6 +191,7 @@ impl Entry {
                     (_, true) => "flash_mma_bf16_128",
                 },
             ),
+            DecodeLayers => (Source::DecodeStep, "decode_layers"),
             Fused(id) => (Source::Fused(id), "fused"),
         }
     }
@@ -492,6 +499,7 @@ mod tests {
             AttentionRows { half: false },
             AttentionRows { half: true },
             AttentionMerge,
+            DecodeLayers,
         ] {
             let (source, name) = e.location();
             // `void name(`, or `void __launch_bounds__(..) name(` for kernels that pin

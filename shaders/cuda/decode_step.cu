@@ -1,0 +1,441 @@
+// A llama decoding step's transformer layers in one persistent kernel (one token, every layer).
+//
+// Run one op a kernel, a step of SmolLM2-135M is 210 small kernels, and each costs its own
+// chain of launch, wait for the kernel before and a DRAM round trip or two, whatever its work
+// (5-10 us for 0.3 MB). Here one block an SM stays resident for the whole step, the stages of a
+// layer are separated by a grid-wide barrier (decode_layers is launched cooperatively, so every
+// block is resident), and the next layer's weights are asked into L2 while this layer runs, so
+// after each barrier the loads meet L2 rather than memory. A layer's stages:
+//   A  RMS norm, then the fused q/k/v product, RoPE on q and k, k and v into the cache;
+//   B  attention: a block a head, each warp an online softmax over its share of the keys, the
+//      warps' results joined in shared memory;
+//   C  the output product + residual;
+//   D  RMS norm, then gate and up products and SwiGLU (gate row j and up row j a warp);
+//   E  the down product + residual.
+// A product's rows are taken two a warp (a RoPE pair, or gate and up), a lane taking whole
+// quant blocks; the vector it multiplies sits in shared memory. Weights are GGUF blocks of 32
+// in gpukit's device layout (quant.cu): format 0 Q8_0, 1 Q4_0, 2 Q4_1, f32 scales and minimums
+// apart from the words. Values written during the kernel are read through L2 only (__ldcg):
+// another SM wrote them, and L1 is not coherent.
+
+#define DS_WARPS 16
+#define DS_MAX_HD 256
+
+// A quantized weight on the device.
+struct DsWeight {
+    u64 scales, mins, words; // mins is 0 for Q8_0 and Q4_0
+    u32 format, pad;
+};
+
+// One layer's tensors.
+struct DsLayer {
+    u64 attn_norm, ffn_norm; // f32 [hidden]
+    u64 cache;               // [capacity, 2 * kv_heads, head_dim] of `elem` values, keys first
+    DsWeight qkv, o, gate_up, down;
+};
+
+struct DsDims {
+    u32 layers, hidden, heads, kv_heads, head_dim, ffn, capacity;
+    u32 elem; // the cache's values: 0 f32, 1 f16, 2 bf16
+    float eps, scale;
+};
+
+// Every block of the grid waits here until all have arrived. `count` only grows: each block
+// adds 1 a barrier (a release, so the block's writes show first) and waits (acquiring) until
+// every block of this barrier has added, that is until the count reaches the next multiple of
+// the grid's size. It is such a multiple between launches (every block passes every
+// barrier), so the word stays valid from launch to launch; it wraps after 2^32 arrivals,
+// which the signed comparison tolerates.
+__device__ __forceinline__ void grid_sync(u32* count) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 old;
+        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
+        const u32 target = old - old % gridDim.x + gridDim.x;
+        u32 now;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(count) : "memory");
+        } while ((int)(now - target) < 0);
+    }
+    __syncthreads();
+}
+
+// Asks L2 for `bytes` from `p`, spread over the whole grid's threads.
+__device__ __forceinline__ void ds_warm(u64 p, u64 bytes) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x, all = (u64)gridDim.x * blockDim.x;
+    for (u64 o = t * 128; o < bytes; o += all * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)p + o));
+}
+
+__device__ __forceinline__ void ds_warm_weight(const DsWeight& w, u64 rows, u64 cols) {
+    const u64 blocks = rows * (cols / 32);
+    ds_warm(w.words, blocks * (w.format == 0 ? 32 : 16));
+    ds_warm(w.scales, blocks * 4);
+    if (w.mins) ds_warm(w.mins, blocks * 4);
+}
+
+__device__ __forceinline__ void ds_warm_layer(const DsLayer& l, const DsDims& d) {
+    const u64 h = d.hidden, rows = (u64)(d.heads + 2 * d.kv_heads) * d.head_dim;
+    ds_warm_weight(l.qkv, rows, h);
+    ds_warm_weight(l.o, h, (u64)d.heads * d.head_dim);
+    ds_warm_weight(l.gate_up, 2 * (u64)d.ffn, h);
+    ds_warm_weight(l.down, h, d.ffn);
+}
+
+// One quant block's dot product with 32 values of x (in shared memory), weight by weight so that
+// infinities and NaN in x give what the reference gives.
+template <u32 FMT>
+__device__ __forceinline__ float ds_block_dot(const uint4* wv, float d, float m,
+                                              const float* __restrict__ x) {
+    float xv[32];
+#pragma unroll
+    for (u32 c = 0; c < 8; ++c) {
+        const float4 t = reinterpret_cast<const float4*>(x)[c];
+        xv[4 * c] = t.x;
+        xv[4 * c + 1] = t.y;
+        xv[4 * c + 2] = t.z;
+        xv[4 * c + 3] = t.w;
+    }
+    float a = 0.0f;
+    if (FMT == 0) {
+        const u32 wr[8] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w};
+#pragma unroll
+        for (u32 c = 0; c < 8; ++c) {
+#pragma unroll
+            for (u32 b = 0; b < 4; ++b) a = fmaf(xv[4 * c + b], (float)(signed char)(wr[c] >> (8 * b)), a);
+        }
+        return d * a;
+    }
+    const u32 wr[4] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w};
+#pragma unroll
+    for (u32 c = 0; c < 4; ++c) {
+#pragma unroll
+        for (u32 e = 0; e < 8; ++e) {
+            const float q = (float)((wr[c] >> (4 * e)) & 0xfu);
+            a = fmaf(xv[8 * c + e], FMT == 2 ? fmaf(d, q, m) : d * (q - 8.0f), a);
+        }
+    }
+    return a;
+}
+
+// Rows r0 and r1 of w (k columns) times x (k values in shared memory), summed over the warp:
+// every lane gets both.
+template <u32 FMT>
+__device__ __forceinline__ float2 ds_pair_t(const DsWeight& w, u64 r0, u64 r1, u32 k,
+                                           const float* __restrict__ x) {
+    constexpr u32 WPB = FMT == 0 ? 8 : 4, VPB = WPB / 4;
+    const u32 lane = threadIdx.x & 31;
+    const u64 blocks = k / 32;
+    const u32* __restrict__ words = reinterpret_cast<const u32*>(w.words);
+    const float* __restrict__ sc = reinterpret_cast<const float*>(w.scales);
+    const float* __restrict__ mn = reinterpret_cast<const float*>(w.mins);
+    float a0 = 0.0f, a1 = 0.0f;
+    // Two rounds of quant blocks a lane (rows up to 2048 wide in one go), loaded first.
+    for (u64 qb0 = lane; qb0 < blocks; qb0 += 64) {
+        uint4 w0[2][VPB], w1[2][VPB];
+        float d0[2], d1[2], m0[2], m1[2];
+#pragma unroll
+        for (u32 r = 0; r < 2; ++r) {
+            const u64 qb = qb0 + 32 * r < blocks ? qb0 + 32 * r : qb0;
+            const uint4* s0 = reinterpret_cast<const uint4*>(words + (r0 * blocks + qb) * WPB);
+            const uint4* s1 = reinterpret_cast<const uint4*>(words + (r1 * blocks + qb) * WPB);
+#pragma unroll
+            for (u32 c = 0; c < VPB; ++c) {
+                w0[r][c] = __ldg(s0 + c);
+                w1[r][c] = __ldg(s1 + c);
+            }
+            d0[r] = __ldg(sc + r0 * blocks + qb);
+            d1[r] = __ldg(sc + r1 * blocks + qb);
+            m0[r] = FMT == 2 ? __ldg(mn + r0 * blocks + qb) : 0.0f;
+            m1[r] = FMT == 2 ? __ldg(mn + r1 * blocks + qb) : 0.0f;
+        }
+#pragma unroll
+        for (u32 r = 0; r < 2; ++r) {
+            const u64 qb = qb0 + 32 * r;
+            if (qb < blocks) {
+                a0 += ds_block_dot<FMT>(w0[r], d0[r], m0[r], x + qb * 32);
+                a1 += ds_block_dot<FMT>(w1[r], d1[r], m1[r], x + qb * 32);
+            }
+        }
+    }
+    return make_float2(warp_sum(a0), warp_sum(a1));
+}
+
+__device__ __forceinline__ float2 ds_pair(const DsWeight& w, u64 r0, u64 r1, u32 k,
+                                         const float* __restrict__ x) {
+    if (w.format == 0) return ds_pair_t<0>(w, r0, r1, k, x);
+    if (w.format == 1) return ds_pair_t<1>(w, r0, r1, k, x);
+    return ds_pair_t<2>(w, r0, r1, k, x);
+}
+
+// x (n values, written in this kernel) into shared memory, RMS-normalised and times `norm_w`
+// when it is given; every thread of the block takes part.
+__device__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ norm_w, float eps,
+                               float* __restrict__ out, float* scratch) {
+    float q = 0.0f;
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = __ldcg(x + i);
+        out[i] = v;
+        q += v * v;
+    }
+    if (norm_w) {
+        const float scale = rsqrtf(block_reduce(q, 0, scratch) / (float)n + eps);
+        for (u32 i = threadIdx.x; i < n; i += blockDim.x) out[i] = out[i] * scale * __ldg(norm_w + i);
+    }
+    __syncthreads();
+}
+
+// The warp's tasks of a stage: task t goes to block t % grid, so every block has a share.
+#define DS_TASKS(t, n)                                                                             \
+    for (u32 t = (threadIdx.x >> 5) * gridDim.x + blockIdx.x; t < (n); t += gridDim.x * DS_WARPS)
+
+// Element e of the cache (ELEM 0 f32, 1 f16, 2 bf16) through L2.
+template <u32 ELEM>
+__device__ __forceinline__ float ds_elem(const void* p, u64 e) {
+    if (ELEM == 0) return __ldcg(reinterpret_cast<const float*>(p) + e);
+    const unsigned short h = __ldcg(reinterpret_cast<const unsigned short*>(p) + e);
+    return ELEM == 1 ? f16_float(h) : bf16_float(h);
+}
+
+// Stage B for head width HD and cache values ELEM: a block a head. Warp w takes keys w * 16 ..
+// w * 16 + 15, then 256 further each round: scores by groups of lanes a key, then the values
+// a lane a column (HD / 32 columns), an online softmax over its rounds. The warps' (max, sum, acc) join in
+// shared memory into the head's output row, att[head]. q is in shared memory.
+template <u32 HD, u32 ELEM>
+__device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ qs, u32 seen,
+                          float* __restrict__ att, float (*acc_w)[DS_MAX_HD],
+                          float (*ml_w)[2]) {
+    constexpr u32 CW = HD / 32;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = d.heads / d.kv_heads;
+    const u64 kv_width = 2 * (u64)d.kv_heads * HD;
+    const void* base = reinterpret_cast<const void*>(cache);
+    for (u32 h = blockIdx.x; h < d.heads; h += gridDim.x) {
+        const u32 kvh = h / group;
+        const float* qh = qs + h * HD;
+        float m = NEG_INF, sum = 0.0f, acc[CW];
+#pragma unroll
+        for (u32 j = 0; j < CW; ++j) acc[j] = 0.0f;
+        // Rounds of RK keys a warp: at a few hundred keys every warp has one.
+        constexpr u32 RK = 16;
+        for (u32 k = warp * RK; k < seen; k += DS_WARPS * RK) {
+            const bool full = seen - k >= RK;
+            const u64 vbase = (u64)k * kv_width + (u64)(d.kv_heads + kvh) * HD + lane;
+            // A full round's first VB keys' values (32 registers), loaded with the keys.
+            // (Head widths up to 64 only: wider ones would spill.)
+            constexpr u32 VB = 32 / CW < RK ? 32 / CW : RK;
+            constexpr bool PRE = CW <= 2;
+            float v[VB][CW];
+            if (PRE && full) {
+#pragma unroll
+                for (u32 kk = 0; kk < VB; ++kk) {
+#pragma unroll
+                    for (u32 j = 0; j < CW; ++j) v[kk][j] = ds_elem<ELEM>(base, vbase + kk * kv_width + j * 32);
+                }
+            }
+            // Scores: LPK lanes share a key (8 of its values a lane), so a warp's load reads
+            // KPI whole rows; after its RK / KPI groups lane L < RK holds key k + L's score.
+            constexpr u32 LPK = HD / 8, KPI = 32 / LPK, GROUPS = RK / KPI > 0 ? RK / KPI : 1;
+            const u32 sub = lane % LPK, slot = lane / LPK;
+            float s = NEG_INF;
+#pragma unroll
+            for (u32 g0 = 0; g0 < GROUPS; g0 += 8) {
+                float kf[8][8];
+#pragma unroll
+                for (u32 g = 0; g < 8 && g0 + g < GROUPS; ++g) {
+                    const u32 key = k + (g0 + g) * KPI + slot;
+                    const u64 at = (u64)(key < seen ? key : k) * kv_width + (u64)kvh * HD + sub * 8;
+                    if (ELEM == 0) {
+                        const float4* src = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(base) + at);
+                        const float4 x0 = __ldcg(src), x1 = __ldcg(src + 1);
+                        kf[g][0] = x0.x; kf[g][1] = x0.y; kf[g][2] = x0.z; kf[g][3] = x0.w;
+                        kf[g][4] = x1.x; kf[g][5] = x1.y; kf[g][6] = x1.z; kf[g][7] = x1.w;
+                    } else {
+                        const uint4 x = __ldcg(reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(base) + at));
+                        const u32 w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                        for (u32 e = 0; e < 4; ++e) {
+                            const unsigned short lo = (unsigned short)(w[e] & 0xffffu), hi = (unsigned short)(w[e] >> 16);
+                            kf[g][2 * e] = ELEM == 1 ? f16_float(lo) : bf16_float(lo);
+                            kf[g][2 * e + 1] = ELEM == 1 ? f16_float(hi) : bf16_float(hi);
+                        }
+                    }
+                }
+#pragma unroll
+                for (u32 g = 0; g < 8 && g0 + g < GROUPS; ++g) {
+                    float dot = 0.0f;
+#pragma unroll
+                    for (u32 e = 0; e < 8; ++e) dot = fmaf(qh[sub * 8 + e], kf[g][e], dot);
+#pragma unroll
+                    for (u32 o = LPK / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                    // Key (g0 + g) * KPI + slot's score; lane L's key is group L / KPI, slot L % KPI.
+                    const float mine = __shfl_sync(0xffffffffu, dot, (lane % KPI) * LPK);
+                    if (lane / KPI == g0 + g) s = mine;
+                }
+            }
+            if (lane < RK && k + lane < seen) s *= d.scale;
+            else s = NEG_INF;
+            const float mnew = nan_max(m, warp_max(s));
+            const float alpha = m == NEG_INF ? 0.0f : expf(m - mnew);
+            const float p = s == NEG_INF ? 0.0f : expf(s - mnew);
+            sum = sum * alpha + warp_sum(p);
+#pragma unroll
+            for (u32 j = 0; j < CW; ++j) acc[j] *= alpha;
+            if (full) {
+#pragma unroll
+                for (u32 k0 = 0; k0 < RK; k0 += VB) {
+                    if (k0 > 0 || !PRE) {
+#pragma unroll
+                        for (u32 kk = 0; kk < VB; ++kk) {
+#pragma unroll
+                            for (u32 j = 0; j < CW; ++j)
+                                v[kk][j] = ds_elem<ELEM>(base, vbase + (k0 + kk) * kv_width + j * 32);
+                        }
+                    }
+#pragma unroll
+                    for (u32 kk = 0; kk < VB; ++kk) {
+                        const float pk = __shfl_sync(0xffffffffu, p, k0 + kk);
+#pragma unroll
+                        for (u32 j = 0; j < CW; ++j) {
+                            // A value whose weight is 0 is never added (a NaN there stays out).
+                            acc[j] = pk == 0.0f ? acc[j] : fmaf(pk, v[kk][j], acc[j]);
+                        }
+                    }
+                }
+            } else {
+                for (u32 kk = 0; kk < seen - k; ++kk) {
+                    const float pk = __shfl_sync(0xffffffffu, p, kk);
+#pragma unroll
+                    for (u32 j = 0; j < CW; ++j) {
+                        const float vv = ds_elem<ELEM>(base, vbase + kk * kv_width + j * 32);
+                        acc[j] = pk == 0.0f ? acc[j] : fmaf(pk, vv, acc[j]);
+                    }
+                }
+            }
+            m = mnew;
+        }
+#pragma unroll
+        for (u32 j = 0; j < CW; ++j) acc_w[warp][j * 32 + lane] = acc[j];
+        if (lane == 0) {
+            ml_w[warp][0] = m;
+            ml_w[warp][1] = sum;
+        }
+        __syncthreads();
+        for (u32 col = threadIdx.x; col < HD; col += blockDim.x) {
+            float mx = NEG_INF;
+#pragma unroll
+            for (u32 w = 0; w < DS_WARPS; ++w) mx = nan_max(mx, ml_w[w][0]);
+            float num = 0.0f, den = 0.0f;
+#pragma unroll
+            for (u32 w = 0; w < DS_WARPS; ++w) {
+                const float f = ml_w[w][0] == NEG_INF ? 0.0f : expf(ml_w[w][0] - mx);
+                num += f * acc_w[w][col];
+                den += f * ml_w[w][1];
+            }
+            att[h * HD + col] = den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+        }
+        __syncthreads();
+    }
+}
+
+template <u32 HD>
+__device__ __forceinline__ void ds_attend_elem(u64 cache, const DsDims& d, const float* qs,
+                                               u32 seen, float* att, float (*acc_w)[DS_MAX_HD],
+                                               float (*ml_w)[2]) {
+    if (d.elem == 0) ds_attend<HD, 0>(cache, d, qs, seen, att, acc_w, ml_w);
+    else if (d.elem == 1) ds_attend<HD, 1>(cache, d, qs, seen, att, acc_w, ml_w);
+    else ds_attend<HD, 2>(cache, d, qs, seen, att, acc_w, ml_w);
+}
+
+// x_in: the token's embedding row [hidden]; cos_t, sin_t: [heads + 2 kv_heads, head_dim / 2],
+// each head row's RoPE table row (values' rows turn by nothing); position: where the step's
+// keys and values go (dropped at or past capacity); keys: how many cache rows attention sees;
+// scratch: q, the attention partials and the SwiGLU vector (see the launch); bar: two words,
+// zero before the first launch; x_out: the step's last hidden state [hidden].
+extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1)
+    decode_layers(const DsLayer* __restrict__ layers, DsDims d, const float* __restrict__ x_in,
+                  const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                  const u32* __restrict__ position, const u32* __restrict__ keys,
+                  float* __restrict__ scratch, u32* __restrict__ bar, float* __restrict__ x_out) {
+    WAIT_PRIOR();
+    extern __shared__ float4 ds_shared[];
+    float* vec = reinterpret_cast<float*>(ds_shared);
+    __shared__ float red[32];
+    __shared__ float acc_w[DS_WARPS][DS_MAX_HD];
+    __shared__ float ml_w[DS_WARPS][2];
+    const u32 lane = threadIdx.x & 31;
+    const u32 hd = d.head_dim, hidden = d.hidden, qrows = d.heads * hd;
+    const u32 kv_width = 2 * d.kv_heads * hd;
+    const u32 at = *position;
+    const u32 seen = *keys < d.capacity ? *keys : d.capacity;
+    float* q = scratch;            // [heads * hd]
+    float* att = q + qrows;        // [heads * hd]
+    float* gated = att + qrows;    // [ffn]
+    ds_warm_layer(layers[0], d);
+    ds_warm(layers[0].cache, (u64)seen * kv_width * (d.elem == 0 ? 4 : 2));
+    for (u32 l = 0; l < d.layers; ++l) {
+        const DsLayer& L = layers[l];
+        if (l + 1 < d.layers) {
+            ds_warm_layer(layers[l + 1], d);
+            ds_warm(layers[l + 1].cache, (u64)seen * kv_width * (d.elem == 0 ? 4 : 2));
+        }
+        const float* x = l == 0 ? x_in : x_out;
+        // A: norm, q/k/v, RoPE, the cache row.
+        ds_load_vector(x, hidden, reinterpret_cast<const float*>(L.attn_norm), d.eps, vec, red);
+        DS_TASKS(t, (qrows + kv_width) / 2) {
+            const u32 r0 = 2 * t;
+            const float2 y = ds_pair(L.qkv, r0, r0 + 1, hidden, vec);
+            const u32 ti = (r0 / hd) * (hd / 2) + (r0 % hd) / 2;
+            const float c = cos_t[ti], s = sin_t[ti];
+            const float o0 = y.x * c - y.y * s, o1 = y.x * s + y.y * c;
+            if (lane == 0) {
+                if (r0 < qrows) {
+                    q[r0] = o0;
+                    q[r0 + 1] = o1;
+                } else if (at < d.capacity) {
+                    const u64 e = (u64)at * kv_width + (r0 - qrows);
+                    store_elem(reinterpret_cast<void*>(L.cache), e, d.elem, o0);
+                    store_elem(reinterpret_cast<void*>(L.cache), e + 1, d.elem, o1);
+                }
+            }
+        }
+        grid_sync(bar);
+        // B: attention, a block a head.
+        for (u32 i = threadIdx.x; i < qrows; i += blockDim.x) vec[i] = __ldcg(q + i);
+        __syncthreads();
+        if (hd == 32) ds_attend_elem<32>(L.cache, d, vec, seen, att, acc_w, ml_w);
+        else if (hd == 64) ds_attend_elem<64>(L.cache, d, vec, seen, att, acc_w, ml_w);
+        else if (hd == 128) ds_attend_elem<128>(L.cache, d, vec, seen, att, acc_w, ml_w);
+        else ds_attend_elem<256>(L.cache, d, vec, seen, att, acc_w, ml_w);
+        grid_sync(bar);
+        // C: the output product + residual.
+        ds_load_vector(att, qrows, nullptr, 0.0f, vec, red);
+        DS_TASKS(t, hidden / 2) {
+            const u32 r0 = 2 * t;
+            const float2 y = ds_pair(L.o, r0, r0 + 1, qrows, vec);
+            if (lane == 0) {
+                const float a = __ldcg(x + r0), b = __ldcg(x + r0 + 1);
+                x_out[r0] = a + y.x;
+                x_out[r0 + 1] = b + y.y;
+            }
+        }
+        grid_sync(bar);
+        // D: norm, gate and up, SwiGLU.
+        ds_load_vector(x_out, hidden, reinterpret_cast<const float*>(L.ffn_norm), d.eps, vec, red);
+        DS_TASKS(t, d.ffn) {
+            const float2 y = ds_pair(L.gate_up, t, t + d.ffn, hidden, vec);
+            if (lane == 0) gated[t] = unary_op(5, y.x, 0.0f, 0.0f) * y.y;
+        }
+        grid_sync(bar);
+        // E: down + residual.
+        ds_load_vector(gated, d.ffn, nullptr, 0.0f, vec, red);
+        DS_TASKS(t, hidden / 2) {
+            const u32 r0 = 2 * t;
+            const float2 y = ds_pair(L.down, r0, r0 + 1, d.ffn, vec);
+            if (lane == 0) {
+                x_out[r0] = __ldcg(x_out + r0) + y.x;
+                x_out[r0 + 1] = __ldcg(x_out + r0 + 1) + y.y;
+            }
+        }
+        if (l + 1 < d.layers) grid_sync(bar);
+    }
+}
