@@ -17,7 +17,12 @@ var<private> nan_bits: u32 = 0x7fc00000u;
 
 override LOG: bool = false;
 
-const WG: u32 = 256u;
+// The workgroup size of `stats`, `combine` and `rows`, and how many pairs each invocation of
+// the first round merges (WG = ROUND * ROUND): 256 (16 x 16), or 4 (2 x 2) on a software
+// adapter. SwiftShader runs a workgroup's invocations in groups of four and resumes each
+// group in turn at a barrier, so there a barrier costs in proportion to the workgroup.
+override WG: u32 = 256u;
+override ROUND: u32 = 16u;
 
 struct Params {
     rows: u32,
@@ -35,8 +40,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-var<workgroup> shared_m: array<f32, WG>;
-var<workgroup> shared_s: array<f32, WG>;
+var<workgroup> shared_m: array<f32, 256>;
+var<workgroup> shared_s: array<f32, 256>;
 var<workgroup> round_m: array<f32, 16>;
 var<workgroup> round_s: array<f32, 16>;
 
@@ -75,17 +80,17 @@ fn push(p: vec2<f32>, x: f32) -> vec2<f32> {
     return vec2<f32>(p.x, p.y + exp(x - p.x));
 }
 
-// Merges the workgroup's pairs in two rounds of 16 (two barriers, where a halving tree takes
-// nine: barriers are what a software adapter such as SwiftShader pays for most). The result is
-// invocation 0's; the others get their own pair back.
+// Merges the workgroup's pairs in two rounds of ROUND (two barriers, where a halving tree takes
+// log2(WG) + 1: barriers are what a software adapter pays for most). The result is invocation
+// 0's; the others get their own pair back.
 fn merge_workgroup(lid: u32, v: vec2<f32>) -> vec2<f32> {
     shared_m[lid] = v.x;
     shared_s[lid] = v.y;
     workgroupBarrier();
-    if (lid < 16u) {
-        var acc = vec2<f32>(shared_m[lid * 16u], shared_s[lid * 16u]);
-        for (var j = 1u; j < 16u; j = j + 1u) {
-            acc = merge(acc, vec2<f32>(shared_m[lid * 16u + j], shared_s[lid * 16u + j]));
+    if (lid < ROUND) {
+        var acc = vec2<f32>(shared_m[lid * ROUND], shared_s[lid * ROUND]);
+        for (var j = 1u; j < ROUND; j = j + 1u) {
+            acc = merge(acc, vec2<f32>(shared_m[lid * ROUND + j], shared_s[lid * ROUND + j]));
         }
         round_m[lid] = acc.x;
         round_s[lid] = acc.y;
@@ -94,7 +99,7 @@ fn merge_workgroup(lid: u32, v: vec2<f32>) -> vec2<f32> {
     var r = v;
     if (lid == 0u) {
         r = vec2<f32>(round_m[0], round_s[0]);
-        for (var j = 1u; j < 16u; j = j + 1u) {
+        for (var j = 1u; j < ROUND; j = j + 1u) {
             r = merge(r, vec2<f32>(round_m[j], round_s[j]));
         }
     }
@@ -111,7 +116,7 @@ fn span_pair(lid: u32, base: u32, start: u32, end: u32) -> vec2<f32> {
     return merge_workgroup(lid, acc);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn stats(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -131,7 +136,7 @@ fn stats(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn combine(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -177,7 +182,7 @@ fn apply(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 
 // `rows`: rows of one chunk, one workgroup a row: the row's pair as in `stats`, shared through
 // workgroup memory, then its values as in `apply`, in one dispatch.
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn rows(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,

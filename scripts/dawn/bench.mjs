@@ -25,9 +25,10 @@ await tf.ready();
 
 // Half a second of raw matmuls first: an idle GPU's clocks would otherwise slow the first
 // workloads and the matmul tuner's first measurements (seen: 1024 and 2048 at a fifth of
-// their speed when they came first).
+// their speed when they came first). At --quick sizes (a software adapter such as SwiftShader)
+// a 2048 matmul takes minutes, so the warm-up there is small.
 {
-  const n = 2048;
+  const n = args.includes("--quick") ? 256 : 2048;
   const [x, y, z] = [
     raw.buffer(new Float32Array(n * n).fill(1)),
     raw.buffer(new Float32Array(n * n).fill(1)),

@@ -41,14 +41,20 @@ pub(crate) enum Kernel {
         dot: bool,
     },
     ReduceFinish(ReduceOp),
-    SoftmaxStats,
-    SoftmaxCombine,
+    /// `narrow`: workgroups of 4 rather than 256 (see [`softmax_width`]).
+    SoftmaxStats {
+        narrow: bool,
+    },
+    SoftmaxCombine {
+        narrow: bool,
+    },
     SoftmaxApply {
         log: bool,
     },
     /// Softmax of rows of one chunk, statistics and values in one dispatch.
     SoftmaxRows {
         log: bool,
+        narrow: bool,
     },
     Matmul {
         tile: MatmulTile,
@@ -121,8 +127,8 @@ impl Kernel {
             Kernel::BinaryBroadcast(_) => Shader::ElementwiseBroadcast,
             Kernel::Where => Shader::ElementwiseWhere,
             Kernel::ReducePartial { .. } | Kernel::ReduceFinish(_) => Shader::Reduce,
-            Kernel::SoftmaxStats
-            | Kernel::SoftmaxCombine
+            Kernel::SoftmaxStats { .. }
+            | Kernel::SoftmaxCombine { .. }
             | Kernel::SoftmaxApply { .. }
             | Kernel::SoftmaxRows { .. } => Shader::Softmax,
             Kernel::Matmul {
@@ -254,8 +260,8 @@ impl Kernel {
             Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
-            Kernel::SoftmaxStats => "stats",
-            Kernel::SoftmaxCombine => "combine",
+            Kernel::SoftmaxStats { .. } => "stats",
+            Kernel::SoftmaxCombine { .. } => "combine",
             Kernel::SoftmaxApply { .. } => "apply",
             Kernel::SoftmaxRows { .. } => "rows",
         }
@@ -286,8 +292,8 @@ impl Kernel {
             | Kernel::StridedGated(..)
             | Kernel::ReducePartial { .. }
             | Kernel::ReduceFinish(_)
-            | Kernel::SoftmaxStats
-            | Kernel::SoftmaxCombine
+            | Kernel::SoftmaxStats { .. }
+            | Kernel::SoftmaxCombine { .. }
             | Kernel::SoftmaxApply { .. }
             | Kernel::SoftmaxRows { .. }
             | Kernel::Compare
@@ -311,10 +317,11 @@ impl Kernel {
                 vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
             }
             Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats
-            | Kernel::Cast
+            Kernel::SoftmaxStats { narrow } | Kernel::SoftmaxCombine { narrow } => {
+                softmax_width(narrow)
+            }
+            Kernel::Cast
             | Kernel::Compare
-            | Kernel::SoftmaxCombine
             | Kernel::Copy
             | Kernel::Embedding
             | Kernel::WriteRows
@@ -379,11 +386,23 @@ impl Kernel {
                 ("HAS_WEIGHT", weight as u32 as f64),
                 ("HAS_BIAS", bias as u32 as f64),
             ],
-            Kernel::SoftmaxApply { log } | Kernel::SoftmaxRows { log } => {
-                vec![("LOG", log as u32 as f64)]
+            Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
+            Kernel::SoftmaxRows { log, narrow } => {
+                let mut c = softmax_width(narrow);
+                c.push(("LOG", log as u32 as f64));
+                c
             }
         }
     }
+}
+
+/// softmax.wgsl's workgroup size and merge round (`WG = ROUND * ROUND`): 4 on software
+/// adapters, where a barrier costs in proportion to the workgroup (SwiftShader resumes its
+/// invocations four at a time; through Dawn 64 rows of 1024 took 35 ms at 256, 3.0-3.6 at 16
+/// and 2.3-2.5 at 4, one row of 65,536 and its round trip 12.1, 4.3-5.7 and 3.4-3.8), else 256.
+pub(crate) fn softmax_width(narrow: bool) -> Vec<(&'static str, f64)> {
+    let (wg, round) = if narrow { (4.0, 2.0) } else { (256.0, 16.0) };
+    vec![("WG", wg), ("ROUND", round)]
 }
 
 /// What a shader module is made from.

@@ -25,6 +25,8 @@ impl WgpuBackend {
         }
         s.check_binding("softmax's input", n)?;
         let chunks = cols.div_ceil(CHUNK);
+        // Small workgroups on a software adapter (see `pipelines::softmax_width`).
+        let narrow = self.shared.software;
         let params = bytemuck::bytes_of(&RowParams {
             rows: u32_of(rows, "softmax rows")?,
             cols: cols as u32,
@@ -38,7 +40,7 @@ impl WgpuBackend {
             // Rows of one chunk: one workgroup a row finds its statistics and writes its values.
             s.dispatch(
                 &mut st,
-                Kernel::SoftmaxRows { log },
+                Kernel::SoftmaxRows { log, narrow },
                 &params,
                 &[whole(xb, n), whole(xb, n), whole(&out, n)],
                 rows,
@@ -49,7 +51,7 @@ impl WgpuBackend {
         let stats_bind = || whole(&stats, rows * chunks * 2);
         s.dispatch(
             &mut st,
-            Kernel::SoftmaxStats,
+            Kernel::SoftmaxStats { narrow },
             &params,
             &[whole(xb, n), whole(xb, n), stats_bind()],
             rows * chunks,
@@ -58,7 +60,7 @@ impl WgpuBackend {
             let combined = s.alloc(&mut st, rows * 8)?;
             s.dispatch(
                 &mut st,
-                Kernel::SoftmaxCombine,
+                Kernel::SoftmaxCombine { narrow },
                 &params,
                 &[stats_bind(), stats_bind(), whole(&combined, rows * 2)],
                 rows,

@@ -26,12 +26,20 @@ fn every_kernel() -> Vec<Kernel> {
         ]);
     }
     k.extend([
-        Kernel::SoftmaxStats,
-        Kernel::SoftmaxCombine,
+        Kernel::SoftmaxStats { narrow: false },
+        Kernel::SoftmaxStats { narrow: true },
+        Kernel::SoftmaxCombine { narrow: false },
+        Kernel::SoftmaxCombine { narrow: true },
         Kernel::SoftmaxApply { log: false },
         Kernel::SoftmaxApply { log: true },
-        Kernel::SoftmaxRows { log: false },
-        Kernel::SoftmaxRows { log: true },
+        Kernel::SoftmaxRows {
+            log: false,
+            narrow: false,
+        },
+        Kernel::SoftmaxRows {
+            log: true,
+            narrow: true,
+        },
         Kernel::Copy,
         Kernel::Embedding,
         Kernel::WriteRows,
@@ -179,8 +187,8 @@ fn variant(k: Kernel) -> usize {
         Kernel::BinaryBroadcast(_) => 2,
         Kernel::ReducePartial { .. } => 3,
         Kernel::ReduceFinish(_) => 4,
-        Kernel::SoftmaxStats => 5,
-        Kernel::SoftmaxCombine => 6,
+        Kernel::SoftmaxStats { .. } => 5,
+        Kernel::SoftmaxCombine { .. } => 6,
         Kernel::SoftmaxApply { .. } => 7,
         Kernel::Matmul { .. } => 8,
         Kernel::Norm { .. } => 9,
@@ -357,10 +365,30 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
             .find(|e| e.name == kernel.entry_point());
         let ep =
             ep.unwrap_or_else(|| panic!("{kernel:?}: no entry point {}", kernel.entry_point()));
-        let [x, y, z] = ep.workgroup_size;
-        // The cooperative-matrix kernel (native only) sizes its workgroups by its tile.
+        // A size set by an override (softmax's WG) is that override's value for the kernel.
+        let mut size = ep.workgroup_size;
+        for (axis, e) in ep.workgroup_size_overrides.iter().flatten().enumerate() {
+            let Some(e) = e else { continue };
+            let naga::Expression::Override(h) = module.global_expressions[*e] else {
+                panic!("{kernel:?}: a workgroup size from an expression, not an override");
+            };
+            let name = module.overrides[h].name.clone().unwrap_or_default();
+            let value = kernel
+                .constants()
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|&(_, v)| v as u32)
+                .unwrap_or_else(|| panic!("{kernel:?}: no value for the override {name}"));
+            size[axis] = value;
+        }
+        let [x, y, z] = size;
+        // The cooperative-matrix kernel (native only) sizes its workgroups by its tile; softmax
+        // narrows its workgroups on software adapters.
         let threads = match kernel {
             Kernel::Matmul { arith, tile, .. } => arith.threads(tile),
+            Kernel::SoftmaxStats { narrow: true }
+            | Kernel::SoftmaxCombine { narrow: true }
+            | Kernel::SoftmaxRows { narrow: true, .. } => 4,
             _ => 256,
         };
         assert!(
@@ -373,11 +401,7 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
             "{kernel:?}: the workgroup size the code assumes"
         );
         if !matches!(kernel, Kernel::Matmul { .. } | Kernel::Conv2d { .. }) {
-            assert_eq!(
-                ep.workgroup_size,
-                [256, 1, 1],
-                "{kernel:?}: kernels.rs assumes 1-D"
-            );
+            assert_eq!(size, [threads, 1, 1], "{kernel:?}: kernels.rs assumes 1-D");
         }
         // The bind group layout must match the shader: uniform at 0, read-only inputs, then
         // read-write outputs, and nothing else.
