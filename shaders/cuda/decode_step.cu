@@ -351,8 +351,7 @@ __device__ __forceinline__ void ds_attend_elem(u64 cache, const DsDims& d, const
 // keys and values go (dropped at or past capacity); keys: how many cache rows attention sees;
 // scratch: q, the attention partials and the SwiGLU vector (see the launch); bar: two words,
 // zero before the first launch; x_out: the step's last hidden state [hidden].
-extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1)
-    decode_layers(const DsLayer* __restrict__ layers, DsDims d, const float* __restrict__ x_in,
+extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(const DsLayer* __restrict__ layers, DsDims d, const float* __restrict__ x_in,
                   const float* __restrict__ cos_t, const float* __restrict__ sin_t,
                   const u32* __restrict__ position, const u32* __restrict__ keys,
                   float* __restrict__ scratch, u32* __restrict__ bar, float* __restrict__ x_out) {
