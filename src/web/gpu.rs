@@ -6,7 +6,8 @@ use wasm_bindgen_futures::future_to_promise;
 
 use super::batch::JsBatch;
 use super::options::{self, GpuOptions, JsInfo};
-use super::tensor::{tensors, JsQuantTensor, JsTensor};
+use super::tensor::{tensors, JsTensor};
+use super::tensor_quant::JsQuantTensor;
 use super::{init_once, js_error, usizes};
 use crate::{Backend, Device, Tensor};
 

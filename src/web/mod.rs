@@ -21,6 +21,7 @@ mod options;
 mod tensor;
 mod tensor_axes;
 mod tensor_dtype;
+mod tensor_quant;
 
 use js_sys::{Array, ArrayBuffer, Reflect};
 use wasm_bindgen::prelude::*;
