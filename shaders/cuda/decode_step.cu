@@ -7,9 +7,9 @@
 // block is resident), and the next layer's weights are asked into L2 while this layer runs, so
 // after each barrier the loads meet L2 rather than memory. A layer's stages:
 //   A  RMS norm, then the fused q/k/v product, RoPE on q and k, k and v into the cache;
-//   B  attention: a block a head, each warp an online softmax over its share of the keys, the
-//      warps' results joined in shared memory;
-//   C  the output product + residual;
+//   B  attention: a block a head (or, past 512 keys, a block a share of a head's keys), each
+//      warp an online softmax over its rounds of 16 keys, the warps joined in shared memory;
+//   C  the splits' partials merged (where there are several), the output product + residual;
 //   D  RMS norm, then gate and up products and SwiGLU (gate row j and up row j a warp);
 //   E  the down product + residual.
 // A product's rows are taken two a warp (a RoPE pair, or gate and up), a lane taking whole
@@ -20,6 +20,7 @@
 
 #define DS_WARPS 16
 #define DS_MAX_HD 256
+#define DS_SPLITS 16 // the most blocks one head's keys are split over
 
 // A quantized weight on the device.
 struct DsWeight {
@@ -189,36 +190,51 @@ __device__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ 
 #define DS_TASKS(t, n)                                                                             \
     for (u32 t = (threadIdx.x >> 5) * gridDim.x + blockIdx.x; t < (n); t += gridDim.x * DS_WARPS)
 
+// A half's value: f16 by the hardware's conversion (exact, as f16_float), bf16 by a shift.
+template <u32 ELEM>
+__device__ __forceinline__ float ds_half(unsigned short h) {
+    if (ELEM == 2) return bf16_float(h);
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
 // Element e of the cache (ELEM 0 f32, 1 f16, 2 bf16) through L2.
 template <u32 ELEM>
 __device__ __forceinline__ float ds_elem(const void* p, u64 e) {
     if (ELEM == 0) return __ldcg(reinterpret_cast<const float*>(p) + e);
     const unsigned short h = __ldcg(reinterpret_cast<const unsigned short*>(p) + e);
-    return ELEM == 1 ? f16_float(h) : bf16_float(h);
+    return ds_half<ELEM>(h);
 }
 
-// Stage B for head width HD and cache values ELEM: a block a head. Warp w takes keys w * 16 ..
-// w * 16 + 15, then 256 further each round: scores by groups of lanes a key, then the values
-// a lane a column (HD / 32 columns), an online softmax over its rounds. The warps' (max, sum, acc) join in
-// shared memory into the head's output row, att[head]. q is in shared memory.
+// Stage B for head width HD and cache values ELEM: a block a (head, split of the keys). Warp w
+// takes the split's keys w * 16 .. w * 16 + 15, then 256 further each round: scores by groups
+// of lanes a key, then the values a lane a column (HD / 32 columns), an online softmax over its
+// rounds. The warps' (max, sum, acc) join in
+// shared memory into the head's output row, att[head], or with several splits into the split's
+// partial, part[head][split]. q is in shared memory.
 template <u32 HD, u32 ELEM>
 __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ qs, u32 seen,
-                          float* __restrict__ att, float (*acc_w)[DS_MAX_HD],
-                          float (*ml_w)[2]) {
+                          u32 splits, float* __restrict__ att, float* __restrict__ part,
+                          float (*acc_w)[DS_MAX_HD], float (*ml_w)[2]) {
     constexpr u32 CW = HD / 32;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = d.heads / d.kv_heads;
     const u64 kv_width = 2 * (u64)d.kv_heads * HD;
     const void* base = reinterpret_cast<const void*>(cache);
-    for (u32 h = blockIdx.x; h < d.heads; h += gridDim.x) {
-        const u32 kvh = h / group;
+    // A split's keys: a multiple of the rounds' 16.
+    const u32 chunk = ((seen + splits - 1) / splits + 15) / 16 * 16;
+    for (u32 task = blockIdx.x; task < d.heads * splits; task += gridDim.x) {
+        const u32 h = task / splits, split = task % splits, kvh = h / group;
+        const u32 begin = split * chunk;
+        const u32 end = begin + chunk < seen ? begin + chunk : seen;
         const float* qh = qs + h * HD;
         float m = NEG_INF, sum = 0.0f, acc[CW];
 #pragma unroll
         for (u32 j = 0; j < CW; ++j) acc[j] = 0.0f;
         // Rounds of RK keys a warp: at a few hundred keys every warp has one.
         constexpr u32 RK = 16;
-        for (u32 k = warp * RK; k < seen; k += DS_WARPS * RK) {
-            const bool full = seen - k >= RK;
+        for (u32 k = begin + warp * RK; k < end; k += DS_WARPS * RK) {
+            const bool full = end - k >= RK;
             const u64 vbase = (u64)k * kv_width + (u64)(d.kv_heads + kvh) * HD + lane;
             // A full round's first VB keys' values (32 registers), loaded with the keys.
             // (Head widths up to 64 only: wider ones would spill.)
@@ -243,7 +259,7 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
 #pragma unroll
                 for (u32 g = 0; g < 8 && g0 + g < GROUPS; ++g) {
                     const u32 key = k + (g0 + g) * KPI + slot;
-                    const u64 at = (u64)(key < seen ? key : k) * kv_width + (u64)kvh * HD + sub * 8;
+                    const u64 at = (u64)(key < end ? key : k) * kv_width + (u64)kvh * HD + sub * 8;
                     if (ELEM == 0) {
                         const float4* src = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(base) + at);
                         const float4 x0 = __ldcg(src), x1 = __ldcg(src + 1);
@@ -255,8 +271,8 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
 #pragma unroll
                         for (u32 e = 0; e < 4; ++e) {
                             const unsigned short lo = (unsigned short)(w[e] & 0xffffu), hi = (unsigned short)(w[e] >> 16);
-                            kf[g][2 * e] = ELEM == 1 ? f16_float(lo) : bf16_float(lo);
-                            kf[g][2 * e + 1] = ELEM == 1 ? f16_float(hi) : bf16_float(hi);
+                            kf[g][2 * e] = ds_half<ELEM>(lo);
+                            kf[g][2 * e + 1] = ds_half<ELEM>(hi);
                         }
                     }
                 }
@@ -272,7 +288,7 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
                     if (lane / KPI == g0 + g) s = mine;
                 }
             }
-            if (lane < RK && k + lane < seen) s *= d.scale;
+            if (lane < RK && k + lane < end) s *= d.scale;
             else s = NEG_INF;
             const float mnew = nan_max(m, warp_max(s));
             const float alpha = m == NEG_INF ? 0.0f : expf(m - mnew);
@@ -302,7 +318,7 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
                     }
                 }
             } else {
-                for (u32 kk = 0; kk < seen - k; ++kk) {
+                for (u32 kk = 0; kk < end - k; ++kk) {
                     const float pk = __shfl_sync(0xffffffffu, p, kk);
 #pragma unroll
                     for (u32 j = 0; j < CW; ++j) {
@@ -331,7 +347,17 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
                 num += f * acc_w[w][col];
                 den += f * ml_w[w][1];
             }
-            att[h * HD + col] = den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+            if (splits == 1) {
+                att[h * HD + col] = den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+            } else {
+                // The split's partial, unnormalised: (acc[HD], max, sum).
+                float* out = part + ((u64)h * DS_SPLITS + split) * (HD + 2);
+                out[col] = num;
+                if (col == 0) {
+                    out[HD] = mx;
+                    out[HD + 1] = den;
+                }
+            }
         }
         __syncthreads();
     }
@@ -339,11 +365,11 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
 
 template <u32 HD>
 __device__ __forceinline__ void ds_attend_elem(u64 cache, const DsDims& d, const float* qs,
-                                               u32 seen, float* att, float (*acc_w)[DS_MAX_HD],
-                                               float (*ml_w)[2]) {
-    if (d.elem == 0) ds_attend<HD, 0>(cache, d, qs, seen, att, acc_w, ml_w);
-    else if (d.elem == 1) ds_attend<HD, 1>(cache, d, qs, seen, att, acc_w, ml_w);
-    else ds_attend<HD, 2>(cache, d, qs, seen, att, acc_w, ml_w);
+                                               u32 seen, u32 splits, float* att, float* part,
+                                               float (*acc_w)[DS_MAX_HD], float (*ml_w)[2]) {
+    if (d.elem == 0) ds_attend<HD, 0>(cache, d, qs, seen, splits, att, part, acc_w, ml_w);
+    else if (d.elem == 1) ds_attend<HD, 1>(cache, d, qs, seen, splits, att, part, acc_w, ml_w);
+    else ds_attend<HD, 2>(cache, d, qs, seen, splits, att, part, acc_w, ml_w);
 }
 
 // x_in: the token's embedding row [hidden]; cos_t, sin_t: [heads + 2 kv_heads, head_dim / 2],
@@ -369,6 +395,12 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
     float* q = scratch;            // [heads * hd]
     float* att = q + qrows;        // [heads * hd]
     float* gated = att + qrows;    // [ffn]
+    float* part = gated + d.ffn;   // [heads][DS_SPLITS][hd + 2]
+    // A head's keys go to one block up to 512 of them; past that to more, as many as the grid
+    // has for every head (up to DS_SPLITS), their partial results merged after a barrier.
+    const u32 wanted = (seen + 511) / 512, room = gridDim.x / d.heads;
+    u32 splits = wanted < room ? wanted : room;
+    splits = splits < 1 ? 1 : (splits > DS_SPLITS ? DS_SPLITS : splits);
     ds_warm_layer(layers[0], d);
     ds_warm(layers[0].cache, (u64)seen * kv_width * (d.elem == 0 ? 4 : 2));
     for (u32 l = 0; l < d.layers; ++l) {
@@ -401,13 +433,40 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
         // B: attention, a block a head.
         for (u32 i = threadIdx.x; i < qrows; i += blockDim.x) vec[i] = __ldcg(q + i);
         __syncthreads();
-        if (hd == 32) ds_attend_elem<32>(L.cache, d, vec, seen, att, acc_w, ml_w);
-        else if (hd == 64) ds_attend_elem<64>(L.cache, d, vec, seen, att, acc_w, ml_w);
-        else if (hd == 128) ds_attend_elem<128>(L.cache, d, vec, seen, att, acc_w, ml_w);
-        else ds_attend_elem<256>(L.cache, d, vec, seen, att, acc_w, ml_w);
+        if (hd == 32) ds_attend_elem<32>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
+        else if (hd == 64) ds_attend_elem<64>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
+        else if (hd == 128) ds_attend_elem<128>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
+        else ds_attend_elem<256>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
         grid_sync(bar);
-        // C: the output product + residual.
-        ds_load_vector(att, qrows, nullptr, 0.0f, vec, red);
+        // C: the output product + residual (after every block merges the splits, if any).
+        if (splits == 1) {
+            ds_load_vector(att, qrows, nullptr, 0.0f, vec, red);
+        } else {
+            for (u32 i = threadIdx.x; i < qrows; i += blockDim.x) {
+                const u32 h = i / hd, col = i % hd;
+                const float* ph = part + (u64)h * DS_SPLITS * (hd + 2);
+                float mc[DS_SPLITS], lc[DS_SPLITS], ac[DS_SPLITS];
+                float mx = NEG_INF;
+#pragma unroll
+                for (u32 c = 0; c < DS_SPLITS; ++c) {
+                    const bool in = c < splits;
+                    mc[c] = in ? __ldcg(ph + c * (hd + 2) + hd) : NEG_INF;
+                    lc[c] = in ? __ldcg(ph + c * (hd + 2) + hd + 1) : 0.0f;
+                    ac[c] = in ? __ldcg(ph + c * (hd + 2) + col) : 0.0f;
+                }
+#pragma unroll
+                for (u32 c = 0; c < DS_SPLITS; ++c) mx = nan_max(mx, mc[c]);
+                float num = 0.0f, den = 0.0f;
+#pragma unroll
+                for (u32 c = 0; c < DS_SPLITS; ++c) {
+                    const float w = mc[c] == NEG_INF ? 0.0f : expf(mc[c] - mx);
+                    num += w * ac[c];
+                    den += w * lc[c];
+                }
+                vec[i] = den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+            }
+            __syncthreads();
+        }
         DS_TASKS(t, hidden / 2) {
             const u32 r0 = 2 * t;
             const float2 y = ds_pair(L.o, r0, r0 + 1, qrows, vec);

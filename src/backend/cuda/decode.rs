@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 
 /// Threads a block (`DS_WARPS` warps of decode_step.cu).
 const THREADS: u32 = 512;
+/// The most blocks one head's keys are split over (`DS_SPLITS`).
+const SPLITS: usize = 16;
 /// Static shared memory of the kernel beside the vector: attention's per-warp rows at the
 /// widest head (`acc_w`, `ml_w`) and a reduction's 32 floats.
 const STATIC_SHARED: u32 = (16 * 256 + 16 * 2 + 32) * 4;
@@ -132,8 +134,9 @@ impl CudaBackend {
         }
         let table = self.alloc_bytes(std::mem::size_of_val(layers) as u64)?;
         self.write(table.ptr(), layers)?;
-        // q, attention's output and the SwiGLU vector.
-        let scratch = self.alloc(2 * qrows + ffn)?;
+        // q, attention's output, the SwiGLU vector and attention's split partials.
+        let splits = SPLITS * dims.heads as usize * (dims.head_dim as usize + 2);
+        let scratch = self.alloc(2 * qrows + ffn + splits)?;
         // grid_sync's arrival count.
         let barrier = self.alloc_bytes(4)?;
         self.zero(&barrier, 4)?;
