@@ -14,6 +14,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 mod attention_blocks;
+mod constants;
 mod layout;
 pub(crate) use attention_blocks::{AttentionBlocks, FLASH_WORKGROUP_BYTES};
 pub(crate) use layout::Layout;
@@ -41,7 +42,7 @@ pub(crate) enum Kernel {
         dot: bool,
     },
     ReduceFinish(ReduceOp),
-    /// `narrow`: workgroups of 4 rather than 256 (see [`softmax_width`]).
+    /// `narrow`: workgroups of 4 rather than 256 (see `constants.rs`).
     SoftmaxStats {
         narrow: bool,
     },
@@ -302,107 +303,6 @@ impl Kernel {
             Kernel::Cast => Layout::OneInput,
         }
     }
-
-    /// The override constants that specialise the shader.
-    pub(crate) fn constants(self) -> Vec<(&'static str, f64)> {
-        match self {
-            Kernel::Unary(k) => vec![("OP", k as u32 as f64)],
-            Kernel::Binary(op) | Kernel::BinaryBroadcast(op) => vec![("OP", op as u32 as f64)],
-            Kernel::StridedUnary(k) => vec![("UNARY", k as u32 as f64)],
-            Kernel::StridedBinary(op) => vec![("BINARY", op as u32 as f64)],
-            Kernel::StridedGated(k, op) => {
-                vec![("UNARY", k as u32 as f64), ("BINARY", op as u32 as f64)]
-            }
-            Kernel::ReducePartial { op, dot } => {
-                vec![("OP", op as u32 as f64), ("DOT", dot as u32 as f64)]
-            }
-            Kernel::ReduceFinish(op) => vec![("OP", op as u32 as f64)],
-            Kernel::SoftmaxStats { narrow } | Kernel::SoftmaxCombine { narrow } => {
-                softmax_width(narrow)
-            }
-            Kernel::Cast
-            | Kernel::Compare
-            | Kernel::Copy
-            | Kernel::Embedding
-            | Kernel::WriteRows
-            | Kernel::TopK
-            | Kernel::TopKSelect
-            | Kernel::Where
-            | Kernel::Fused { .. } => vec![],
-            Kernel::QMatmul {
-                format,
-                residual,
-                norm,
-                swiglu,
-                rope,
-                ..
-            } => vec![
-                ("FORMAT", format as u32 as f64),
-                ("HAS_RESIDUAL", residual as u32 as f64),
-                ("HAS_NORM", norm as u32 as f64),
-                ("HAS_SWIGLU", swiglu as u32 as f64),
-                ("HAS_ROPE", rope as u32 as f64),
-            ],
-            Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
-            Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
-            Kernel::Gemv {
-                bias, activation, ..
-            } => vec![
-                ("HAS_BIAS", bias as u32 as f64),
-                ("ACT", activation.map_or(0, |a| a as u32) as f64),
-            ],
-            Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
-            Kernel::Attention {
-                causal,
-                lens,
-                blocks,
-            } => {
-                let mut c = vec![
-                    ("CAUSAL", causal as u32 as f64),
-                    ("HAS_LENS", lens as u32 as f64),
-                ];
-                // attention_split.wgsl has no WIDE.
-                match blocks {
-                    AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
-                    AttentionBlocks::Merge => {}
-                    _ => c.push(("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64)),
-                }
-                c
-            }
-            Kernel::Matmul {
-                transpose_a,
-                transpose_b,
-                bias,
-                activation,
-                ..
-            } => vec![
-                ("TRANS_A", transpose_a as u32 as f64),
-                ("TRANS_B", transpose_b as u32 as f64),
-                ("HAS_BIAS", bias as u32 as f64),
-                ("ACT", activation.map_or(0, |a| a as u32) as f64),
-            ],
-            Kernel::Norm { rms, weight, bias } => vec![
-                ("RMS", rms as u32 as f64),
-                ("HAS_WEIGHT", weight as u32 as f64),
-                ("HAS_BIAS", bias as u32 as f64),
-            ],
-            Kernel::SoftmaxApply { log } => vec![("LOG", log as u32 as f64)],
-            Kernel::SoftmaxRows { log, narrow } => {
-                let mut c = softmax_width(narrow);
-                c.push(("LOG", log as u32 as f64));
-                c
-            }
-        }
-    }
-}
-
-/// softmax.wgsl's workgroup size and merge round (`WG = ROUND * ROUND`): 4 on software
-/// adapters, where a barrier costs in proportion to the workgroup (SwiftShader resumes its
-/// invocations four at a time; through Dawn 64 rows of 1024 took 35 ms at 256, 3.0-3.6 at 16
-/// and 2.3-2.5 at 4, one row of 65,536 and its round trip 12.1, 4.3-5.7 and 3.4-3.8), else 256.
-pub(crate) fn softmax_width(narrow: bool) -> Vec<(&'static str, f64)> {
-    let (wg, round) = if narrow { (4.0, 2.0) } else { (256.0, 16.0) };
-    vec![("WG", wg), ("ROUND", round)]
 }
 
 /// What a shader module is made from.

@@ -25,7 +25,7 @@ impl WgpuBackend {
         }
         s.check_binding("softmax's input", n)?;
         let chunks = cols.div_ceil(CHUNK);
-        // Small workgroups on a software adapter (see `pipelines::softmax_width`).
+        // Small workgroups on a software adapter (see `softmax_width` in pipelines/constants.rs).
         let narrow = self.shared.software;
         let params = bytemuck::bytes_of(&RowParams {
             rows: u32_of(rows, "softmax rows")?,
