@@ -190,6 +190,12 @@ __device__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ 
 #define DS_TASKS(t, n)                                                                             \
     for (u32 t = (threadIdx.x >> 5) * gridDim.x + blockIdx.x; t < (n); t += gridDim.x * DS_WARPS)
 
+// An attention row's value from its weighted sum and its weights' sum: 0 where no key was
+// seen, NaN where the sums are.
+__device__ __forceinline__ float ds_ratio(float num, float den) {
+    return den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+}
+
 // A half's value: f16 by the hardware's conversion (exact, as f16_float), bf16 by a shift.
 template <u32 ELEM>
 __device__ __forceinline__ float ds_half(unsigned short h) {
@@ -348,7 +354,7 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
                 den += f * ml_w[w][1];
             }
             if (splits == 1) {
-                att[h * HD + col] = den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+                att[h * HD + col] = ds_ratio(num, den);
             } else {
                 // The split's partial, unnormalised: (acc[HD], max, sum).
                 float* out = part + ((u64)h * DS_SPLITS + split) * (HD + 2);
@@ -402,12 +408,13 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
     u32 splits = wanted < room ? wanted : room;
     splits = splits < 1 ? 1 : (splits > DS_SPLITS ? DS_SPLITS : splits);
     ds_warm_layer(layers[0], d);
-    ds_warm(layers[0].cache, (u64)seen * kv_width * (d.elem == 0 ? 4 : 2));
+    const u64 cache_bytes = (u64)seen * kv_width * (d.elem == 0 ? 4 : 2); // the rows seen
+    ds_warm(layers[0].cache, cache_bytes);
     for (u32 l = 0; l < d.layers; ++l) {
         const DsLayer& L = layers[l];
         if (l + 1 < d.layers) {
             ds_warm_layer(layers[l + 1], d);
-            ds_warm(layers[l + 1].cache, (u64)seen * kv_width * (d.elem == 0 ? 4 : 2));
+            ds_warm(layers[l + 1].cache, cache_bytes);
         }
         const float* x = l == 0 ? x_in : x_out;
         // A: norm, q/k/v, RoPE, the cache row.
@@ -463,7 +470,7 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
                     num += w * ac[c];
                     den += w * lc[c];
                 }
-                vec[i] = den > 0.0f ? num / den : (den == 0.0f ? 0.0f : QNAN);
+                vec[i] = ds_ratio(num, den);
             }
             __syncthreads();
         }

@@ -183,7 +183,7 @@ impl Decoder {
         fused: Option<FusedLayers>,
     ) -> Result<Self> {
         let c = &model.config;
-        let (hd, heads, kv, rows) = (c.head_dim(), c.heads, c.kv_heads, model.head_rows());
+        let rows = model.head_rows();
         let mut b = model.device.batch();
         let token = b.upload_of(&[0u32], &[1])?;
         // Compiling runs the step once with these inputs: a position past the end, where
@@ -200,7 +200,7 @@ impl Decoder {
         let cos = b.embedding_ids(cos, rope_rows)?;
         let sin = b.embedding_ids(sin, rope_rows)?;
         let fuses = fused.is_some();
-        let mut x = match &model.embed_table {
+        let x = match &model.embed_table {
             Linear::Quant(q) => b.embedding_quant_by(token, q.clone())?,
             Linear::Dense(t) => {
                 let table = b.tensor(t)?;
@@ -208,37 +208,18 @@ impl Decoder {
                 b.apply("cast", &[row], |t| t[0].cast(DType::F32))?
             }
         };
-        if let Some(f) = fused {
-            x = b.apply("decode_layers", &[x, cos, sin, position, keys], move |t| {
+        let inputs = StepInputs {
+            cos,
+            sin,
+            position,
+            keys,
+        };
+        let x = match fused {
+            Some(f) => b.apply("decode_layers", &[x, cos, sin, position, keys], move |t| {
                 f.run(t)
-            })?;
-        }
-        for (l, cached) in model.layers.iter().zip(layers).filter(|_| !fuses) {
-            let norm = b.tensor(&l.attn_norm)?;
-            let qkv = linear_norm_rope(&mut b, &l.qkv, x, (norm, c.eps), (cos, sin, hd))?;
-            let qkv = b.reshape(qkv, &[1, 1, rows, hd])?;
-            let q = b.slice(qkv, 2, 0..heads)?;
-            let new = b.slice(qkv, 2, heads..rows)?;
-            let cached = b.tensor(cached)?;
-            let cached = b.apply("write_rows", &[cached, new, position], |t| {
-                t[0].write_rows(1, t[2], &t[1].cast(t[0].dtype())?)
-            })?;
-            let k = b.slice(cached, 2, 0..kv)?;
-            let v = b.slice(cached, 2, kv..2 * kv)?;
-            let att = b.apply("attention", &[q, k, v, keys], |t| {
-                let options = AttentionOptions {
-                    lengths: Some(t[3]),
-                    layout: AttentionLayout::Bshd,
-                    ..Default::default()
-                };
-                t[0].attention(t[1], t[2], options)
-            })?;
-            let att = b.reshape(att, &[1, c.hidden])?;
-            x = linear_add(&mut b, &l.o, att, x)?;
-            let norm = b.tensor(&l.ffn_norm)?;
-            let gate_up = linear_norm(&mut b, &l.gate_up, x, norm, c.eps)?;
-            x = linear_swiglu_add(&mut b, &l.down, gate_up, x)?;
-        }
+            })?,
+            None => record_layers(&mut b, model, layers, x, inputs)?,
+        };
         let norm = b.tensor(&model.out_norm)?;
         let logits = linear_norm(&mut b, &model.lm_head, x, norm, c.eps)?;
         let pick = match candidates {
@@ -310,6 +291,61 @@ impl Decoder {
             }
         }
     }
+}
+
+/// What a recorded step's layers read besides the hidden state: each head row's RoPE table
+/// rows, where the new keys and values go, and how many cache rows attention sees.
+#[derive(Clone, Copy)]
+struct StepInputs {
+    cos: Value,
+    sin: Value,
+    position: Value,
+    keys: Value,
+}
+
+/// Records the model's layers op by op over the preallocated cache `layers`, from the hidden
+/// state `x`; returns the last layer's output.
+fn record_layers(
+    b: &mut Batch,
+    model: &Model,
+    layers: &[Tensor],
+    mut x: Value,
+    StepInputs {
+        cos,
+        sin,
+        position,
+        keys,
+    }: StepInputs,
+) -> Result<Value> {
+    let c = &model.config;
+    let (hd, heads, kv, rows) = (c.head_dim(), c.heads, c.kv_heads, model.head_rows());
+    for (l, cached) in model.layers.iter().zip(layers) {
+        let norm = b.tensor(&l.attn_norm)?;
+        let qkv = linear_norm_rope(b, &l.qkv, x, (norm, c.eps), (cos, sin, hd))?;
+        let qkv = b.reshape(qkv, &[1, 1, rows, hd])?;
+        let q = b.slice(qkv, 2, 0..heads)?;
+        let new = b.slice(qkv, 2, heads..rows)?;
+        let cached = b.tensor(cached)?;
+        let cached = b.apply("write_rows", &[cached, new, position], |t| {
+            t[0].write_rows(1, t[2], &t[1].cast(t[0].dtype())?)
+        })?;
+        let k = b.slice(cached, 2, 0..kv)?;
+        let v = b.slice(cached, 2, kv..2 * kv)?;
+        let att = b.apply("attention", &[q, k, v, keys], |t| {
+            let options = AttentionOptions {
+                lengths: Some(t[3]),
+                layout: AttentionLayout::Bshd,
+                ..Default::default()
+            };
+            t[0].attention(t[1], t[2], options)
+        })?;
+        let att = b.reshape(att, &[1, c.hidden])?;
+        x = linear_add(b, &l.o, att, x)?;
+        let norm = b.tensor(&l.ffn_norm)?;
+        let gate_up = linear_norm(b, &l.gate_up, x, norm, c.eps)?;
+        x = linear_swiglu_add(b, &l.down, gate_up, x)?;
+    }
+    Ok(x)
 }
 
 /// Records `x x w^T` for a linear layer's weight.

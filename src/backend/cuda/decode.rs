@@ -14,9 +14,6 @@ use crate::error::{Error, Result};
 const THREADS: u32 = 512;
 /// The most blocks one head's keys are split over (`DS_SPLITS`).
 const SPLITS: usize = 16;
-/// Static shared memory of the kernel beside the vector: attention's per-warp rows at the
-/// widest head (`acc_w`, `ml_w`) and a reduction's 32 floats.
-const STATIC_SHARED: u32 = (16 * 256 + 16 * 2 + 32) * 4;
 
 /// A quantized weight's device buffers (`DsWeight`): format 0 Q8_0, 1 Q4_0, 2 Q4_1; `mins`
 /// is 0 unless Q4_1.
@@ -114,11 +111,13 @@ impl CudaBackend {
             needed: widest as u64 * 4,
             max: u64::from(self.shared_optin),
         })?;
-        if shared + STATIC_SHARED > self.shared_optin {
-            return Ok(None);
-        }
         let f = self.kernels.function(Entry::DecodeLayers)?;
         self.bind()?;
+        // Beside the vector, the kernel's own shared memory (attention's per-warp rows).
+        let fixed = f.shared_size_bytes().map_err(super::errors::driver)?;
+        if u64::from(shared) + fixed.max(0) as u64 > u64::from(self.shared_optin) {
+            return Ok(None);
+        }
         if shared > 48 << 10 {
             f.set_attribute(
                 cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -184,5 +183,24 @@ impl CudaBackend {
             true,
         )?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The launch's block size and scratch sizes follow decode_step.cu's `#define`s.
+    #[test]
+    fn sizes_match_the_kernel() {
+        let text = include_str!("../../../shaders/cuda/decode_step.cu");
+        let define = |name: &str| -> u32 {
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("decode_step.cu defines {name}"));
+            let value = line.split_whitespace().next().expect("a value");
+            value.parse().expect("a number")
+        };
+        assert_eq!(define("DS_WARPS") * 32, super::THREADS);
+        assert_eq!(define("DS_SPLITS") as usize, super::SPLITS);
     }
 }
