@@ -4,12 +4,14 @@
 // chain of launch, wait for the kernel before and a DRAM round trip or two, whatever its work
 // (5-10 us for 0.3 MB). Here one block an SM stays resident for the whole step, the stages of a
 // layer are separated by a grid-wide barrier (decode_layers is launched cooperatively, so every
-// block is resident), and the next layer's weights are asked into L2 while this layer runs, so
-// after each barrier the loads meet L2 rather than memory. A layer's stages:
+// block is resident), and while each barrier gathers, the grid asks L2 for what the same stage
+// of the next layer reads, so after each barrier the loads meet L2 rather than memory. A
+// layer's stages:
 //   A  RMS norm, then the fused q/k/v product, RoPE on q and k, k and v into the cache;
-//   B  attention: a block a head (or, past 512 keys, a block a share of a head's keys), each
-//      warp an online softmax over its rounds of 16 keys, the warps joined in shared memory;
-//   C  the splits' partials merged (where there are several), the output product + residual;
+//   B  attention: a block a head (or, past 512 keys, a block a share of a head's keys, the
+//      head's last share to finish merging them), each warp an online softmax over its rounds
+//      of 16 keys, the warps joined in shared memory;
+//   C  the output product + residual;
 //   D  RMS norm, then gate and up products and SwiGLU (gate row j and up row j a warp);
 //   E  the down product + residual.
 // A product's rows are taken two a warp (a RoPE pair, or gate and up), a lane taking whole
@@ -17,6 +19,14 @@
 // in gpukit's device layout (quant.cu): format 0 Q8_0, 1 Q4_0, 2 Q4_1, f32 scales and minimums
 // apart from the words. Values written during the kernel are read through L2 only (__ldcg):
 // another SM wrote them, and L1 is not coherent.
+//
+// Where a step's time goes (GPUKIT_DS_PROFILE=1 logs it; SmolLM2 on an H100, 256 keys): about
+// 680 us, of which the 149 barriers take about 1 us each, attention 5 us a layer (one block a
+// head), and each product stage 2-3.5 us, most of it trips to memory: the vector, then the
+// weight rows. Tried and slower: the attention blocks making their own q/k/v rows (no stage A),
+// each head's share of the output product made in stage B (no stage C), heads split over more
+// blocks at short contexts, weights asked into L1 at a stage's start or during the barrier,
+// barriers polling relaxed, and arrivals spread over eight counters.
 
 #define DS_WARPS 16
 #define DS_MAX_HD 256
@@ -39,31 +49,74 @@ struct DsDims {
     u32 layers, hidden, heads, kv_heads, head_dim, ffn, capacity;
     u32 elem; // the cache's values: 0 f32, 1 f16, 2 bf16
     float eps, scale;
+    u64 profile; // u64 [grid][DS_EVENTS] of times (GPUKIT_DS_PROFILE), or 0
 };
 
-// Every block of the grid waits here until all have arrived. `count` only grows: each block
-// adds 1 a barrier (a release, so the block's writes show first) and waits (acquiring) until
-// every block of this barrier has added, that is until the count reaches the next multiple of
-// the grid's size. It is such a multiple between launches (every block passes every
-// barrier), so the word stays valid from launch to launch; it wraps after 2^32 arrivals,
-// which the signed comparison tolerates.
-__device__ __forceinline__ void grid_sync(u32* count) {
+// Times a block stores a launch (profiling): its start, an arrival and a departure a barrier
+// (five a layer), its end, then DS_DETAIL times of one layer.
+#define DS_DETAIL 8
+#define DS_EVENTS(layers) (2 + 10 * (layers) + DS_DETAIL)
+
+// The globaltimer, in nanoseconds.
+__device__ __forceinline__ u64 ds_now() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// A block's side of the grid barrier. `count` (64 bits, so it never wraps) only grows: each
+// block adds 1 a barrier (a release, so the block's writes show first; a reduction, which does
+// not wait for the old count) and waits, acquiring, until it reaches `target`, the next multiple
+// of the grid's size. It is such a multiple between launches (every block passes every
+// barrier), so the word stays valid from launch to launch. With `marks` (profiling), thread 0
+// stores the time at the launch's start, at each arrival and each departure, and at the end.
+struct DsBar {
+    u64* count;
+    u64 target; // the count at which the next barrier opens
+    u64* marks; // this block's row of times, or null
+    u32 ev;     // the next time's slot
+};
+
+__device__ __forceinline__ void ds_mark(DsBar& b) {
+    if (b.marks && threadIdx.x == 0) b.marks[b.ev] = ds_now();
+    ++b.ev;
+}
+
+// The barrier's first half: the block arrives. Work that nothing waits for (asking L2 for the
+// next layer) goes between it and ds_wait.
+__device__ __forceinline__ void ds_arrive(DsBar& b) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        u32 old;
-        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
-        const u32 target = old - old % gridDim.x + gridDim.x;
-        u32 now;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(count) : "memory");
-        } while ((int)(now - target) < 0);
+        if (b.marks) b.marks[b.ev] = ds_now();
+        asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(b.count) : "memory");
+        b.target += gridDim.x;
     }
+}
+
+// The barrier's second half: the block waits for every block to have arrived.
+__device__ __forceinline__ void ds_wait(DsBar& b) {
+    if (threadIdx.x == 0) {
+        u64 now;
+        do {
+            asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(b.count) : "memory");
+        } while (now < b.target);
+        if (b.marks) b.marks[b.ev + 1] = ds_now();
+    }
+    b.ev += 2;
     __syncthreads();
 }
 
-// Asks L2 for `bytes` from `p`, spread over the whole grid's threads.
+// A detail time (profiling): slot k after the barriers' times, in layer 3 only.
+__device__ __forceinline__ void ds_sub(const DsBar& b, const DsDims& d, u32 l, u32 k) {
+    if (b.marks && l == 3 && threadIdx.x == 0) b.marks[DS_EVENTS(d.layers) - DS_DETAIL + k] = ds_now();
+}
+
+// Asks L2 for `bytes` from `p`, spread over the grid's threads but warp 0's (which waits at
+// the barrier while the others ask).
 __device__ __forceinline__ void ds_warm(u64 p, u64 bytes) {
-    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x, all = (u64)gridDim.x * blockDim.x;
+    if (threadIdx.x < 32) return;
+    const u64 helpers = blockDim.x - 32;
+    const u64 t = (u64)blockIdx.x * helpers + threadIdx.x - 32, all = (u64)gridDim.x * helpers;
     for (u64 o = t * 128; o < bytes; o += all * 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)p + o));
 }
@@ -73,6 +126,18 @@ __device__ __forceinline__ void ds_warm_weight(const DsWeight& w, u64 rows, u64 
     ds_warm(w.words, blocks * (w.format == 0 ? 32 : 16));
     ds_warm(w.scales, blocks * 4);
     if (w.mins) ds_warm(w.mins, blocks * 4);
+}
+
+// What stage `stage` of layer `l` reads first, asked into L2: 0 the q/k/v weight, 1 the cache's
+// rows, 2 the output weight, 3 gate and up, 4 down.
+__device__ __forceinline__ void ds_warm_stage(const DsLayer& l, const DsDims& d, u32 stage,
+                                              u64 cache_bytes) {
+    const u64 h = d.hidden;
+    if (stage == 0) ds_warm_weight(l.qkv, (u64)(d.heads + 2 * d.kv_heads) * d.head_dim, h);
+    else if (stage == 1) ds_warm(l.cache, cache_bytes);
+    else if (stage == 2) ds_warm_weight(l.o, h, (u64)d.heads * d.head_dim);
+    else if (stage == 3) ds_warm_weight(l.gate_up, 2 * (u64)d.ffn, h);
+    else ds_warm_weight(l.down, h, d.ffn);
 }
 
 __device__ __forceinline__ void ds_warm_layer(const DsLayer& l, const DsDims& d) {
@@ -173,15 +238,16 @@ __device__ __forceinline__ float2 ds_pair(const DsWeight& w, u64 r0, u64 r1, u32
 // when it is given; every thread of the block takes part.
 __device__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ norm_w, float eps,
                                float* __restrict__ out, float* scratch) {
+    // The norm's weights are loaded with x, not after the sum: each load is a trip to memory.
     float q = 0.0f;
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = __ldcg(x + i);
-        out[i] = v;
+        out[i] = norm_w ? v * __ldg(norm_w + i) : v;
         q += v * v;
     }
     if (norm_w) {
         const float scale = rsqrtf(block_reduce(q, 0, scratch) / (float)n + eps);
-        for (u32 i = threadIdx.x; i < n; i += blockDim.x) out[i] = out[i] * scale * __ldg(norm_w + i);
+        for (u32 i = threadIdx.x; i < n; i += blockDim.x) out[i] *= scale;
     }
     __syncthreads();
 }
@@ -220,20 +286,16 @@ __device__ __forceinline__ float ds_elem(const void* p, u64 e) {
 // shared memory into the head's output row, att[head], or with several splits into the split's
 // partial, part[head][split]. q is in shared memory.
 template <u32 HD, u32 ELEM>
-__device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ qs, u32 seen,
-                          u32 splits, float* __restrict__ att, float* __restrict__ part,
+__device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ qh, u32 h,
+                          u32 begin, u32 end, u32 split, u32 splits, float* __restrict__ att,
+                          float* __restrict__ part, u32* __restrict__ counts,
                           float (*acc_w)[DS_MAX_HD], float (*ml_w)[2]) {
     constexpr u32 CW = HD / 32;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = d.heads / d.kv_heads;
     const u64 kv_width = 2 * (u64)d.kv_heads * HD;
     const void* base = reinterpret_cast<const void*>(cache);
-    // A split's keys: a multiple of the rounds' 16.
-    const u32 chunk = ((seen + splits - 1) / splits + 15) / 16 * 16;
-    for (u32 task = blockIdx.x; task < d.heads * splits; task += gridDim.x) {
-        const u32 h = task / splits, split = task % splits, kvh = h / group;
-        const u32 begin = split * chunk;
-        const u32 end = begin + chunk < seen ? begin + chunk : seen;
-        const float* qh = qs + h * HD;
+    {
+        const u32 kvh = h / group;
         float m = NEG_INF, sum = 0.0f, acc[CW];
 #pragma unroll
         for (u32 j = 0; j < CW; ++j) acc[j] = 0.0f;
@@ -365,142 +427,208 @@ __device__ void ds_attend(u64 cache, const DsDims& d, const float* __restrict__ 
                 }
             }
         }
+        if (splits > 1) {
+            // The head's last split to finish merges them all into att[head]: each split's
+            // partial is out (the fence) before its count, so the last one sees every partial.
+            __shared__ bool last;
+            __threadfence();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                const u32 old = atomicAdd(counts + h, 1u);
+                last = old == splits - 1;
+                if (last) counts[h] = 0; // for the next layer, after the barriers between
+            }
+            __syncthreads();
+            if (last) {
+                const float* ph = part + (u64)h * DS_SPLITS * (HD + 2);
+                for (u32 col = threadIdx.x; col < HD; col += blockDim.x) {
+                    float mc[DS_SPLITS], lc[DS_SPLITS], ac[DS_SPLITS];
+                    float mx = NEG_INF;
+#pragma unroll
+                    for (u32 c = 0; c < DS_SPLITS; ++c) {
+                        const bool in = c < splits;
+                        mc[c] = in ? __ldcg(ph + c * (HD + 2) + HD) : NEG_INF;
+                        lc[c] = in ? __ldcg(ph + c * (HD + 2) + HD + 1) : 0.0f;
+                        ac[c] = in ? __ldcg(ph + c * (HD + 2) + col) : 0.0f;
+                    }
+#pragma unroll
+                    for (u32 c = 0; c < DS_SPLITS; ++c) mx = nan_max(mx, mc[c]);
+                    float num = 0.0f, den = 0.0f;
+#pragma unroll
+                    for (u32 c = 0; c < DS_SPLITS; ++c) {
+                        const float w = mc[c] == NEG_INF ? 0.0f : expf(mc[c] - mx);
+                        num += w * ac[c];
+                        den += w * lc[c];
+                    }
+                    att[h * HD + col] = ds_ratio(num, den);
+                }
+            }
+        }
         __syncthreads();
     }
 }
 
 template <u32 HD>
-__device__ __forceinline__ void ds_attend_elem(u64 cache, const DsDims& d, const float* qs,
-                                               u32 seen, u32 splits, float* att, float* part,
+__device__ __forceinline__ void ds_attend_elem(u64 cache, const DsDims& d, const float* qh, u32 h,
+                                               u32 begin, u32 end, u32 split, u32 splits,
+                                               float* att, float* part, u32* counts,
                                                float (*acc_w)[DS_MAX_HD], float (*ml_w)[2]) {
-    if (d.elem == 0) ds_attend<HD, 0>(cache, d, qs, seen, splits, att, part, acc_w, ml_w);
-    else if (d.elem == 1) ds_attend<HD, 1>(cache, d, qs, seen, splits, att, part, acc_w, ml_w);
-    else ds_attend<HD, 2>(cache, d, qs, seen, splits, att, part, acc_w, ml_w);
+    if (d.elem == 0) ds_attend<HD, 0>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+    else if (d.elem == 1) ds_attend<HD, 1>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+    else ds_attend<HD, 2>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+}
+
+__device__ __forceinline__ void ds_attend_hd(u64 cache, const DsDims& d, const float* qh, u32 h,
+                                             u32 begin, u32 end, u32 split, u32 splits,
+                                             float* att, float* part, u32* counts, float (*acc_w)[DS_MAX_HD],
+                                             float (*ml_w)[2]) {
+    const u32 hd = d.head_dim;
+    if (hd == 32) ds_attend_elem<32>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+    else if (hd == 64) ds_attend_elem<64>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+    else if (hd == 128) ds_attend_elem<128>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+    else ds_attend_elem<256>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+}
+
+// Rows r0, r0 + 1 of the q/k/v product (of the normed x in shared memory), RoPE-rotated:
+// every lane gets both.
+__device__ __forceinline__ float2 ds_qkv_pair(const DsWeight& w, u32 r0, u32 hidden, u32 hd,
+                                              const float* __restrict__ cos_t,
+                                              const float* __restrict__ sin_t,
+                                              const float* __restrict__ x) {
+    const float2 y = ds_pair(w, r0, r0 + 1, hidden, x);
+    const u32 ti = (r0 / hd) * (hd / 2) + (r0 % hd) / 2;
+    const float c = cos_t[ti], s = sin_t[ti];
+    return make_float2(y.x * c - y.y * s, y.x * s + y.y * c);
 }
 
 // x_in: the token's embedding row [hidden]; cos_t, sin_t: [heads + 2 kv_heads, head_dim / 2],
 // each head row's RoPE table row (values' rows turn by nothing); position: where the step's
 // keys and values go (dropped at or past capacity); keys: how many cache rows attention sees;
-// scratch: q, the attention partials and the SwiGLU vector (see the launch); bar: two words,
-// zero before the first launch; x_out: the step's last hidden state [hidden].
+// scratch: q, attention's output, the SwiGLU vector and attention's split partials (see the
+// launch); bar: the barrier's count and the heads' split counts, zero before the first
+// launch; x_out: the step's last hidden state [hidden].
 extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(const DsLayer* __restrict__ layers, DsDims d, const float* __restrict__ x_in,
                   const float* __restrict__ cos_t, const float* __restrict__ sin_t,
                   const u32* __restrict__ position, const u32* __restrict__ keys,
-                  float* __restrict__ scratch, u32* __restrict__ bar, float* __restrict__ x_out) {
+                  float* __restrict__ scratch, u64* __restrict__ bar, float* __restrict__ x_out) {
     WAIT_PRIOR();
     extern __shared__ float4 ds_shared[];
     float* vec = reinterpret_cast<float*>(ds_shared);
     __shared__ float red[32];
     __shared__ float acc_w[DS_WARPS][DS_MAX_HD];
     __shared__ float ml_w[DS_WARPS][2];
+    __shared__ float qh_s[DS_MAX_HD]; // a head's q
     const u32 lane = threadIdx.x & 31;
     const u32 hd = d.head_dim, hidden = d.hidden, qrows = d.heads * hd;
     const u32 kv_width = 2 * d.kv_heads * hd;
     const u32 at = *position;
     const u32 seen = *keys < d.capacity ? *keys : d.capacity;
-    float* q = scratch;            // [heads * hd]
-    float* att = q + qrows;        // [heads * hd]
-    float* gated = att + qrows;    // [ffn]
-    float* part = gated + d.ffn;   // [heads][DS_SPLITS][hd + 2]
+    DsBar b;
+    b.count = bar;
+    b.marks = d.profile ? reinterpret_cast<u64*>(d.profile) + (u64)blockIdx.x * DS_EVENTS(d.layers) : nullptr;
+    b.ev = 0;
+    if (threadIdx.x == 0) {
+        // No block has passed this launch's first barrier, so the count is below the next
+        // multiple of the grid.
+        u64 now;
+        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(bar) : "memory");
+        b.target = now - now % gridDim.x;
+    }
+    ds_mark(b);
+    u32* counts = reinterpret_cast<u32*>(bar + 1); // [heads]: each head's splits done
+    float* q = scratch;          // [heads * hd]
+    float* att = q + qrows;      // [heads * hd]: attention's output
+    float* gated = att + qrows;  // [ffn]
+    float* part = gated + d.ffn; // [heads][DS_SPLITS][hd + 2]
     // A head's keys go to one block up to 512 of them; past that to more, as many as the grid
-    // has for every head (up to DS_SPLITS), their partial results merged after a barrier.
+    // has for every head (up to DS_SPLITS), the last to finish merging them.
     const u32 wanted = (seen + 511) / 512, room = gridDim.x / d.heads;
     u32 splits = wanted < room ? wanted : room;
     splits = splits < 1 ? 1 : (splits > DS_SPLITS ? DS_SPLITS : splits);
-    ds_warm_layer(layers[0], d);
+    // A split's keys: a multiple of attention's rounds of 16.
+    const u32 chunk = ((seen + splits - 1) / splits + 15) / 16 * 16;
     const u64 cache_bytes = (u64)seen * kv_width * (d.elem == 0 ? 4 : 2); // the rows seen
+    ds_warm_layer(layers[0], d);
     ds_warm(layers[0].cache, cache_bytes);
+    // A barrier; while it gathers, the next layer's reads of the stage that follows are asked
+    // into L2 (a layer ahead, and by little parts: all at once, they queued before the
+    // stage's own loads).
+    auto sync = [&](u32 l, u32 stage) {
+        ds_arrive(b);
+        if (l + 1 < d.layers) ds_warm_stage(layers[l + 1], d, stage, cache_bytes);
+        ds_wait(b);
+    };
     for (u32 l = 0; l < d.layers; ++l) {
         const DsLayer& L = layers[l];
-        if (l + 1 < d.layers) {
-            ds_warm_layer(layers[l + 1], d);
-            ds_warm(layers[l + 1].cache, cache_bytes);
-        }
         const float* x = l == 0 ? x_in : x_out;
         // A: norm, q/k/v, RoPE, the cache row.
+        ds_sub(b, d, l, 0);
         ds_load_vector(x, hidden, reinterpret_cast<const float*>(L.attn_norm), d.eps, vec, red);
+        ds_sub(b, d, l, 1);
         DS_TASKS(t, (qrows + kv_width) / 2) {
             const u32 r0 = 2 * t;
-            const float2 y = ds_pair(L.qkv, r0, r0 + 1, hidden, vec);
-            const u32 ti = (r0 / hd) * (hd / 2) + (r0 % hd) / 2;
-            const float c = cos_t[ti], s = sin_t[ti];
-            const float o0 = y.x * c - y.y * s, o1 = y.x * s + y.y * c;
+            const float2 o = ds_qkv_pair(L.qkv, r0, hidden, hd, cos_t, sin_t, vec);
             if (lane == 0) {
                 if (r0 < qrows) {
-                    q[r0] = o0;
-                    q[r0 + 1] = o1;
+                    q[r0] = o.x;
+                    q[r0 + 1] = o.y;
                 } else if (at < d.capacity) {
                     const u64 e = (u64)at * kv_width + (r0 - qrows);
-                    store_elem(reinterpret_cast<void*>(L.cache), e, d.elem, o0);
-                    store_elem(reinterpret_cast<void*>(L.cache), e + 1, d.elem, o1);
+                    store_elem(reinterpret_cast<void*>(L.cache), e, d.elem, o.x);
+                    store_elem(reinterpret_cast<void*>(L.cache), e + 1, d.elem, o.y);
                 }
             }
         }
-        grid_sync(bar);
-        // B: attention, a block a head.
-        for (u32 i = threadIdx.x; i < qrows; i += blockDim.x) vec[i] = __ldcg(q + i);
-        __syncthreads();
-        if (hd == 32) ds_attend_elem<32>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
-        else if (hd == 64) ds_attend_elem<64>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
-        else if (hd == 128) ds_attend_elem<128>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
-        else ds_attend_elem<256>(L.cache, d, vec, seen, splits, att, part, acc_w, ml_w);
-        grid_sync(bar);
-        // C: the output product + residual (after every block merges the splits, if any).
-        if (splits == 1) {
-            ds_load_vector(att, qrows, nullptr, 0.0f, vec, red);
-        } else {
-            for (u32 i = threadIdx.x; i < qrows; i += blockDim.x) {
-                const u32 h = i / hd, col = i % hd;
-                const float* ph = part + (u64)h * DS_SPLITS * (hd + 2);
-                float mc[DS_SPLITS], lc[DS_SPLITS], ac[DS_SPLITS];
-                float mx = NEG_INF;
-#pragma unroll
-                for (u32 c = 0; c < DS_SPLITS; ++c) {
-                    const bool in = c < splits;
-                    mc[c] = in ? __ldcg(ph + c * (hd + 2) + hd) : NEG_INF;
-                    lc[c] = in ? __ldcg(ph + c * (hd + 2) + hd + 1) : 0.0f;
-                    ac[c] = in ? __ldcg(ph + c * (hd + 2) + col) : 0.0f;
-                }
-#pragma unroll
-                for (u32 c = 0; c < DS_SPLITS; ++c) mx = nan_max(mx, mc[c]);
-                float num = 0.0f, den = 0.0f;
-#pragma unroll
-                for (u32 c = 0; c < DS_SPLITS; ++c) {
-                    const float w = mc[c] == NEG_INF ? 0.0f : expf(mc[c] - mx);
-                    num += w * ac[c];
-                    den += w * lc[c];
-                }
-                vec[i] = ds_ratio(num, den);
-            }
+        ds_sub(b, d, l, 2);
+        sync(l, 0);
+        // B: attention, a block a (head, split of its keys).
+        ds_sub(b, d, l, 3);
+        for (u32 task = blockIdx.x; task < d.heads * splits; task += gridDim.x) {
+            const u32 h = task / splits, split = task % splits;
+            const u32 begin = split * chunk;
+            const u32 end = begin + chunk < seen ? begin + chunk : seen;
+            for (u32 i = threadIdx.x; i < hd; i += blockDim.x) qh_s[i] = __ldcg(q + h * hd + i);
             __syncthreads();
+            if (task == blockIdx.x) ds_sub(b, d, l, 4);
+            ds_attend_hd(L.cache, d, qh_s, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
+            if (task == blockIdx.x) ds_sub(b, d, l, 5);
         }
+        sync(l, 1);
+        // C: the output product + residual.
+        ds_load_vector(att, qrows, nullptr, 0.0f, vec, red);
         DS_TASKS(t, hidden / 2) {
             const u32 r0 = 2 * t;
+            // The residual's loads go out with the weight's, not after the product.
+            const float a = lane == 0 ? __ldcg(x + r0) : 0.0f, c = lane == 0 ? __ldcg(x + r0 + 1) : 0.0f;
             const float2 y = ds_pair(L.o, r0, r0 + 1, qrows, vec);
             if (lane == 0) {
-                const float a = __ldcg(x + r0), b = __ldcg(x + r0 + 1);
                 x_out[r0] = a + y.x;
-                x_out[r0 + 1] = b + y.y;
+                x_out[r0 + 1] = c + y.y;
             }
         }
-        grid_sync(bar);
+        sync(l, 2);
         // D: norm, gate and up, SwiGLU.
+        ds_sub(b, d, l, 6);
         ds_load_vector(x_out, hidden, reinterpret_cast<const float*>(L.ffn_norm), d.eps, vec, red);
+        ds_sub(b, d, l, 7);
         DS_TASKS(t, d.ffn) {
             const float2 y = ds_pair(L.gate_up, t, t + d.ffn, hidden, vec);
             if (lane == 0) gated[t] = unary_op(5, y.x, 0.0f, 0.0f) * y.y;
         }
-        grid_sync(bar);
+        sync(l, 3);
         // E: down + residual.
         ds_load_vector(gated, d.ffn, nullptr, 0.0f, vec, red);
         DS_TASKS(t, hidden / 2) {
             const u32 r0 = 2 * t;
+            const float a = lane == 0 ? __ldcg(x_out + r0) : 0.0f;
+            const float c = lane == 0 ? __ldcg(x_out + r0 + 1) : 0.0f;
             const float2 y = ds_pair(L.down, r0, r0 + 1, d.ffn, vec);
             if (lane == 0) {
-                x_out[r0] = __ldcg(x_out + r0) + y.x;
-                x_out[r0 + 1] = __ldcg(x_out + r0 + 1) + y.y;
+                x_out[r0] = a + y.x;
+                x_out[r0 + 1] = c + y.y;
             }
         }
-        if (l + 1 < d.layers) grid_sync(bar);
+        if (l + 1 < d.layers) sync(l, 4);
     }
+    ds_mark(b);
 }

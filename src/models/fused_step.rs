@@ -1,7 +1,8 @@
 //! A decoding step's layers in one kernel where the device has one for them: CUDA, every
 //! layer's linear weights quantized (Q8_0, Q4_0 or Q4_1), head widths 32 to 256 (see
 //! `backend/cuda/decode.rs` and `shaders/cuda/decode_step.cu`). Elsewhere [`FusedLayers::new`]
-//! gives `None` and the step records its ops one by one. `GPUKIT_FUSED_DECODE=0` turns it off.
+//! gives `None` and the step records its ops one by one. `GPUKIT_FUSED_DECODE=0` turns it off;
+//! `GPUKIT_DS_PROFILE=1` logs (at info) each generation's last step, stage by stage.
 
 use crate::error::Result;
 use crate::models::llama::Model;
@@ -97,6 +98,21 @@ mod cuda {
         ))
     }
 
+    impl Drop for Inner {
+        fn drop(&mut self) {
+            // The last step's stage times, where GPUKIT_DS_PROFILE asked for them (logged at
+            // info).
+            if let Some(BackendImpl::Cuda(be)) = self._tensors.first().map(|t| t.device().backend())
+            {
+                match be.decode_profile(&self.stack) {
+                    Ok(Some(report)) => log::info!("gpukit: {report}"),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("gpukit: no decode_layers profile: {e}"),
+                }
+            }
+        }
+    }
+
     impl Inner {
         pub(super) fn new(model: &Model, cache: &[Tensor]) -> Result<Option<Inner>> {
             let BackendImpl::Cuda(be) = model.device.backend() else {
@@ -135,6 +151,7 @@ mod cuda {
                 elem,
                 eps: c.eps,
                 scale: 1.0 / (head_dim as f32).sqrt(),
+                ..DsDims::default()
             };
             let mut table = Vec::with_capacity(c.layers);
             let (mut weights, mut tensors) = (Vec::new(), Vec::new());

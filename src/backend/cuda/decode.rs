@@ -59,6 +59,8 @@ pub(crate) struct DsDims {
     pub eps: f32,
     /// Attention's score scale.
     pub scale: f32,
+    /// Where the kernel stores its stage times (`GPUKIT_DS_PROFILE`), or 0.
+    pub profile: u64,
 }
 
 impl DsDims {
@@ -89,6 +91,8 @@ pub(crate) struct DecodeStack {
     dims: DsDims,
     shared: u32,
     grid: u32,
+    /// The kernel's times, `[grid][events(layers)]` u64 nanoseconds, when profiling.
+    profile: Option<CudaStorage>,
 }
 
 impl CudaBackend {
@@ -136,9 +140,20 @@ impl CudaBackend {
         // q, attention's output, the SwiGLU vector and attention's split partials.
         let splits = SPLITS * dims.heads as usize * (dims.head_dim as usize + 2);
         let scratch = self.alloc(2 * qrows + ffn + splits)?;
-        // grid_sync's arrival count.
-        let barrier = self.alloc_bytes(4)?;
-        self.zero(&barrier, 4)?;
+        // The barrier's arrival count (u64), then each head's count of finished splits (u32).
+        let bytes = 8 + 4 * u64::from(dims.heads);
+        let barrier = self.alloc_bytes(bytes)?;
+        self.zero(&barrier, bytes)?;
+        let mut dims = dims;
+        let profile = if std::env::var_os("GPUKIT_DS_PROFILE").is_some() {
+            let bytes = u64::from(self.multiprocessors) * events(dims.layers) * 8;
+            let buf = self.alloc_bytes(bytes)?;
+            self.zero(&buf, bytes)?;
+            dims.profile = buf.ptr();
+            Some(buf)
+        } else {
+            None
+        };
         Ok(Some(DecodeStack {
             table,
             scratch,
@@ -146,6 +161,7 @@ impl CudaBackend {
             dims,
             shared,
             grid: self.multiprocessors,
+            profile,
         }))
     }
 
@@ -186,6 +202,77 @@ impl CudaBackend {
     }
 }
 
+/// Times a block stores a launch (`DS_EVENTS`): its start, an arrival and a departure a
+/// barrier (five a layer, one fewer at the end), its end, then [`DETAIL`] times of one layer.
+fn events(layers: u32) -> u64 {
+    2 + 10 * u64::from(layers) + DETAIL as u64
+}
+
+/// Detail times of one layer (`DS_DETAIL`).
+const DETAIL: usize = 8;
+
+impl CudaBackend {
+    /// The last launch's stage times (`GPUKIT_DS_PROFILE`) as a table: for each of a layer's
+    /// barriers, the mean over layers of the slowest block's work before it (from the previous
+    /// barrier's last departure to the last arrival) and of the barrier itself (last arrival
+    /// to last departure), in microseconds.
+    pub(crate) fn decode_profile(&self, stack: &DecodeStack) -> Result<Option<String>> {
+        let Some(buf) = &stack.profile else {
+            return Ok(None);
+        };
+        let ev = events(stack.dims.layers) as usize;
+        let grid = stack.grid as usize;
+        let raw = self.read_blocking(buf, grid * ev * 2)?;
+        let t: Vec<u64> = bytemuck::pod_collect_to_vec(&raw);
+        let last = |e: usize| (0..grid).map(|b| t[b * ev + e]).max().unwrap_or(0);
+        let first = |e: usize| (0..grid).map(|b| t[b * ev + e]).min().unwrap_or(0);
+        // Events: 0 start; then (arrive, leave) pairs; the end.
+        let pairs = 5 * stack.dims.layers as usize;
+        let used: Vec<usize> = (0..pairs).filter(|&i| last(2 + 2 * i) != 0).collect();
+        let per_layer = used.len().div_ceil(stack.dims.layers as usize).max(1);
+        let mut work = vec![0.0f64; per_layer];
+        let mut wait = vec![0.0f64; per_layer];
+        let mut counts = vec![0usize; per_layer];
+        let mut prev = first(0);
+        for (n, &i) in used.iter().enumerate() {
+            let (arrive, leave) = (last(1 + 2 * i), last(2 + 2 * i));
+            let s = n % per_layer;
+            work[s] += arrive.saturating_sub(prev) as f64 / 1e3;
+            wait[s] += leave.saturating_sub(arrive) as f64 / 1e3;
+            counts[s] += 1;
+            prev = leave;
+        }
+        let end = (0..grid)
+            .map(|b| t[b * ev + 1 + 2 * used.len()])
+            .max()
+            .unwrap_or(0);
+        let total = end.saturating_sub(first(0)) as f64 / 1e3;
+        let mut out = format!(
+            "decode_layers: {total:.1} us, {} barriers; per stage (mean over layers): ",
+            used.len(),
+        );
+        for s in 0..per_layer {
+            let c = counts[s].max(1) as f64;
+            out += &format!("[{s}: work {:.2} barrier {:.2}] ", work[s] / c, wait[s] / c);
+        }
+        out += &format!(
+            "last stage {:.2}; block 0 in layer 3:",
+            end.saturating_sub(prev) as f64 / 1e3
+        );
+        let sub = &t[ev - DETAIL..ev];
+        for k in 1..DETAIL {
+            if sub[k] != 0 && sub[k - 1] != 0 {
+                out += &format!(
+                    " {}-{k} {:.2}",
+                    k - 1,
+                    sub[k].saturating_sub(sub[k - 1]) as f64 / 1e3
+                );
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The launch's block size and scratch sizes follow decode_step.cu's `#define`s.
@@ -202,5 +289,6 @@ mod tests {
         };
         assert_eq!(define("DS_WARPS") * 32, super::THREADS);
         assert_eq!(define("DS_SPLITS") as usize, super::SPLITS);
+        assert_eq!(define("DS_DETAIL") as usize, super::DETAIL);
     }
 }
