@@ -1,6 +1,7 @@
-// A llama decoding step's transformer layers in one persistent kernel (one token, every layer).
+// A llama decoding step in one persistent kernel: one token's embedding row, every layer, the
+// output norm, the LM head and the argmax (or the logits).
 //
-// Run one op a kernel, a step of SmolLM2-135M is 210 small kernels, and each costs its own
+// Run one op a kernel, a step of SmolLM2-135M is 220 small kernels, and each costs its own
 // chain of launch, wait for the kernel before and a DRAM round trip or two, whatever its work
 // (5-10 us for 0.3 MB). Here one block an SM stays resident for the whole step, the stages of a
 // layer are separated by a grid-wide barrier (decode_layers is launched cooperatively, so every
@@ -14,6 +15,10 @@
 //   C  the output product + residual;
 //   D  RMS norm, then gate and up products and SwiGLU (gate row j and up row j a warp);
 //   E  the down product + residual.
+// Layer 0's stage A reads the token's embedding row from the quantized table itself, and after
+// the last layer comes one more stage: the output norm and the LM head, each block keeping the
+// largest logit it made, the blocks' largest met by an atomic maximum. (Done by kernels of
+// their own, the embedding's gathers, the head and the argmax took about 40 us more a step.)
 // A product's rows are taken two a warp (a RoPE pair, or gate and up), a lane taking whole
 // quant blocks; the vector it multiplies sits in shared memory. Weights are GGUF blocks of 32
 // in gpukit's device layout (quant.cu): format 0 Q8_0, 1 Q4_0, 2 Q4_1, f32 scales and minimums
@@ -21,7 +26,7 @@
 // another SM wrote them, and L1 is not coherent.
 //
 // Where a step's time goes (GPUKIT_DS_PROFILE=1 logs it; SmolLM2 on an H100, 256 keys): about
-// 680 us, of which the 149 barriers take about 1 us each, attention 5 us a layer (one block a
+// 680 us, of which the 150 barriers take about 1 us each, attention 5 us a layer (one block a
 // head), and each product stage 2-3.5 us, most of it trips to memory: the vector, then the
 // weight rows. Tried and slower: the attention blocks making their own q/k/v rows (no stage A),
 // each head's share of the output product made in stage B (no stage C), heads split over more
@@ -43,6 +48,15 @@ struct DsLayer {
     u64 attn_norm, ffn_norm; // f32 [hidden]
     u64 cache;               // [capacity, 2 * kv_heads, head_dim] of `elem` values, keys first
     DsWeight qkv, o, gate_up, down;
+};
+
+// The step's two ends: the token's embedding row, and after the layers the output norm, the
+// LM head and what comes back (pick 0: the logits; 1: the index of the largest, in the order
+// of topk.rs: NaN above everything, then the lower index on ties).
+struct DsEnds {
+    DsWeight embed, head; // [embed_rows, hidden] and [vocab, hidden]
+    u64 norm;             // f32 [hidden]
+    u32 embed_rows, vocab, pick, pad;
 };
 
 struct DsDims {
@@ -234,14 +248,15 @@ __device__ __forceinline__ float2 ds_pair(const DsWeight& w, u64 r0, u64 r1, u32
     return ds_pair_t<2>(w, r0, r1, k, x);
 }
 
-// x (n values, written in this kernel) into shared memory, RMS-normalised and times `norm_w`
+// n values, value i given by `at(i)`, into shared memory, RMS-normalised and times `norm_w`
 // when it is given; every thread of the block takes part.
-__device__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ norm_w, float eps,
-                               float* __restrict__ out, float* scratch) {
+template <class At>
+__device__ void ds_load_with(At at, u32 n, const float* __restrict__ norm_w, float eps,
+                             float* __restrict__ out, float* scratch) {
     // The norm's weights are loaded with x, not after the sum: each load is a trip to memory.
     float q = 0.0f;
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = __ldcg(x + i);
+        const float v = at(i);
         out[i] = norm_w ? v * __ldg(norm_w + i) : v;
         q += v * v;
     }
@@ -250,6 +265,32 @@ __device__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ 
         for (u32 i = threadIdx.x; i < n; i += blockDim.x) out[i] *= scale;
     }
     __syncthreads();
+}
+
+// x (n values, written in this kernel, so read through L2) into shared memory, as
+// ds_load_with.
+__device__ __forceinline__ void ds_load_vector(const float* x, u32 n, const float* __restrict__ norm_w,
+                                               float eps, float* __restrict__ out, float* scratch) {
+    ds_load_with([x](u32 i) { return __ldcg(x + i); }, n, norm_w, eps, out, scratch);
+}
+
+// Element e of row `row` of a quantized weight of `cols` columns, as quant.cu's dequant_at.
+__device__ __forceinline__ float ds_dequant(const DsWeight& w, u64 row, u32 cols, u32 e) {
+    const u64 blocks = cols / 32, b = row * blocks + e / 32;
+    const u32 j = e % 32;
+    const float d = __ldg(reinterpret_cast<const float*>(w.scales) + b);
+    const u32* words = reinterpret_cast<const u32*>(w.words);
+    if (w.format == 0) return d * (float)(signed char)(__ldg(words + b * 8 + j / 4) >> (8 * (j % 4)));
+    const float q = (float)((__ldg(words + b * 4 + j / 8) >> (4 * (j % 8))) & 0xfu);
+    return w.format == 2 ? d * q + __ldg(reinterpret_cast<const float*>(w.mins) + b) : d * (q - 8.0f);
+}
+
+// An f32 and its index as one word whose order is topk.rs's: a larger value, then (for equal
+// values) a lower index, is a larger word; NaN is above every number.
+__device__ __forceinline__ u64 ds_rank(float v, u32 i) {
+    const u32 b = __float_as_uint(v);
+    const u32 k = is_nan(v) ? 0xffffffffu : ((b & 0x80000000u) ? ~b : (b | 0x80000000u));
+    return ((u64)k << 32) | (u64)(~i);
 }
 
 // The warp's tasks of a stage: task t goes to block t % grid, so every block has a share.
@@ -489,28 +530,33 @@ __device__ __forceinline__ void ds_attend_hd(u64 cache, const DsDims& d, const f
     else ds_attend_elem<256>(cache, d, qh, h, begin, end, split, splits, att, part, counts, acc_w, ml_w);
 }
 
-// Rows r0, r0 + 1 of the q/k/v product (of the normed x in shared memory), RoPE-rotated:
-// every lane gets both.
+// Rows r0, r0 + 1 of the q/k/v product (of the normed x in shared memory), RoPE-rotated by
+// the tables' row rows[head row]: every lane gets both.
 __device__ __forceinline__ float2 ds_qkv_pair(const DsWeight& w, u32 r0, u32 hidden, u32 hd,
                                               const float* __restrict__ cos_t,
                                               const float* __restrict__ sin_t,
+                                              const u32* __restrict__ rows,
                                               const float* __restrict__ x) {
     const float2 y = ds_pair(w, r0, r0 + 1, hidden, x);
-    const u32 ti = (r0 / hd) * (hd / 2) + (r0 % hd) / 2;
+    const u64 ti = (u64)__ldg(rows + r0 / hd) * (hd / 2) + (r0 % hd) / 2;
     const float c = cos_t[ti], s = sin_t[ti];
     return make_float2(y.x * c - y.y * s, y.x * s + y.y * c);
 }
 
-// x_in: the token's embedding row [hidden]; cos_t, sin_t: [heads + 2 kv_heads, head_dim / 2],
-// each head row's RoPE table row (values' rows turn by nothing); position: where the step's
-// keys and values go (dropped at or past capacity); keys: how many cache rows attention sees;
-// scratch: q, attention's output, the SwiGLU vector and attention's split partials (see the
-// launch); bar: the barrier's count and the heads' split counts, zero before the first
-// launch; x_out: the step's last hidden state [hidden].
-extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(const DsLayer* __restrict__ layers, DsDims d, const float* __restrict__ x_in,
-                  const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+// token: the step's token id (its embedding row, read from e.embed); cos_t, sin_t: the RoPE
+// tables, [rows, head_dim / 2]; rope_rows: [heads + 2 kv_heads], each head row's table row
+// (values' rows turn by the identity row); position: where the step's keys and values go
+// (dropped at or past capacity); keys: how many cache rows attention sees; scratch: q,
+// attention's output, the SwiGLU vector and attention's split partials (see the launch); bar:
+// the barrier's count, the pick's best word and count, and the heads' split counts, zero
+// before the first launch; x: the hidden state [hidden]; out: what e.pick asks for, the logits
+// [vocab] (f32) or the largest one's index [1] (u32).
+extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(const DsLayer* __restrict__ layers, DsDims d, DsEnds e,
+                  const u32* __restrict__ token, const float* __restrict__ cos_t,
+                  const float* __restrict__ sin_t, const u32* __restrict__ rope_rows,
                   const u32* __restrict__ position, const u32* __restrict__ keys,
-                  float* __restrict__ scratch, u64* __restrict__ bar, float* __restrict__ x_out) {
+                  float* __restrict__ scratch, u64* __restrict__ bar, float* __restrict__ x_out,
+                  void* __restrict__ out) {
     WAIT_PRIOR();
     extern __shared__ float4 ds_shared[];
     float* vec = reinterpret_cast<float*>(ds_shared);
@@ -535,7 +581,9 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
         b.target = now - now % gridDim.x;
     }
     ds_mark(b);
-    u32* counts = reinterpret_cast<u32*>(bar + 1); // [heads]: each head's splits done
+    u64* best = bar + 1;                           // the pick's largest word so far
+    u64* picked = bar + 2;                         // blocks that have offered theirs
+    u32* counts = reinterpret_cast<u32*>(bar + 3); // [heads]: each head's splits done
     float* q = scratch;          // [heads * hd]
     float* att = q + qrows;      // [heads * hd]: attention's output
     float* gated = att + qrows;  // [ffn]
@@ -560,14 +608,27 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
     };
     for (u32 l = 0; l < d.layers; ++l) {
         const DsLayer& L = layers[l];
-        const float* x = l == 0 ? x_in : x_out;
+        const float* x = x_out;
         // A: norm, q/k/v, RoPE, the cache row.
         ds_sub(b, d, l, 0);
-        ds_load_vector(x, hidden, reinterpret_cast<const float*>(L.attn_norm), d.eps, vec, red);
+        if (l == 0) {
+            // The token's embedding row, which block 0 also stores as the residual (read
+            // after the barrier that follows).
+            const u32 id = *token < e.embed_rows ? *token : 0;
+            ds_load_with(
+                [&](u32 i) {
+                    const float v = ds_dequant(e.embed, id, hidden, i);
+                    if (blockIdx.x == 0) x_out[i] = v;
+                    return v;
+                },
+                hidden, reinterpret_cast<const float*>(L.attn_norm), d.eps, vec, red);
+        } else {
+            ds_load_vector(x, hidden, reinterpret_cast<const float*>(L.attn_norm), d.eps, vec, red);
+        }
         ds_sub(b, d, l, 1);
         DS_TASKS(t, (qrows + kv_width) / 2) {
             const u32 r0 = 2 * t;
-            const float2 o = ds_qkv_pair(L.qkv, r0, hidden, hd, cos_t, sin_t, vec);
+            const float2 o = ds_qkv_pair(L.qkv, r0, hidden, hd, cos_t, sin_t, rope_rows, vec);
             if (lane == 0) {
                 if (r0 < qrows) {
                     q[r0] = o.x;
@@ -628,7 +689,43 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
                 x_out[r0 + 1] = c + y.y;
             }
         }
-        if (l + 1 < d.layers) sync(l, 4);
+        sync(l, 4);
+    }
+    // The output norm and the LM head, a pair of rows a warp task; then the logits, or the
+    // largest one's index: each block offers its largest to `best` (an atomic maximum), and
+    // the last block to offer writes the index and clears the word for the next launch.
+    ds_load_vector(x_out, hidden, reinterpret_cast<const float*>(e.norm), d.eps, vec, red);
+    u64 mine = 0;
+    DS_TASKS(t, (e.vocab + 1) / 2) {
+        const u32 r0 = 2 * t, r1 = r0 + 1 < e.vocab ? r0 + 1 : r0;
+        const float2 y = ds_pair(e.head, r0, r1, hidden, vec);
+        if (lane == 0) {
+            if (e.pick == 0) {
+                float* logits = reinterpret_cast<float*>(out);
+                logits[r0] = y.x;
+                if (r1 != r0) logits[r1] = y.y;
+            } else {
+                const u64 a = ds_rank(y.x, r0), c = ds_rank(y.y, r1);
+                mine = a > mine ? a : mine;
+                mine = c > mine ? c : mine;
+            }
+        }
+    }
+    if (e.pick == 1) {
+        __shared__ u64 best_w[DS_WARPS];
+        if (lane == 0) best_w[threadIdx.x >> 5] = mine;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (u32 w = 1; w < DS_WARPS; ++w) mine = best_w[w] > mine ? best_w[w] : mine;
+            atomicMax(reinterpret_cast<unsigned long long*>(best), (unsigned long long)mine);
+            __threadfence();
+            const u64 n = atomicAdd(reinterpret_cast<unsigned long long*>(picked), 1ull) + 1;
+            if (n % gridDim.x == 0) {
+                __threadfence();
+                const u64 w = atomicExch(reinterpret_cast<unsigned long long*>(best), 0ull);
+                *reinterpret_cast<u32*>(out) = ~(u32)w;
+            }
+        }
     }
     ds_mark(b);
 }

@@ -13,7 +13,7 @@
 use crate::batch::{Graph, Value};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::fused_step::FusedLayers;
+use crate::models::fused_step::FusedStep;
 use crate::models::linear::Linear;
 use crate::models::llama::Model;
 use crate::ops::{AttentionLayout, AttentionOptions, RopeLayout};
@@ -148,8 +148,8 @@ impl Decoder {
         Self::with_fusion(model, cache, candidates, true)
     }
 
-    /// [`Decoder::new`], its layers as one fused op where the device has one and `fuse` is
-    /// set (see [`FusedLayers`]); if recording that fails, the step is recorded op by op.
+    /// [`Decoder::new`], the whole step as one fused op where the device has one and `fuse`
+    /// is set (see [`FusedStep`]); if recording that fails, the step is recorded op by op.
     pub(crate) fn with_fusion(
         model: &Model,
         cache: &KvCache,
@@ -163,7 +163,7 @@ impl Decoder {
             });
         };
         if fuse {
-            if let Some(fused) = FusedLayers::new(model, layers)? {
+            if let Some(fused) = FusedStep::new(model, layers, candidates.is_none())? {
                 match Self::record(model, layers, candidates, Some(fused)) {
                     Ok(d) => return Ok(d),
                     Err(e) => log::warn!(
@@ -180,7 +180,7 @@ impl Decoder {
         model: &Model,
         layers: &[Tensor],
         candidates: Option<usize>,
-        fused: Option<FusedLayers>,
+        fused: Option<FusedStep>,
     ) -> Result<Self> {
         let c = &model.config;
         let rows = model.head_rows();
@@ -197,39 +197,36 @@ impl Decoder {
             b.tensor(&model.rope_table.0)?,
             b.tensor(&model.rope_table.1)?,
         );
-        let cos = b.embedding_ids(cos, rope_rows)?;
-        let sin = b.embedding_ids(sin, rope_rows)?;
         let fuses = fused.is_some();
-        let x = match &model.embed_table {
-            Linear::Quant(q) => b.embedding_quant_by(token, q.clone())?,
-            Linear::Dense(t) => {
-                let table = b.tensor(t)?;
-                let row = b.embedding_ids(table, token)?;
-                b.apply("cast", &[row], |t| t[0].cast(DType::F32))?
+        let pick = match fused {
+            // The fused step gives back the argmax, or the logits when candidates are asked.
+            Some(f) => {
+                let inputs = [token, cos, sin, rope_rows, position, keys];
+                let out = b.apply("decode_step", &inputs, move |t| f.run(t))?;
+                match candidates {
+                    None => Pick::Greedy(out),
+                    Some(k) => pick_from(&mut b, out, Some(k))?,
+                }
             }
-        };
-        let inputs = StepInputs {
-            cos,
-            sin,
-            position,
-            keys,
-        };
-        let x = match fused {
-            Some(f) => b.apply("decode_layers", &[x, cos, sin, position, keys], move |t| {
-                f.run(t)
-            })?,
-            None => record_layers(&mut b, model, layers, x, inputs)?,
-        };
-        let norm = b.tensor(&model.out_norm)?;
-        let logits = linear_norm(&mut b, &model.lm_head, x, norm, c.eps)?;
-        let pick = match candidates {
-            None => Pick::Greedy(b.argmax_last(logits)?),
-            Some(k) => {
-                let v = b.apply("topk", &[logits], move |t| {
-                    let (values, ids) = t[0].topk_last(k)?;
-                    Tensor::concat(&[&values, &ids.cast(DType::F32)?], 0)
-                })?;
-                Pick::Candidates(v, k)
+            None => {
+                let x = match &model.embed_table {
+                    Linear::Quant(q) => b.embedding_quant_by(token, q.clone())?,
+                    Linear::Dense(t) => {
+                        let table = b.tensor(t)?;
+                        let row = b.embedding_ids(table, token)?;
+                        b.apply("cast", &[row], |t| t[0].cast(DType::F32))?
+                    }
+                };
+                let inputs = StepInputs {
+                    cos: b.embedding_ids(cos, rope_rows)?,
+                    sin: b.embedding_ids(sin, rope_rows)?,
+                    position,
+                    keys,
+                };
+                let x = record_layers(&mut b, model, layers, x, inputs)?;
+                let norm = b.tensor(&model.out_norm)?;
+                let logits = linear_norm(&mut b, &model.lm_head, x, norm, c.eps)?;
+                pick_from(&mut b, logits, candidates)?
             }
         };
         let (Pick::Greedy(out) | Pick::Candidates(out, _)) = pick;
@@ -291,6 +288,21 @@ impl Decoder {
             }
         }
     }
+}
+
+/// Records what a step gives back from its logits: their argmax, or (`candidates`) the `k`
+/// largest and their ids.
+fn pick_from(b: &mut Batch, logits: Value, candidates: Option<usize>) -> Result<Pick> {
+    Ok(match candidates {
+        None => Pick::Greedy(b.argmax_last(logits)?),
+        Some(k) => {
+            let v = b.apply("topk", &[logits], move |t| {
+                let (values, ids) = t[0].topk_last(k)?;
+                Tensor::concat(&[&values, &ids.cast(DType::F32)?], 0)
+            })?;
+            Pick::Candidates(v, k)
+        }
+    })
 }
 
 /// What a recorded step's layers read besides the hidden state: each head row's RoPE table

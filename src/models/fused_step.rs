@@ -1,38 +1,42 @@
-//! A decoding step's layers in one kernel where the device has one for them: CUDA, every
-//! layer's linear weights quantized (Q8_0, Q4_0 or Q4_1), head widths 32 to 256 (see
-//! `backend/cuda/decode.rs` and `shaders/cuda/decode_step.cu`). Elsewhere [`FusedLayers::new`]
-//! gives `None` and the step records its ops one by one. `GPUKIT_FUSED_DECODE=0` turns it off;
-//! `GPUKIT_DS_PROFILE=1` logs (at info) each generation's last step, stage by stage.
+//! A decoding step in one kernel where the device has one for it: CUDA, every layer's linear
+//! weights and the embedding table and LM head quantized (Q8_0, Q4_0 or Q4_1), head widths 32
+//! to 256 (see `backend/cuda/decode.rs` and `shaders/cuda/decode_step.cu`). The kernel takes
+//! the token's id and gives back the largest logit's index or every logit. Elsewhere
+//! [`FusedStep::new`] gives `None` and the step records its ops one by one.
+//! `GPUKIT_FUSED_DECODE=0` turns it off; `GPUKIT_DS_PROFILE=1` logs (at info) each
+//! generation's last step, stage by stage.
 
 use crate::error::Result;
 use crate::models::llama::Model;
 use crate::Tensor;
 
-/// The layers of a recorded step as one op.
-pub(crate) struct FusedLayers {
+/// A recorded step's whole work, from the token's id to the pick, as one op.
+pub(crate) struct FusedStep {
     #[cfg(cuda)]
     inner: cuda::Inner,
 }
 
-impl FusedLayers {
-    /// The fused layers for `model` over the preallocated `cache` layers, or `None` where the
-    /// device or the model has no such kernel (or it is turned off).
+impl FusedStep {
+    /// The fused step for `model` over the preallocated `cache` layers, giving back the
+    /// largest logit's index (`argmax`) or the logits; `None` where the device or the model
+    /// has no such kernel (or it is turned off).
     #[cfg_attr(not(cuda), allow(unused_variables))]
-    pub(crate) fn new(model: &Model, cache: &[Tensor]) -> Result<Option<FusedLayers>> {
+    pub(crate) fn new(model: &Model, cache: &[Tensor], argmax: bool) -> Result<Option<FusedStep>> {
         if std::env::var("GPUKIT_FUSED_DECODE").as_deref() == Ok("0") {
             return Ok(None);
         }
         #[cfg(cuda)]
         {
-            Ok(cuda::Inner::new(model, cache)?.map(|inner| FusedLayers { inner }))
+            Ok(cuda::Inner::new(model, cache, argmax)?.map(|inner| FusedStep { inner }))
         }
         #[cfg(not(cuda))]
         Ok(None)
     }
 
-    /// The layers for one token (see `CudaBackend::decode_layers`): `x` `[1, hidden]`, the
-    /// head rows' RoPE tables, the cache position and the key count; on a recording's
-    /// shape-only device, a tensor of the output's shape.
+    /// The step for one token (see `CudaBackend::decode_layers`): the token's id, the RoPE
+    /// tables, each head row's table row, the cache position and the key count (u32 `[1]`
+    /// each but the tables); on a recording's shape-only device, a tensor of the output's
+    /// shape and dtype: u32 `[1]` for the argmax, f32 `[1, vocab]` for the logits.
     #[cfg_attr(not(cuda), allow(unused_variables))]
     pub(crate) fn run(&self, t: &[&Tensor]) -> Result<Tensor> {
         #[cfg(cuda)]
@@ -42,14 +46,14 @@ impl FusedLayers {
         #[cfg(not(cuda))]
         Err(crate::error::Error::InvalidArgument {
             op: "llm",
-            reason: "fused decoding layers exist on CUDA only".into(),
+            reason: "the fused decoding step exists on CUDA only".into(),
         })
     }
 }
 
 #[cfg(cuda)]
 mod cuda {
-    use crate::backend::cuda::decode::{DecodeStack, DsDims, DsLayer, DsWeight};
+    use crate::backend::cuda::decode::{DecodeStack, DsDims, DsEnds, DsLayer, DsPick, DsWeight};
     use crate::backend::{BackendImpl, Storage};
     use crate::dtype::DType;
     use crate::error::{Error, Result};
@@ -59,7 +63,7 @@ mod cuda {
 
     pub(super) struct Inner {
         stack: DecodeStack,
-        hidden: usize,
+        vocab: usize,
         /// What the table points into: kept alive while the step may run.
         _weights: Vec<std::sync::Arc<QuantTensor>>,
         _tensors: Vec<Tensor>,
@@ -114,7 +118,7 @@ mod cuda {
     }
 
     impl Inner {
-        pub(super) fn new(model: &Model, cache: &[Tensor]) -> Result<Option<Inner>> {
+        pub(super) fn new(model: &Model, cache: &[Tensor], argmax: bool) -> Result<Option<Inner>> {
             let BackendImpl::Cuda(be) = model.device.backend() else {
                 return Ok(None);
             };
@@ -153,8 +157,41 @@ mod cuda {
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 ..DsDims::default()
             };
-            let mut table = Vec::with_capacity(c.layers);
             let (mut weights, mut tensors) = (Vec::new(), Vec::new());
+            // The embedding table and the LM head (one tensor when tied), and the output norm.
+            let (Some(embed), Some(head), Some(norm)) = (
+                weight(&model.embed_table),
+                weight(&model.lm_head),
+                address(&model.out_norm),
+            ) else {
+                return Ok(None);
+            };
+            let (Linear::Quant(e), Linear::Quant(h)) = (&model.embed_table, &model.lm_head) else {
+                return Ok(None);
+            };
+            let (Some(embed_rows), Some(vocab)) = (size(e.rows), size(h.rows)) else {
+                return Ok(None);
+            };
+            if e.cols != c.hidden || h.cols != c.hidden || model.out_norm.dtype() != DType::F32 {
+                return Ok(None);
+            }
+            let pick = if argmax {
+                DsPick::Argmax
+            } else {
+                DsPick::Logits
+            };
+            let ends = DsEnds {
+                embed: embed.0,
+                head: head.0,
+                norm,
+                embed_rows,
+                vocab,
+                pick: pick as u32,
+                pad: 0,
+            };
+            weights.extend([embed.1, head.1]);
+            tensors.push(model.out_norm.clone());
+            let mut table = Vec::with_capacity(c.layers);
             for (l, kv) in model.layers.iter().zip(cache) {
                 let (Some(qkv), Some(o), Some(gate_up), Some(down)) = (
                     weight(&l.qkv),
@@ -184,29 +221,32 @@ mod cuda {
                 weights.extend([qkv.1, o.1, gate_up.1, down.1]);
                 tensors.extend([l.attn_norm.clone(), l.ffn_norm.clone(), kv.clone()]);
             }
-            Ok(be.decode_stack(dims, &table)?.map(|stack| Inner {
+            Ok(be.decode_stack(dims, ends, &table)?.map(|stack| Inner {
                 stack,
-                hidden: c.hidden,
+                vocab: c.vocab,
                 _weights: weights,
                 _tensors: tensors,
             }))
         }
 
         pub(super) fn run(&self, t: &[&Tensor]) -> Result<Tensor> {
-            let [x, cos, sin, position, keys] = t else {
+            let [token, cos, sin, rope_rows, position, keys] = t else {
                 return Err(Error::InvalidArgument {
                     op: "llm",
-                    reason: format!("fused decoding layers take 5 inputs, not {}", t.len()),
+                    reason: format!("the fused decoding step takes 6 inputs, not {}", t.len()),
                 });
             };
-            let shape = vec![1, self.hidden];
-            let device = x.device().clone();
+            let (shape, dtype) = match self.stack.pick() {
+                DsPick::Argmax => (vec![1], DType::U32),
+                DsPick::Logits => (vec![1, self.vocab], DType::F32),
+            };
+            let device = token.device().clone();
             match device.backend() {
                 BackendImpl::Meta => Ok(Tensor::new_typed(
                     device.clone(),
                     Storage::Meta,
                     shape,
-                    DType::F32,
+                    dtype,
                 )),
                 BackendImpl::Cuda(be) => {
                     let whole = |t: &Tensor| -> Result<Tensor> {
@@ -216,23 +256,30 @@ mod cuda {
                             t.contiguous()
                         }
                     };
-                    let (x, cos, sin) = (whole(x)?, whole(cos)?, whole(sin)?);
-                    let (position, keys) = (whole(position)?, whole(keys)?);
+                    let (token, cos, sin) = (whole(token)?, whole(cos)?, whole(sin)?);
+                    let (rope_rows, position, keys) =
+                        (whole(rope_rows)?, whole(position)?, whole(keys)?);
                     fn s(t: &Tensor) -> Result<&crate::backend::cuda::CudaStorage> {
                         t.storage().as_cuda()
                     }
                     let out = be.decode_layers(
                         &self.stack,
-                        s(&x)?,
+                        s(&token)?,
                         (s(&cos)?, s(&sin)?),
+                        s(&rope_rows)?,
                         s(&position)?,
                         s(&keys)?,
                     )?;
-                    Ok(Tensor::new(device.clone(), Storage::Cuda(out), shape))
+                    Ok(Tensor::new_typed(
+                        device.clone(),
+                        Storage::Cuda(out),
+                        shape,
+                        dtype,
+                    ))
                 }
                 _ => Err(Error::InvalidArgument {
                     op: "llm",
-                    reason: "fused decoding layers run on CUDA only".into(),
+                    reason: "the fused decoding step runs on CUDA only".into(),
                 }),
             }
         }

@@ -1,6 +1,7 @@
-//! A llama decoding step's transformer layers as one persistent kernel
-//! (`shaders/cuda/decode_step.cu`): one block an SM for the whole step, the stages of a layer
-//! apart by grid-wide barriers, instead of seven kernels a layer. The model layer
+//! A llama decoding step as one persistent kernel (`shaders/cuda/decode_step.cu`): the
+//! token's embedding row, every transformer layer, the output norm, the LM head and the
+//! argmax (or the logits), with one block an SM for the whole step and the stages apart by
+//! grid-wide barriers, instead of some 220 small kernels. The model layer
 //! (`models::decode`) describes its layers once ([`CudaBackend::decode_stack`]) and records
 //! [`CudaBackend::decode_layers`] in its replayed step.
 
@@ -43,6 +44,33 @@ pub(crate) struct DsLayer {
     pub down: DsWeight,
 }
 
+/// The step's ends (`DsEnds`): the embedding table the token's row comes from, and the output
+/// norm and LM head after the layers.
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+pub(crate) struct DsEnds {
+    /// `[embed_rows, hidden]`.
+    pub embed: DsWeight,
+    /// `[vocab, hidden]`.
+    pub head: DsWeight,
+    /// The output norm's weights, f32 `[hidden]`.
+    pub norm: u64,
+    pub embed_rows: u32,
+    pub vocab: u32,
+    /// What a step gives back: [`DsPick`] as its number.
+    pub pick: u32,
+    pub pad: u32,
+}
+
+/// What a step of the fused kernel gives back.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum DsPick {
+    /// The logits, f32 `[vocab]`.
+    Logits = 0,
+    /// The largest logit's index (u32; NaN above every number, the lower index on ties).
+    Argmax = 1,
+}
+
 /// The model's sizes (`DsDims`).
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
@@ -64,9 +92,9 @@ pub(crate) struct DsDims {
 }
 
 impl DsDims {
-    /// Whether the kernel takes these sizes: head widths 32, 64, 128 or 256, whole GQA
-    /// groups, products over whole quant blocks.
-    pub(crate) fn supported(&self) -> bool {
+    /// Whether the kernel takes these sizes and ends: head widths 32, 64, 128 or 256, whole
+    /// GQA groups, products over whole quant blocks, a vocabulary and an embedding table.
+    pub(crate) fn supported(&self, ends: &DsEnds) -> bool {
         // Row counts the kernel indexes in 32 bits.
         let rows = (self.heads.checked_add(self.kv_heads.saturating_mul(2)))
             .and_then(|r| r.checked_mul(self.head_dim));
@@ -80,6 +108,12 @@ impl DsDims {
             && (self.heads * self.head_dim).is_multiple_of(32)
             && self.layers > 0
             && self.elem <= 2
+            && ends.vocab > 0
+            && ends.embed_rows > 0
+            && ends.pick <= 1
+            && [ends.embed.format, ends.head.format]
+                .iter()
+                .all(|&f| f <= 2)
     }
 }
 
@@ -88,7 +122,10 @@ pub(crate) struct DecodeStack {
     table: CudaStorage,
     scratch: CudaStorage,
     barrier: CudaStorage,
+    /// The hidden state, f32 `[hidden]`.
+    hidden: CudaStorage,
     dims: DsDims,
+    ends: DsEnds,
     shared: u32,
     grid: u32,
     /// The kernel's times, `[grid][events(layers)]` u64 nanoseconds, when profiling.
@@ -97,13 +134,15 @@ pub(crate) struct DecodeStack {
 
 impl CudaBackend {
     /// Uploads the layers' table and allocates the step's scratch; `None` where the kernel
-    /// cannot hold one block on every SM at once (a cooperative launch needs it).
+    /// does not take these sizes or cannot hold one block on every SM at once (a cooperative
+    /// launch needs it).
     pub(crate) fn decode_stack(
         &self,
         dims: DsDims,
+        ends: DsEnds,
         layers: &[DsLayer],
     ) -> Result<Option<DecodeStack>> {
-        if !dims.supported() || layers.len() != dims.layers as usize {
+        if !dims.supported(&ends) || layers.len() != dims.layers as usize {
             return Ok(None);
         }
         let (hidden, ffn) = (dims.hidden as usize, dims.ffn as usize);
@@ -140,8 +179,9 @@ impl CudaBackend {
         // q, attention's output, the SwiGLU vector and attention's split partials.
         let splits = SPLITS * dims.heads as usize * (dims.head_dim as usize + 2);
         let scratch = self.alloc(2 * qrows + ffn + splits)?;
-        // The barrier's arrival count (u64), then each head's count of finished splits (u32).
-        let bytes = 8 + 4 * u64::from(dims.heads);
+        // The barrier's arrival count, the pick's largest word and its count of blocks (u64
+        // each), then each head's count of finished splits (u32).
+        let bytes = 24 + 4 * u64::from(dims.heads);
         let barrier = self.alloc_bytes(bytes)?;
         self.zero(&barrier, bytes)?;
         let mut dims = dims;
@@ -158,36 +198,48 @@ impl CudaBackend {
             table,
             scratch,
             barrier,
+            hidden: self.alloc(hidden)?,
             dims,
+            ends,
             shared,
             grid: self.multiprocessors,
             profile,
         }))
     }
 
-    /// Runs the layers for one token: `x` its embedding row, `cos` and `sin` each head row's
-    /// RoPE table row, `position` (u32) where its keys and values go, `keys` (u32) how many
-    /// cache rows attention sees. Returns the last hidden state, `[hidden]`.
+    /// Runs the step for one token: `token` (u32) its id, `cos` and `sin` the RoPE tables
+    /// (`[rows, head_dim / 2]`), `rope_rows` (u32, one a head row) the table row each head
+    /// row turns by, `position` (u32) where its keys and values go, `keys` (u32) how many
+    /// cache rows attention sees. Returns what the stack's ends pick: the logits (f32
+    /// `[vocab]`) or the largest one's index (u32 `[1]`).
     pub(crate) fn decode_layers(
         &self,
         stack: &DecodeStack,
-        x: &CudaStorage,
+        token: &CudaStorage,
         (cos, sin): (&CudaStorage, &CudaStorage),
+        rope_rows: &CudaStorage,
         position: &CudaStorage,
         keys: &CudaStorage,
     ) -> Result<CudaStorage> {
-        let out = self.alloc(stack.dims.hidden as usize)?;
+        let out = match stack.pick() {
+            DsPick::Logits => self.alloc(stack.ends.vocab as usize)?,
+            DsPick::Argmax => self.alloc(1)?,
+        };
         let dims = bytemuck::bytes_of(&stack.dims);
+        let ends = bytemuck::bytes_of(&stack.ends);
         let args = [
             p(&stack.table),
             Arg::Raw(dims),
-            p(x),
+            Arg::Raw(ends),
+            p(token),
             p(cos),
             p(sin),
+            p(rope_rows),
             p(position),
             p(keys),
             p(&stack.scratch),
             p(&stack.barrier),
+            p(&stack.hidden),
             p(&out),
         ];
         self.launch_as(
@@ -202,8 +254,20 @@ impl CudaBackend {
     }
 }
 
+impl DecodeStack {
+    /// What a step gives back.
+    pub(crate) fn pick(&self) -> DsPick {
+        if self.ends.pick == DsPick::Argmax as u32 {
+            DsPick::Argmax
+        } else {
+            DsPick::Logits
+        }
+    }
+}
+
 /// Times a block stores a launch (`DS_EVENTS`): its start, an arrival and a departure a
-/// barrier (five a layer, one fewer at the end), its end, then [`DETAIL`] times of one layer.
+/// barrier (five a layer, the last before the LM head), its end, then [`DETAIL`] times of one
+/// layer.
 fn events(layers: u32) -> u64 {
     2 + 10 * u64::from(layers) + DETAIL as u64
 }
@@ -256,7 +320,7 @@ impl CudaBackend {
             out += &format!("[{s}: work {:.2} barrier {:.2}] ", work[s] / c, wait[s] / c);
         }
         out += &format!(
-            "last stage {:.2}; block 0 in layer 3:",
+            "LM head and pick {:.2}; block 0 in layer 3:",
             end.saturating_sub(prev) as f64 / 1e3
         );
         let sub = &t[ev - DETAIL..ev];
