@@ -7,6 +7,7 @@
 #
 #   bash scripts/peers/llama_bench_cuda.sh stage      # here: .gpu/llama-src (about 10 MB)
 #   bash scripts/peers/llama_bench_cuda.sh run MODEL  # on the NVIDIA host, from the project root
+#   bash scripts/peers/llama_bench_cuda.sh long MODEL # there: decode after LLAMA_DEPTH tokens
 #
 # `run` needs nvcc, cmake (3.24 or later), ninja or make and a C++ compiler there, builds
 # llama-bench into $LLAMA_BUILD (default /root/llama-build; about 4 minutes on 16 cores, kept
@@ -34,8 +35,8 @@ case ${1:-} in
     rm -rf "$src"
     du -h .gpu/llama-src/llama-src.tar.xz
     ;;
-  run)
-    model=${2:?usage: llama_bench_cuda.sh run MODEL.gguf}
+  run | long)
+    model=${2:?usage: llama_bench_cuda.sh run|long MODEL.gguf}
     build=${LLAMA_BUILD:-/root/llama-build}
     if [ ! -x "$build/bin/llama-bench" ]; then
       mkdir -p "$build/src"
@@ -47,6 +48,13 @@ case ${1:-} in
         -DLLAMA_OPENSSL=OFF >"$build/cmake.log" 2>&1 || { tail -20 "$build/cmake.log" >&2; exit 1; }
       cmake --build "$build" --target llama-bench -j "$(nproc)" >"$build/build.log" 2>&1 ||
         { tail -20 "$build/build.log" >&2; exit 1; }
+    fi
+    if [ "$1" = long ]; then
+      # Decode at a long context: 256 new tokens after $LLAMA_DEPTH (default 1964) tokens.
+      depth=${LLAMA_DEPTH:-1964}
+      rows=$("$build/bin/llama-bench" -m "$model" -ngl 99 -p 0 -n 256 -d "$depth" -r 3 -o json)
+      ROWS="$rows" python3 -c 'import json, os; r = json.loads(os.environ["ROWS"])[0]; print(json.dumps({"peer": "llama.cpp (llama-bench, CUDA, built here)", "n_depth": r["n_depth"], "n_gen": r["n_gen"], "decode_tokens_per_s": r["avg_ts"], "stddev_ts": r["stddev_ts"]}))'
+      exit 0
     fi
     rows=$("$build/bin/llama-bench" -m "$model" -ngl 99 -p 512 -n 128 -d 0,128 -r 5 -o json)
     ROWS="$rows" python3 - <<'EOF'
@@ -63,7 +71,7 @@ print(json.dumps({
 EOF
     ;;
   *)
-    echo "usage: $0 stage | run MODEL.gguf" >&2
+    echo "usage: $0 stage | run MODEL.gguf | long MODEL.gguf" >&2
     exit 2
     ;;
 esac

@@ -2,7 +2,8 @@
 //! decode tokens/s, 128 new tokens (greedy, end tokens ignored) after a 128-token prompt; C2:
 //! prefill tokens/s of a 512-token prompt (its time to the first new token). The prompt is
 //! scripts/peers/bench_text.txt; `scripts/peers/llama_cpp.mjs` times llama.cpp on the same
-//! text and counts, to be run beside it.
+//! text and counts, to be run beside it. `--profile` then prints the per-op profile of one
+//! more C2 prefill (on wgpu each op is submitted and waited for, so small ops read long).
 
 use gpukit::models::{GenerateOptions, LlmOptions};
 
@@ -13,6 +14,7 @@ const RUNS: usize = 3;
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let (mut backend, mut model, mut json) = (None, DEFAULT_MODEL.to_string(), false);
+    let mut profile = false;
     let mut options = LlmOptions {
         context: Some(1024),
         ..Default::default()
@@ -21,6 +23,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => json = true,
+            "--profile" => profile = true,
             "--backend" => {
                 let name = it.next().ok_or("--backend needs a name")?;
                 backend = Some(name.parse().map_err(|e: gpukit::Error| e.to_string())?);
@@ -71,6 +74,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let prefill: Vec<f64> = (0..RUNS)
         .map(|_| generate(512, 1).map(|r| r.0))
         .collect::<Result<_, _>>()?;
+    if profile {
+        let profiler = llm.device().profiler();
+        generate(512, 1)?;
+        let report = profiler.report().map_err(|e| e.to_string())?;
+        eprintln!("per-op profile of one C2 prefill:\n{report}");
+    }
     let info = llm.device().info();
     let (d, p) = (median(decode.clone()), median(prefill.clone()));
     if json {
