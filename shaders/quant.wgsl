@@ -14,8 +14,9 @@
 // element t % dim of rope row t / dim; pairs (2i, 2i + 1) turn by cos and sin[row, i]), as
 // rope.wgsl does: the two outputs of a pair are of one workgroup (8 even-aligned outputs), so
 // each reads its partner's sum from workgroup memory. `dequant`: one invocation per weight
-// element, written as the weight's [n, k] or, when params.transposed is 1, as its transpose
-// [k, n] (the layout the tiled matmul's vec4 loads read, for a prompt's product).
+// element, written as the weight's [n, k], or, when params.transposed is 1, one invocation per
+// word as its transpose [k, n] (the layout the tiled matmul's vec4 loads read, for a prompt's
+// product).
 
 override FORMAT: u32 = 0u;
 override HAS_RESIDUAL: bool = false;
@@ -218,12 +219,18 @@ fn main(
 @compute @workgroup_size(256)
 fn dequant(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * WG;
-    if (i >= params.n * params.k) {
-        return;
-    }
+    let n = params.n;
     if (params.transposed == 1u) {
-        out[i] = weight(i % params.n, i / params.n);
-    } else {
+        // An invocation a word (its 4 or 8 consecutive elements of row i % n, which reads each
+        // word once), writing [k, n]: neighbouring invocations write neighbouring columns.
+        let per = 32u / words_per_block();
+        let e = i / n * per;
+        if (e < params.k) {
+            for (var j = 0u; j < per; j++) {
+                out[(e + j) * n + i % n] = weight(i % n, e + j);
+            }
+        }
+    } else if (i < n * params.k) {
         out[i] = weight(i / params.k, i % params.k);
     }
 }

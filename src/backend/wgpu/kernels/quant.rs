@@ -211,10 +211,62 @@ impl WgpuBackend {
         };
         let groups = if x.is_some() {
             m * n.div_ceil(8)
+        } else if transposed {
+            // An invocation a word (see quant.wgsl's `dequant`).
+            words_len.div_ceil(WG)
         } else {
             out_len.div_ceil(WG)
         };
         s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, groups)?;
         Ok(s.storage(out))
+    }
+}
+
+#[cfg(all(test, native))]
+mod tests {
+    use crate::backend::BackendOps;
+    use crate::{Backend, Device, QuantFormat};
+
+    /// The dequantisation written transposed, `[k, n]` (the copy the cooperative-matrix
+    /// prompt product reads, which lavapipe never takes), holds the transpose of the plain
+    /// one for every format, with a row count that is no multiple of anything.
+    #[test]
+    fn the_transposed_dequantisation_is_the_transpose() {
+        let d = Device::with_backend_blocking(Backend::Vulkan)
+            .expect("make test installs lavapipe, so a Vulkan adapter exists");
+        let be = d.backend().wgpu().expect("a wgpu device").clone();
+        let (n, k) = (37, 96);
+        let mut seed = 7u32;
+        for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
+            let mut bytes = Vec::new();
+            for _ in 0..n * k / 32 {
+                // f16 scale 0.0106 (and minimum -0.0106 for Q4_1), then random codes.
+                bytes.extend_from_slice(&0x216Fu16.to_le_bytes());
+                if format == QuantFormat::Q4_1 {
+                    bytes.extend_from_slice(&0xA16Fu16.to_le_bytes());
+                }
+                let codes = if format == QuantFormat::Q8_0 { 32 } else { 16 };
+                for _ in 0..codes {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    bytes.push((seed >> 24) as u8);
+                }
+            }
+            let w = d.quantized(&bytes, format, n, k).unwrap();
+            let plain = w.dequantize().unwrap().read_blocking().unwrap();
+            let storages: Vec<_> = w
+                .storages()
+                .into_iter()
+                .map(|s| s.as_wgpu().unwrap())
+                .collect();
+            let parts = w.spec().parts(&storages).unwrap();
+            let t = be.quant_kernel(parts, None, true).unwrap();
+            let t = crate::future::block_on(be.read(&t, n * k)).unwrap();
+            assert!(plain.iter().any(|&v| v != 0.0), "{format:?}");
+            for r in 0..n {
+                for c in 0..k {
+                    assert_eq!(t[c * n + r], plain[r * k + c], "{format:?} at ({r}, {c})");
+                }
+            }
+        }
     }
 }
