@@ -161,13 +161,7 @@ impl CudaBackend {
         if u64::from(shared) + fixed.max(0) as u64 > u64::from(self.shared_optin) {
             return Ok(None);
         }
-        if shared > 48 << 10 {
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )
-            .map_err(super::errors::driver)?;
-        }
+        self.opt_in_shared(&f, shared)?;
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(THREADS, shared as usize, None)
             .map_err(super::errors::driver)?;

@@ -214,6 +214,38 @@ impl CudaBackend {
         self.launch_as(entry, grid, block, shared, args, false)
     }
 
+    /// Lets `f` launch with `shared` bytes of dynamic shared memory: past 48 KB a kernel opts
+    /// in, and the opt-in is one attribute of the function, shared by every thread launching
+    /// it. So it is set to the most the device allows beside the kernel's static shared
+    /// memory, the same value from every caller: set to each launch's own size, a launch on
+    /// another thread could lower it between this one's setting and launching (which then
+    /// failed with CUDA_ERROR_INVALID_VALUE).
+    pub(crate) fn opt_in_shared(
+        &self,
+        f: &cudarc::driver::CudaFunction,
+        shared: u32,
+    ) -> Result<()> {
+        if shared <= 48 << 10 {
+            return Ok(());
+        }
+        let fixed = f.shared_size_bytes().map_err(errors::driver)?.max(0) as u64;
+        let most = u64::from(self.shared_optin).saturating_sub(fixed);
+        if u64::from(shared) > most {
+            return Err(Error::LimitExceeded {
+                what: "a kernel's dynamic shared memory".into(),
+                limit: "CUDA shared memory per block (opt-in)",
+                needed: u64::from(shared),
+                max: most,
+            });
+        }
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            most as i32,
+        )
+        .map_err(errors::driver)?;
+        Ok(())
+    }
+
     /// [`CudaBackend::launch`], cooperatively when `cooperative` (every block resident at
     /// once, as a grid-wide barrier needs; the driver refuses a grid too big for that) and
     /// then without programmatic serialization.
@@ -228,14 +260,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let f = self.kernels.function(entry)?;
         self.bind()?;
-        if shared > 48 << 10 {
-            // Past 48 KB a kernel opts in to its dynamic shared memory size.
-            f.set_attribute(
-                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )
-            .map_err(errors::driver)?;
-        }
+        self.opt_in_shared(&f, shared)?;
         // Kernels take at most 20 arguments; a fixed array keeps launches allocation-free.
         let mut ptrs = [std::ptr::null_mut::<c_void>(); 20];
         if args.len() > ptrs.len() {
