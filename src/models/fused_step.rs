@@ -63,7 +63,6 @@ mod cuda {
 
     pub(super) struct Inner {
         stack: DecodeStack,
-        vocab: usize,
         /// What the table points into: kept alive while the step may run.
         _weights: Vec<std::sync::Arc<QuantTensor>>,
         _tensors: Vec<Tensor>,
@@ -166,9 +165,7 @@ mod cuda {
             ) else {
                 return Ok(None);
             };
-            let (Linear::Quant(e), Linear::Quant(h)) = (&model.embed_table, &model.lm_head) else {
-                return Ok(None);
-            };
+            let (e, h) = (&embed.1, &head.1);
             let (Some(embed_rows), Some(vocab)) = (size(e.rows), size(h.rows)) else {
                 return Ok(None);
             };
@@ -223,7 +220,6 @@ mod cuda {
             }
             Ok(be.decode_stack(dims, ends, &table)?.map(|stack| Inner {
                 stack,
-                vocab: c.vocab,
                 _weights: weights,
                 _tensors: tensors,
             }))
@@ -238,7 +234,7 @@ mod cuda {
             };
             let (shape, dtype) = match self.stack.pick() {
                 DsPick::Argmax => (vec![1], DType::U32),
-                DsPick::Logits => (vec![1, self.vocab], DType::F32),
+                DsPick::Logits => (vec![1, self.stack.vocab()], DType::F32),
             };
             let device = token.device().clone();
             match device.backend() {

@@ -249,6 +249,11 @@ impl CudaBackend {
 }
 
 impl DecodeStack {
+    /// The LM head's rows: the logits a step gives back with [`DsPick::Logits`].
+    pub(crate) fn vocab(&self) -> usize {
+        self.ends.vocab as usize
+    }
+
     /// What a step gives back.
     pub(crate) fn pick(&self) -> DsPick {
         if self.ends.pick == DsPick::Argmax as u32 {
