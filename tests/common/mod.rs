@@ -27,9 +27,10 @@ macro_rules! with_suite_tests {
             // suite/conv.rs, pool.rs, attention.rs
             conv, pool, attention, attention_special_values, attention_input_errors,
             attention_layouts, attention_halves,
-            // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs
+            // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs, quant_prompt.rs
             embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,
             topk_long_rows, quantized, quantized_residual, quantized_rope, quantized_rows,
+            quantized_prompt_halves,
             // suite/fused.rs, batch.rs, batch_quant.rs
             fused_special_values, batch_fusion_shapes, batch_api, batch_every_op,
             random_batches_vs_eager, batch_quant,

@@ -63,40 +63,6 @@ pub async fn quantized(dev: &Device) {
             );
         }
     }
-    // A prompt's product in half precision (f16 on tensor cores where the device has them):
-    // within the dense matmul's f16 and bf16 tolerances of the f64 product. 40 rows: past the
-    // GEMV of every backend (8 on wgpu and CUDA, 32 on the CPU). n and k multiples of 4 take
-    // wgpu's transposed dequantisation where the adapter has cooperative matrices; 65 does not.
-    for (format, (m, n, k)) in [
-        (QuantFormat::Q4_1, (40usize, 132usize, 1184usize)),
-        (QuantFormat::Q8_0, (9, 65, 160)),
-    ] {
-        let mut rng = Rng::new(9650 + m as u64);
-        let w = rng.vec(n * k, -1.0, 1.0);
-        let x = rng.vec(m * k, -1.0, 1.0);
-        let bytes = oracle::quantize(&w, format);
-        let wq = dev.quantized(&bytes, format, n, k).unwrap();
-        let deq32 = dequantized_f32(&bytes, format);
-        let want = oracle::matmul_with(&x, &deq32, (m, k, n), (false, true), None, None);
-        for precision in [Precision::F16, Precision::Bf16, Precision::Tf32] {
-            let options = gpukit::QuantMatmulOptions {
-                precision,
-                ..Default::default()
-            };
-            let got = dev.tensor(&x, &[m, k]).unwrap();
-            let got = got.matmul_quant_with(&wq, options).unwrap();
-            let want = match precision {
-                Precision::Bf16 => oracle::as_bf16_tolerance(want.clone()),
-                _ => oracle::as_f16_tolerance(want.clone()),
-            };
-            check(
-                &format!("{format:?} matmul_quant [{m}, {k}] x [{n}, {k}]^T in {precision:?}"),
-                &|i| format!("{i}"),
-                &got.read().await.unwrap(),
-                &want,
-            );
-        }
-    }
     // NaN and infinities in x reach the outputs of their rows as in the f64 reference.
     for format in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1] {
         let (m, n, k) = (3usize, 5usize, 64usize);
@@ -141,7 +107,7 @@ pub async fn quantized(dev: &Device) {
 
 /// Rows of `x` (of `nw.len()` values) RMS-normalised in f64 with weight `nw`, rounded to f32:
 /// what the fused norm's product reads.
-fn rms_normed(x: &[f32], nw: &[f32], eps: f64) -> Vec<f32> {
+pub(super) fn rms_normed(x: &[f32], nw: &[f32], eps: f64) -> Vec<f32> {
     let k = nw.len();
     x.chunks(k)
         .flat_map(|row| {
@@ -155,7 +121,7 @@ fn rms_normed(x: &[f32], nw: &[f32], eps: f64) -> Vec<f32> {
 }
 
 /// GGUF blocks dequantised in f64, rounded to f32 (the weights the kernels multiply by).
-fn dequantized_f32(bytes: &[u8], format: gpukit::QuantFormat) -> Vec<f32> {
+pub(super) fn dequantized_f32(bytes: &[u8], format: gpukit::QuantFormat) -> Vec<f32> {
     oracle::dequantize(bytes, format)
         .iter()
         .map(|&v| v as f32)
@@ -342,42 +308,43 @@ pub async fn quantized_residual(dev: &Device) {
     );
 }
 
+/// The f64 rotation of the product's rows of `dim` values by table row, the tolerance
+/// carried through it (each output mixes two sums).
+pub(super) fn rotate(
+    p: &[(f64, Tol)],
+    (cos, sin): (&[f32], &[f32]),
+    dim: usize,
+    layout: gpukit::RopeLayout,
+) -> Vec<(f64, Tol)> {
+    let mut out = p.to_vec();
+    for (row, chunk) in p.chunks(dim).enumerate() {
+        for j in 0..dim / 2 {
+            let (i0, i1) = match layout {
+                gpukit::RopeLayout::Interleaved => (2 * j, 2 * j + 1),
+                gpukit::RopeLayout::HalfSplit => (j, j + dim / 2),
+            };
+            let t = row * dim / 2 + j;
+            let (c, s) = (cos[t] as f64, sin[t] as f64);
+            let ((x0, t0), (x1, t1)) = (chunk[i0], chunk[i1]);
+            let err = (c.abs() + s.abs())
+                * (t0.atol.max(t1.atol) + t0.rtol.max(t1.rtol) * x0.abs().max(x1.abs()));
+            let tol = Tol {
+                atol: err + 1e-5,
+                rtol: 1e-5,
+            };
+            out[row * dim + i0] = (x0 * c - x1 * s, tol);
+            out[row * dim + i1] = (x0 * s + x1 * c, tol);
+        }
+    }
+    out
+}
+
 /// `residual + rope(rms_norm(x) x w^T)` (matmul_quant_with's `rope`): a LLaMA's fused
 /// query, key and value projection with its rotation, every format, GEMV and prompt row
 /// counts, both layouts, with and without the norm and a residual, against the f64 product
 /// rotated in f64; tables of the wrong shape or rows that do not tile the product are refused.
 pub async fn quantized_rope(dev: &Device) {
     use gpukit::{QuantFormat, RopeLayout};
-    // The f64 rotation of the product's rows of `dim` values by table row, the tolerance
-    // carried through it (each output mixes two sums).
-    fn rotate(
-        p: &[(f64, Tol)],
-        (cos, sin): (&[f32], &[f32]),
-        dim: usize,
-        layout: RopeLayout,
-    ) -> Vec<(f64, Tol)> {
-        let mut out = p.to_vec();
-        for (row, chunk) in p.chunks(dim).enumerate() {
-            for j in 0..dim / 2 {
-                let (i0, i1) = match layout {
-                    RopeLayout::Interleaved => (2 * j, 2 * j + 1),
-                    RopeLayout::HalfSplit => (j, j + dim / 2),
-                };
-                let t = row * dim / 2 + j;
-                let (c, s) = (cos[t] as f64, sin[t] as f64);
-                let ((x0, t0), (x1, t1)) = (chunk[i0], chunk[i1]);
-                let err = (c.abs() + s.abs())
-                    * (t0.atol.max(t1.atol) + t0.rtol.max(t1.rtol) * x0.abs().max(x1.abs()));
-                let tol = Tol {
-                    atol: err + 1e-5,
-                    rtol: 1e-5,
-                };
-                out[row * dim + i0] = (x0 * c - x1 * s, tol);
-                out[row * dim + i1] = (x0 * s + x1 * c, tol);
-            }
-        }
-        out
-    }
     for (fi, format) in [QuantFormat::Q8_0, QuantFormat::Q4_0, QuantFormat::Q4_1]
         .into_iter()
         .enumerate()
