@@ -459,6 +459,11 @@ pub(super) fn matmul_quant(
     // A grid of one wave (4 blocks an SM, as launch bounds allow) lets the next kernel launch
     // as it starts (LAUNCH_NEXT in common.cuh).
     let one_wave = grid.0 as u64 * grid.1 as u64 <= 4 * be.multiprocessors as u64;
+    // A row of x (after the norm's weight or SwiGLU) in shared memory where it fits 48 KB,
+    // which every device gives a block without opting in (4 blocks an SM then fit an H100's
+    // 228 KB); longer rows are read from global memory.
+    let staged = k <= X_STAGE_MAX;
+    let shared = if staged { k as u32 * 4 } else { 0 };
     let args = [
         Arg::I(w.format as u32),
         p(w.scales),
@@ -480,9 +485,17 @@ pub(super) fn matmul_quant(
         Arg::I(one_wave as u32),
         p(&out),
     ];
-    be.launch(Entry::Qgemv, grid, 128, 0, &args)?;
+    let entry = if staged {
+        Entry::QgemvStaged
+    } else {
+        Entry::Qgemv
+    };
+    be.launch(entry, grid, 128, shared, &args)?;
     Ok(out)
 }
+
+/// The longest row of x the quantized GEMV stages in shared memory (48 KB of f32).
+const X_STAGE_MAX: usize = 12 << 10;
 
 /// Blocks of `per_block` quantized rows covering `n` rows: the grid's x dimension.
 fn grid_x(n: usize, per_block: usize) -> Result<u32> {

@@ -19,6 +19,8 @@ pub async fn quantized(dev: &Device) {
             (2, 9, 1184),
             // 130 blocks: CUDA's GEMV takes 128 a round.
             (2, 3, 4160),
+            // Rows of x longer than CUDA's GEMV stages in shared memory (12288 values).
+            (2, 5, 12320),
             // Many rows of one quant block and of 37 (CUDA's GEMV: one warp a row, two).
             (1, 8500, 32),
             (1, 4300, 1184),
