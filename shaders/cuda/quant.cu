@@ -299,30 +299,20 @@ __device__ __forceinline__ void qgemv_any(u32 format, u32 few, const float* __re
 // before the residual is added. `launch_next`: the grid is one wave (see LAUNCH_NEXT).
 // `qgemv_staged` reads x from shared memory (k * 4 bytes of it; see stage_x), `qgemv` from
 // global memory: two kernels, so each gets its own registers (one kernel of both spilled).
-template <bool STAGED>
-__device__ __forceinline__ void qgemv_body(u32 format, const float* __restrict__ scales,
-    const float* __restrict__ mins, const u32* __restrict__ words, const float* __restrict__ x,
-    u64 m, u64 n, u64 k, u32 kw, u32 few, const float* __restrict__ residual,
-    const float* __restrict__ norm_w, float eps, u32 swiglu, const float* __restrict__ cos_t,
-    const float* __restrict__ sin_t, u32 rope_dim, u32 launch_next, float* __restrict__ out) {
-    // A grid of one wave asks L2 for the block's rows of weights while the kernel before
-    // finishes (weights are never written by the kernels before a product). In a longer
-    // grid the requests only delay the loads (a 14336-row GEMV took 10% longer).
-    if (launch_next && blockIdx.y == 0) {
-        const u64 rows = (4 / kw) * (few ? 2 : (format == 0 ? 4 : 8)), first = blockIdx.x * rows;
-        const u64 take = first < n ? (n - first < rows ? n - first : rows) : 0;
-        const u64 blocks = k / 32, words_a = format == 0 ? 8 : 4;
-        WARM_L2(words + first * blocks * words_a, take * blocks * words_a * 4);
-        WARM_L2(scales + first * blocks, take * blocks * 4);
-        if (mins) WARM_L2(mins + first * blocks, take * blocks * 4);
-    }
-    WAIT_PRIOR();
-    if (launch_next) LAUNCH_NEXT();
-    __shared__ float red[4][8];
-    // STAGED: the dynamic shared memory holds a row of x (k floats; see stage_x).
-    extern __shared__ float4 x_shared[];
-    qgemv_any<STAGED>(format, few, scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps,
-                      swiglu, cos_t, sin_t, rope_dim, STAGED ? x_shared : nullptr, out);
+// A grid of one wave asks L2 for the block's rows of weights while the kernel before
+// finishes (weights are never written by the kernels before a product): prefetch hints only,
+// before WAIT_PRIOR. In a longer grid the requests only delay the loads (a 14336-row GEMV
+// took 10% longer).
+__device__ __forceinline__ void qgemv_warm(u32 format, u32 few, u32 kw, u64 n, u64 k,
+                                           const u32* __restrict__ words,
+                                           const float* __restrict__ scales,
+                                           const float* __restrict__ mins) {
+    const u64 rows = (4 / kw) * (few ? 2 : (format == 0 ? 4 : 8)), first = blockIdx.x * rows;
+    const u64 take = first < n ? (n - first < rows ? n - first : rows) : 0;
+    const u64 blocks = k / 32, words_a = format == 0 ? 8 : 4;
+    WARM_L2(words + first * blocks * words_a, take * blocks * words_a * 4);
+    WARM_L2(scales + first * blocks, take * blocks * 4);
+    if (mins) WARM_L2(mins + first * blocks, take * blocks * 4);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const float* __restrict__ scales,
@@ -330,8 +320,14 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv(u32 format, const flo
     u64 m, u64 n, u64 k, u32 kw, u32 few, const float* __restrict__ residual,
     const float* __restrict__ norm_w, float eps, u32 swiglu, const float* __restrict__ cos_t,
     const float* __restrict__ sin_t, u32 rope_dim, u32 launch_next, float* __restrict__ out) {
-    qgemv_body<false>(format, scales, mins, words, x, m, n, k, kw, few, residual, norm_w, eps, swiglu,
-                      cos_t, sin_t, rope_dim, launch_next, out);
+    if (launch_next && blockIdx.y == 0) {
+        qgemv_warm(format, few, kw, n, k, words, scales, mins);
+    }
+    WAIT_PRIOR();
+    if (launch_next) LAUNCH_NEXT();
+    __shared__ float red[4][8];
+    qgemv_any<false>(format, few, scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps,
+                     swiglu, cos_t, sin_t, rope_dim, nullptr, out);
 }
 
 extern "C" __global__ void __launch_bounds__(128, 4) qgemv_staged(u32 format, const float* __restrict__ scales,
@@ -339,6 +335,14 @@ extern "C" __global__ void __launch_bounds__(128, 4) qgemv_staged(u32 format, co
     u64 m, u64 n, u64 k, u32 kw, u32 few, const float* __restrict__ residual,
     const float* __restrict__ norm_w, float eps, u32 swiglu, const float* __restrict__ cos_t,
     const float* __restrict__ sin_t, u32 rope_dim, u32 launch_next, float* __restrict__ out) {
-    qgemv_body<true>(format, scales, mins, words, x, m, n, k, kw, few, residual, norm_w, eps, swiglu,
-                     cos_t, sin_t, rope_dim, launch_next, out);
+    if (launch_next && blockIdx.y == 0) {
+        qgemv_warm(format, few, kw, n, k, words, scales, mins);
+    }
+    WAIT_PRIOR();
+    if (launch_next) LAUNCH_NEXT();
+    __shared__ float red[4][8];
+    // The dynamic shared memory holds a row of x (k floats; see stage_x).
+    extern __shared__ float4 x_shared[];
+    qgemv_any<true>(format, few, scales, mins, words, x, m, n, k, kw, red, residual, norm_w, eps,
+                     swiglu, cos_t, sin_t, rope_dim, x_shared, out);
 }

@@ -438,7 +438,8 @@ mod tests {
 
     /// The body after its leading comments and a leading `if (launch_next && blockIdx.y ==
     /// 0) { ... }` block whose statements only declare constants and warm L2 (quant.cu's
-    /// qgemv); the body unchanged if it has no such block.
+    /// qgemv and qgemv_staged, through its `qgemv_warm` of WARM_L2 hints); the body unchanged
+    /// if it has no such block.
     fn after_warming(body: &str) -> &str {
         let mut body = body;
         while let Some(comment) = body.strip_prefix("//") {
@@ -459,6 +460,7 @@ mod tests {
                 || s.starts_with("const u64 ")
                 || s.starts_with("WARM_L2(")
                 || s.starts_with("if (mins) WARM_L2(")
+                || s.starts_with("qgemv_warm(")
         });
         if only_hints {
             rest[end + 1..].trim_start()
