@@ -122,6 +122,20 @@ pub(super) fn rms_normed(x: &[f32], nw: &[f32], eps: f64) -> Vec<f32> {
         .collect()
 }
 
+/// silu(gate) * up of each row of `x2` (`k` gate values, then `k` up values) in f64, rounded
+/// to f32: what a SwiGLU product reads.
+pub(super) fn swiglu_f64(x2: &[f32], k: usize) -> Vec<f32> {
+    x2.chunks(2 * k)
+        .flat_map(|row| {
+            let (gate, up) = row.split_at(k);
+            gate.iter().zip(up).map(|(&g, &u)| {
+                let (g, u) = (g as f64, u as f64);
+                (g / (1.0 + (-g).exp()) * u) as f32
+            })
+        })
+        .collect()
+}
+
 /// GGUF blocks dequantised in f64, rounded to f32 (the weights the kernels multiply by).
 pub(super) fn dequantized_f32(bytes: &[u8], format: gpukit::QuantFormat) -> Vec<f32> {
     oracle::dequantize(bytes, format)
@@ -227,13 +241,7 @@ pub async fn quantized_residual(dev: &Device) {
             }
             // SwiGLU halves: x2 is [m, 2k] (gate, up); the product reads silu(gate) * up.
             let x2 = rng.vec(m * 2 * k, -3.0, 3.0);
-            let gated: Vec<f32> = (0..m * k)
-                .map(|i| {
-                    let (row, e) = (i / k, i % k);
-                    let (g, u) = (x2[row * 2 * k + e] as f64, x2[row * 2 * k + k + e] as f64);
-                    (g / (1.0 + (-g).exp()) * u) as f32
-                })
-                .collect();
+            let gated = swiglu_f64(&x2, k);
             let product = oracle::matmul_with(&gated, &deq32, (m, k, n), (false, true), None, None);
             let options = gpukit::QuantMatmulOptions {
                 swiglu: true,

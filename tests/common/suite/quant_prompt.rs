@@ -2,7 +2,7 @@
 //! the device has them (cuBLAS on CUDA, cooperative matrices on Vulkan), with the norm,
 //! SwiGLU, rope and residual a transformer puts around it.
 
-use super::quant::{dequantized_f32, rms_normed, rotate};
+use super::quant::{dequantized_f32, rms_normed, rotate, swiglu_f64};
 use super::*;
 
 /// Every format, many rows (partial tiles), each epilogue and their pairs, in f16, bf16 and
@@ -77,13 +77,7 @@ pub async fn quantized_prompt_halves(dev: &Device) {
             dev.tensor(&sin, &[m * heads, dim / 2]).unwrap(),
         );
         let xn = rms_normed(&x, &nw, 1e-5);
-        let gated: Vec<f32> = (0..m * k)
-            .map(|i| {
-                let (row, e) = (i / k, i % k);
-                let (g, u) = (x2[row * 2 * k + e] as f64, x2[row * 2 * k + k + e] as f64);
-                (g / (1.0 + (-g).exp()) * u) as f32
-            })
-            .collect();
+        let gated = swiglu_f64(&x2, k);
         let product = |input: &[f32]| {
             let p = oracle::matmul_with(input, &deq32, (m, k, n), (false, true), None, None);
             oracle::as_f16_tolerance(p)
