@@ -255,14 +255,30 @@ try {
           cache: "gpukit-models",
         });
         const vectors = await embedder.embed(texts);
-        return { backend: gpu.info.backend, vectors: vectors.map((v) => Array.from(v)) };
+        // f16 linear weights, kept as f16 on the adapter (widened as the kernels read them).
+        const half = await Embedder.load(gpu, "models/all-minilm-l6-v2/", {
+          cache: "gpukit-models",
+          weights: "f16",
+        });
+        const halfVectors = await half.embed(texts.slice(0, 4));
+        return {
+          backend: gpu.info.backend,
+          vectors: vectors.map((v) => Array.from(v)),
+          halfDtype: half.weightDtype,
+          halfVectors: halfVectors.map((v) => Array.from(v)),
+        };
       }, JSON.parse(texts));
-      const worst = Math.min(
-        ...got.vectors.map((v, i) => v.reduce((s, x, j) => s + x * reference[i][j], 0)),
-      );
+      const lowest = (vectors) =>
+        Math.min(...vectors.map((v, i) => v.reduce((s, x, j) => s + x * reference[i][j], 0)));
+      const worst = lowest(got.vectors);
       check(
         got.backend === "webgpu" && worst >= 0.9999,
         `search: ${reference.length} texts match the f64 reference on ${got.backend} (lowest cosine ${worst.toFixed(9)})`,
+      );
+      const halfWorst = lowest(got.halfVectors);
+      check(
+        got.halfDtype === "f16" && halfWorst >= 0.9999,
+        `search: f16 weights kept as ${got.halfDtype} on ${got.backend}, lowest cosine ${halfWorst.toFixed(9)}`,
       );
       const { corpusMs, loadMs } = await page.evaluate(() => window.gpukitSearch);
       console.log(

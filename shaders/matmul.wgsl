@@ -22,9 +22,10 @@
 // arithmetic stays f32.
 //
 // Specialisation: TRANS_A reads A stored as [k, m], TRANS_B reads B stored as [n, k] (no
-// transposed copy is made). The epilogue adds a bias row (HAS_BIAS) and applies ACT
-// (0 none, 1 relu, 2 gelu, 3 gelu_tanh, 4 silu; `Activation` in src/ops/matmul.rs) before the
-// store, so a linear layer is one dispatch.
+// transposed copy is made); WEIGHT reads B as f16 or bf16 bits (include/weight_at.wgsl). The
+// epilogue adds a bias row (HAS_BIAS) and applies ACT (0 none, 1 relu, 2 gelu, 3 gelu_tanh,
+// 4 silu; `Activation` in src/ops/matmul.rs) before the store, so a linear layer is one
+// dispatch.
 
 // Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
 // compiler rejects a bitcast of constant bits that would give one.
@@ -39,7 +40,10 @@ const ROUND16: bool = false; // tile: round inputs to f16, f32 arithmetic (no sh
 
 // @include matmul_params
 @group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
+// The weight (B), read as words: f32 bits, or f16/bf16 bits under f32 rows (`weight_at`).
+override WEIGHT: u32 = 0u;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+// @include weight_at
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 

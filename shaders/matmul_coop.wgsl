@@ -58,6 +58,7 @@ alias Slot = vec4<f32>;
 // @if scalar: any layout
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
+fn weight_at(i: u32) -> f32 { return b[i]; }
 // @end
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 

@@ -20,7 +20,10 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
+// The weight, read as words: f32 bits, or f16/bf16 bits under f32 rows (`weight_at`).
+override WEIGHT: u32 = 0u;
+@group(0) @binding(2) var<storage, read> w: array<u32>;
+// @include weight_at
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
@@ -48,7 +51,7 @@ fn main(
     var acc = 0.0;
     if (c < params.n) {
         for (var e = lane; e < k; e = e + LANES) {
-            acc = fma(x[r * k + e], w[c * k + e], acc);
+            acc = fma(x[r * k + e], weight_at(c * k + e), acc);
         }
     }
     partial[lid] = acc;

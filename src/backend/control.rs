@@ -97,9 +97,10 @@ impl BackendImpl {
     }
 
     /// Whether the matmul takes a weight of `dtype` (f16 or bf16) as stored under f32 rows
-    /// and output: the CPU's few-row product where the CPU has AVX-512F (rows up to 32, k at
-    /// least 128, the weight `[n, k]` and read transposed, one product). Elsewhere the weight
-    /// is converted to f32 for the product.
+    /// and output: on wgpu every shape (the tiled and GEMV kernels widen it as they read it,
+    /// on every adapter: no shader-f16 needed); on the CPU the few-row product where the CPU
+    /// has AVX-512F (rows up to 32, k at least 128, the weight `[n, k]` and read transposed,
+    /// one product). Elsewhere the weight is converted to f32 for the product.
     pub(crate) fn matmul_takes_half_weights(
         &self,
         dtype: crate::DType,
@@ -107,12 +108,17 @@ impl BackendImpl {
         transpose_a: bool,
         transpose_b: bool,
     ) -> bool {
-        matches!(self, BackendImpl::Cpu(_))
-            && matches!(dtype, crate::DType::F16 | crate::DType::BF16)
-            && !transpose_a
-            && transpose_b
-            && dims.batch == 1
-            && super::cpu::CpuBackend::takes_half_weights(dims.m, dims.k)
+        let half = matches!(dtype, crate::DType::F16 | crate::DType::BF16);
+        match self {
+            BackendImpl::Wgpu(_) => half,
+            BackendImpl::Cpu(_) => {
+                half && !transpose_a
+                    && transpose_b
+                    && dims.batch == 1
+                    && super::cpu::CpuBackend::takes_half_weights(dims.m, dims.k)
+            }
+            _ => false,
+        }
     }
 
     /// Whether attention takes q, k and v of `dtype` (f16 or bf16) as stored, with the output

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::ops::elementwise::UnaryKind;
 use crate::ops::quant::QuantFormat;
 use crate::ops::{Activation, BinaryOp, MatmulTile, ReduceOp};
+use crate::DType;
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -66,6 +67,9 @@ pub(crate) enum Kernel {
         activation: Option<Activation>,
         /// vec4 loads of A and B (`matmul_source`); only the cooperative-matrix kernel has them.
         vectors: bool,
+        /// B's dtype: f32, or f16/bf16 bits two to a word under f32 A and output (the tiled
+        /// kernel only: shaders/include/weight_at.wgsl).
+        weight: DType,
     },
     Norm {
         rms: bool,
@@ -110,6 +114,9 @@ pub(crate) enum Kernel {
         bias: bool,
         activation: Option<Activation>,
         subgroup: bool,
+        /// The weight's dtype: f32, or f16/bf16 bits two to a word (without subgroups only:
+        /// shaders/include/weight_at.wgsl).
+        weight: DType,
     },
     /// A generated elementwise kernel (kernels/fused.rs), by the hash of its source.
     Fused {

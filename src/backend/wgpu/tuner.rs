@@ -307,6 +307,8 @@ impl Shared {
             vectors: matches!(arith, Arith::F16Coop | Arith::F16CoopHalves)
                 && k % 4 == 0
                 && n % 4 == 0,
+            // A half weight's kernel differs in B's loads only: its tile is timed in f32.
+            weight: crate::DType::F32,
         };
         let (pipeline, layout) = {
             let mut st = self.state();

@@ -418,8 +418,9 @@ pub async fn matmul_f16_small_rows(dev: &Device) {
 /// An f16 or bf16 weight under f32 rows (as a model keeps its linears in half precision):
 /// the product of the rounded weight, whether the backend reads the weight as stored (the
 /// CPU's few-row product with AVX-512: up to 32 rows, k from 128) or widens it first; edge
-/// tiles, row tails past 16, a bias and an activation, 40 rows past the few-row path, and an
-/// empty weight.
+/// tiles, row tails past 16, a bias and an activation, 40 rows past the few-row path, an
+/// empty weight, the widening's edge values (subnormal, largest, infinite and NaN halves), and
+/// batched weights not transposed.
 pub async fn matmul_half_weights(dev: &Device) {
     use gpukit::{Activation, DType};
     for dtype in [DType::F16, DType::BF16] {
@@ -469,6 +470,55 @@ pub async fn matmul_half_weights(dev: &Device) {
                 &want,
             );
         }
+        // The weight's edges as the backends widen them: subnormal halves (a whole column),
+        // the largest f16, -0, a value f16 flushes to zero, and columns with an infinity and
+        // a NaN.
+        let (k, n) = (130, 6);
+        let (_, x, mut w, _) = linear_inputs(8510, &[3], k, n);
+        for (i, v) in [3.0e-6, -5.0e-7, 65504.0, -0.0, 1.0e-30, -7.0e-5]
+            .into_iter()
+            .enumerate()
+        {
+            w[i * 7] = v;
+        }
+        // Column 1's weights all subnormal in f16: flushed, it would read as zero.
+        for v in &mut w[k..2 * k] {
+            *v *= 5.0e-5;
+        }
+        w[4 * k + 9] = f32::INFINITY;
+        w[5 * k + 100] = f32::NAN;
+        let rounded: Vec<f32> = w.iter().map(|&v| round(v)).collect();
+        let tw = dev.tensor(&w, &[n, k]).unwrap().cast(dtype).unwrap();
+        for rows in [1usize, 3] {
+            let tx = dev.tensor(&x[..rows * k], &[rows, k]).unwrap();
+            let got = tx.linear(&tw, None, None).unwrap().read().await.unwrap();
+            let want = oracle::matmul_with(
+                &x[..rows * k],
+                &rounded,
+                (rows, k, n),
+                (false, true),
+                None,
+                None,
+            );
+            let ctx = format!("{} weight's edge values, {rows} rows", dtype.name());
+            check(&ctx, &|i| format!("out[{}][{}]", i / n, i % n), &got, &want);
+        }
+        // A plain `[batch, k, n]` weight (not transposed), one per batch entry.
+        let (batch, m, k, n) = (3, 5, 40, 6);
+        let mut rng = Rng::new(8520);
+        let (a, b) = (
+            rng.vec(batch * m * k, -1.0, 1.0),
+            rng.vec(batch * k * n, -1.0, 1.0),
+        );
+        let rounded: Vec<f32> = b.iter().map(|&v| round(v)).collect();
+        let ta = dev.tensor(&a, &[batch, m, k]).unwrap();
+        let tb = dev.tensor(&b, &[batch, k, n]).unwrap().cast(dtype).unwrap();
+        let got = ta.matmul(&tb).unwrap().read().await.unwrap();
+        let want: Vec<_> = (0..batch)
+            .flat_map(|e| oracle::matmul(&a[e * m * k..], &rounded[e * k * n..], m, k, n))
+            .collect();
+        let ctx = format!("batched {} weights [{batch}, {k}, {n}]", dtype.name());
+        check(&ctx, &|i| format!("out[{i}]"), &got, &want);
     }
 }
 

@@ -51,6 +51,14 @@ impl WgpuBackend {
         // elements a word, read and written in place.
         let halves = spec.storage == crate::DType::F16;
         let word = |elements: u64| if halves { elements / 2 } else { elements };
+        // An f16 or bf16 weight under f32 rows and output (`matmul_takes_half_weights`): B
+        // alone two elements a word, any length.
+        let weight = if halves {
+            crate::DType::F32
+        } else {
+            spec.weight
+        };
+        let half_weight = weight != crate::DType::F32;
         let mut st = s.state();
         let out = s.alloc(&mut st, word(batch * m * n) * 4)?;
         if batch * m * n == 0 {
@@ -66,7 +74,10 @@ impl WgpuBackend {
         } else {
             batch * k * n
         };
-        let (a_len, b_len) = (word(a_len), word(b_len));
+        let (a_len, b_len) = match half_weight {
+            true => (a_len, b_len.div_ceil(2)),
+            false => (word(a_len), word(b_len)),
+        };
         s.check_binding("matmul's left operand", a_len)?;
         s.check_binding("matmul's right operand", b_len)?;
         s.check_binding("matmul's output", word(batch * m * n))?;
@@ -99,8 +110,9 @@ impl WgpuBackend {
             let kernel = Kernel::Gemv {
                 bias: cb.is_some(),
                 activation: spec.activation,
-                // vec4 rows need k % 4 == 0.
-                subgroup: s.subgroup_kernels && k % 4 == 0,
+                // vec4 rows need k % 4 == 0; half weights take the kernel without subgroups.
+                subgroup: s.subgroup_kernels && k % 4 == 0 && !half_weight,
+                weight,
             };
             s.dispatch(
                 &mut st,
@@ -184,6 +196,7 @@ impl WgpuBackend {
                 && !spec.transpose_b
                 && k % 4 == 0
                 && n % 4 == 0,
+            weight,
         };
         s.dispatch_grid(
             &mut st,

@@ -46,11 +46,17 @@ impl Kernel {
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
             Kernel::Gemv {
-                bias, activation, ..
-            } => vec![
-                ("HAS_BIAS", bias as u32 as f64),
-                ("ACT", activation.map_or(0, |a| a as u32) as f64),
-            ],
+                bias,
+                activation,
+                weight,
+                ..
+            } => with_weight(
+                vec![
+                    ("HAS_BIAS", bias as u32 as f64),
+                    ("ACT", activation.map_or(0, |a| a as u32) as f64),
+                ],
+                weight,
+            ),
             Kernel::Rope { interleaved } => vec![("INTERLEAVED", interleaved as u32 as f64)],
             Kernel::Attention {
                 causal,
@@ -74,13 +80,17 @@ impl Kernel {
                 transpose_b,
                 bias,
                 activation,
+                weight,
                 ..
-            } => vec![
-                ("TRANS_A", transpose_a as u32 as f64),
-                ("TRANS_B", transpose_b as u32 as f64),
-                ("HAS_BIAS", bias as u32 as f64),
-                ("ACT", activation.map_or(0, |a| a as u32) as f64),
-            ],
+            } => with_weight(
+                vec![
+                    ("TRANS_A", transpose_a as u32 as f64),
+                    ("TRANS_B", transpose_b as u32 as f64),
+                    ("HAS_BIAS", bias as u32 as f64),
+                    ("ACT", activation.map_or(0, |a| a as u32) as f64),
+                ],
+                weight,
+            ),
             Kernel::Norm { rms, weight, bias } => vec![
                 ("RMS", rms as u32 as f64),
                 ("HAS_WEIGHT", weight as u32 as f64),
@@ -94,6 +104,21 @@ impl Kernel {
             }
         }
     }
+}
+
+/// `constants` plus WEIGHT (shaders/include/weight_at.wgsl) for an f16 (1) or bf16 (2) weight;
+/// an f32 weight keeps the default, so kernels without the override (the cooperative-matrix
+/// matmul, which never takes half weights) are never given it.
+fn with_weight(
+    mut constants: Vec<(&'static str, f64)>,
+    weight: crate::DType,
+) -> Vec<(&'static str, f64)> {
+    match weight {
+        crate::DType::F16 => constants.push(("WEIGHT", 1.0)),
+        crate::DType::BF16 => constants.push(("WEIGHT", 2.0)),
+        _ => {}
+    }
+    constants
 }
 
 /// softmax.wgsl's workgroup size and merge round (`WG = ROUND * ROUND`): 4 on software

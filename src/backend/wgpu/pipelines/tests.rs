@@ -97,7 +97,21 @@ fn every_kernel() -> Vec<Kernel> {
                 bias,
                 activation,
                 vectors: false,
+                weight: DType::F32,
             });
+            // Half weights, in both of B's layouts.
+            for weight in [DType::F16, DType::BF16] {
+                k.push(Kernel::Matmul {
+                    tile: MatmulTile::DEFAULT,
+                    arith: Arith::F32,
+                    transpose_a,
+                    transpose_b,
+                    bias,
+                    activation,
+                    vectors: false,
+                    weight,
+                });
+            }
         }
     }
     for tile in MatmulTile::CANDIDATES {
@@ -110,6 +124,7 @@ fn every_kernel() -> Vec<Kernel> {
                 bias: true,
                 activation: Some(Activation::Silu),
                 vectors: false,
+                weight: DType::F32,
             });
         }
     }
@@ -123,6 +138,7 @@ fn every_kernel() -> Vec<Kernel> {
                 bias: true,
                 activation: Some(Activation::Gelu),
                 vectors,
+                weight: DType::F32,
             });
         }
         k.push(Kernel::Matmul {
@@ -133,6 +149,7 @@ fn every_kernel() -> Vec<Kernel> {
             bias: false,
             activation: None,
             vectors: true,
+            weight: DType::F32,
         });
     }
     k.extend([Kernel::TopK, Kernel::TopKSelect]);
@@ -171,6 +188,16 @@ fn every_kernel() -> Vec<Kernel> {
                 bias: flag,
                 activation: flag.then_some(Activation::Gelu),
                 subgroup,
+                weight: DType::F32,
+            });
+        }
+        // Half weights (WEIGHT) take the GEMV without subgroups.
+        for weight in [DType::F16, DType::BF16] {
+            k.push(Kernel::Gemv {
+                bias: flag,
+                activation: None,
+                subgroup: false,
+                weight,
             });
         }
     }
