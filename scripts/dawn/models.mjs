@@ -9,8 +9,9 @@
 // texts in the same process (transformers.mjs), each workload timed for both libraries in turn,
 // and its vectors must agree with gpukit's.
 //   node scripts/dawn/models.mjs --www DIR --minilm DIR --smollm FILE --text FILE
-//     [--tjs DIR --tjs-model DIR] [--quick] [--json FILE]
-// --quick: fewer runs and no E2 (for a software adapter).
+//     [--tjs DIR --tjs-model DIR] [--weights f16|bf16] [--quick] [--json FILE]
+// --quick: fewer runs and no E2 (for a software adapter). --weights: MiniLM's linear weights
+// on the WebGPU side (kept in that dtype, `weightDtype`; the CPU reference keeps f32).
 import fs from "node:fs";
 import path from "node:path";
 import { opt, args, loadPackage } from "./env.mjs";
@@ -49,8 +50,10 @@ if (minilm)
       tokenizer: fs.readFileSync(path.join(minilm, "tokenizer.json")),
       weights: fs.readFileSync(path.join(minilm, "model.safetensors")),
     };
-    const embedder = await pkg.Embedder.load(gpu, files);
+    const weights = opt("--weights") ?? "f32";
+    const embedder = await pkg.Embedder.load(gpu, files, { weights });
     const reference = await pkg.Embedder.load(cpu, files);
+    console.log(`all-MiniLM-L6-v2 with ${embedder.weightDtype} linear weights on WebGPU`);
     const sentence = "The quick brown fox jumps over the lazy dog near the river.";
     const long = "word ".repeat(126);
     const texts = [sentence, "GPU compute in the browser", "Ünïcödé, emoji 🚀 and 漢字."];
