@@ -89,18 +89,8 @@ fn every_kernel() -> Vec<Kernel> {
                 weight: bias,
                 bias: !bias,
             });
-            k.push(Kernel::Matmul {
-                tile: MatmulTile::DEFAULT,
-                arith: Arith::F32,
-                transpose_a,
-                transpose_b,
-                bias,
-                activation,
-                vectors: false,
-                weight: DType::F32,
-            });
-            // Half weights, in both of B's layouts.
-            for weight in [DType::F16, DType::BF16] {
+            // f32 weights, and half weights in both of B's layouts.
+            for weight in [DType::F32, DType::F16, DType::BF16] {
                 k.push(Kernel::Matmul {
                     tile: MatmulTile::DEFAULT,
                     arith: Arith::F32,
