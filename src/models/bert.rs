@@ -21,6 +21,10 @@ struct Layer {
     ff2_w: Tensor,
     ff2_b: Tensor,
     ln2: (Tensor, Tensor),
+    /// The four linear weights again, stored `[k, n]` (`prepacked`): the CPU's products of
+    /// more than [`CpuBackend::FEW_ROWS`](crate::backend::cpu::CpuBackend::FEW_ROWS) rows
+    /// read them.
+    packed: Option<[Tensor; 4]>,
 }
 
 /// Sentence embeddings on a device: text in, one L2-normalised vector per text out.
@@ -54,8 +58,10 @@ struct Weights {
 pub struct EmbedderOptions {
     /// The dtype of the linear layers' weights (the other tensors stay f32): `F32` (the
     /// default), or `F16`/`BF16` for half the memory. A half weight is kept only where the
-    /// backend multiplies f32 rows by it as stored (the CPU with AVX-512), so it also streams
-    /// half the bytes; elsewhere the weights are f32 ([`Embedder::weight_dtype`] says which).
+    /// backend multiplies f32 rows by it as stored (wgpu; the CPU with AVX-512), so it also
+    /// streams half the bytes; elsewhere the weights are f32 ([`Embedder::weight_dtype`]
+    /// says which). Natively on the CPU, f32 weights are also kept a second time, stored
+    /// `[k, n]` for batches gemm multiplies (twice the linear weights' memory).
     pub weights: DType,
 }
 
@@ -195,9 +201,11 @@ impl Embedder {
                         take(&format!("{p}.output.LayerNorm.weight"), &[h])?,
                         take(&format!("{p}.output.LayerNorm.bias"), &[h])?,
                     ),
+                    packed: None,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let layers = prepacked(device, layers)?;
         Ok(Embedder {
             device: device.clone(),
             tokenizer,
@@ -401,8 +409,31 @@ impl Inputs {
     }
 }
 
+/// `layers` with a `[k, n]` copy of each linear weight where that makes the products faster:
+/// natively on the CPU, for f32 weights. gemm packs a weight on every call; from a weight
+/// stored `[n, k]` and read transposed that packing is a strided gather, which made 32
+/// sentences 10% slower on a 2-core EPYC (BENCHMARKS.md). The copies double the linear
+/// weights' memory (42 MB more for all-MiniLM-L6-v2); half-precision weights, kept to save
+/// memory, and other devices keep one copy.
+fn prepacked(device: &Device, mut layers: Vec<Layer>) -> Result<Vec<Layer>> {
+    let cpu = cfg!(native) && matches!(device.backend(), crate::backend::BackendImpl::Cpu(_));
+    if !cpu {
+        return Ok(layers);
+    }
+    for l in &mut layers {
+        let ws = [&l.qkv_w, &l.out_w, &l.ff1_w, &l.ff2_w];
+        if ws.iter().any(|w| w.dtype() != DType::F32) {
+            continue;
+        }
+        let t = |w: &Tensor| w.transpose(0, 1)?.contiguous();
+        l.packed = Some([t(ws[0])?, t(ws[1])?, t(ws[2])?, t(ws[3])?]);
+    }
+    Ok(layers)
+}
+
 impl Weights {
-    /// Every weight tensor, in the order [`forward`] reads them.
+    /// Every weight tensor, in the order [`forward`] reads them: per layer
+    /// [`PER_LAYER`] tensors, then the four `[k, n]` copies where the layer has them.
     fn tensors(&self) -> Vec<&Tensor> {
         let mut w = vec![
             &self.word,
@@ -416,6 +447,7 @@ impl Weights {
                 &l.qkv_w, &l.qkv_b, &l.out_w, &l.out_b, &l.ln1.0, &l.ln1.1, &l.ff1_w, &l.ff1_b,
                 &l.ff2_w, &l.ff2_b, &l.ln2.0, &l.ln2.1,
             ]);
+            w.extend(l.packed.iter().flatten());
         }
         w
     }
@@ -438,9 +470,30 @@ fn forward(
     let (&[b, s], h) = (ids.shape(), config.hidden) else {
         return Err(invalid("forward", "ids must be [batch, len]"));
     };
-    if w.len() != 5 + PER_LAYER * config.layers {
+    // Per layer PER_LAYER weights, or those and the four `[k, n]` copies (`prepacked`).
+    let per_layer = w.len().saturating_sub(5) / config.layers.max(1);
+    if ![PER_LAYER, PER_LAYER + 4].contains(&per_layer) || w.len() != 5 + per_layer * config.layers
+    {
         return Err(invalid("forward", "wrong number of weights"));
     }
+    let rows = b * s;
+    // Linear layer `i` (query-key-value, output, FFN up, FFN down) of layer weights `l`: the
+    // weight `[n, k]` read transposed, or its `[k, n]` copy for more rows than the CPU's
+    // unpacked product takes.
+    let linear = |x: &Tensor, l: &[&Tensor], i: usize, act: Option<Activation>| {
+        let (weight, bias) = ([0, 2, 6, 8][i], [1, 3, 7, 9][i]);
+        match l.get(PER_LAYER + i) {
+            Some(packed) if rows > crate::backend::cpu::CpuBackend::FEW_ROWS => {
+                let options = crate::ops::matmul::MatmulOptions {
+                    bias: Some(l[bias]),
+                    activation: act,
+                    ..Default::default()
+                };
+                x.matmul_with(packed, options)
+            }
+            _ => x.linear(l[weight], Some(l[bias]), act),
+        }
+    };
     let x = w[0]
         .embedding_ids(ids)?
         .add(&w[1].slice(0, 0..s)?)?
@@ -452,13 +505,13 @@ fn forward(
         lengths: Some(lengths),
         ..Default::default()
     };
-    for l in w[5..].chunks_exact(PER_LAYER) {
-        let qkv = x.linear(l[0], Some(l[1]), None)?.reshape(&[b, s, 3 * h])?;
+    for l in w[5..].chunks_exact(per_layer) {
+        let qkv = linear(&x, l, 0, None)?.reshape(&[b, s, 3 * h])?;
         let a = qkv.attention_packed(config.heads, config.heads, options)?;
-        let a = a.reshape(&[b * s, h])?.linear(l[2], Some(l[3]), None)?;
+        let a = linear(&a.reshape(&[b * s, h])?, l, 1, None)?;
         x = a.add(&x)?.layer_norm(Some(l[4]), Some(l[5]), config.eps)?;
-        let f = x.linear(l[6], Some(l[7]), Some(Activation::Gelu))?;
-        let f = f.linear(l[8], Some(l[9]), None)?;
+        let f = linear(&x, l, 2, Some(Activation::Gelu))?;
+        let f = linear(&f, l, 3, None)?;
         x = f
             .add(&x)?
             .layer_norm(Some(l[10]), Some(l[11]), config.eps)?;

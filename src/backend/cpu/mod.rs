@@ -75,6 +75,11 @@ impl CpuStorage {
 pub(crate) struct CpuBackend;
 
 impl CpuBackend {
+    /// Rows up to which a product by a weight stored `[n, k]` (read transposed) runs unpacked
+    /// (`matmul_rows`); past it gemm packs that weight on every call, which a weight stored
+    /// `[k, n]` makes a contiguous copy instead of a strided gather.
+    pub(crate) const FEW_ROWS: usize = matmul_rows::MAX_ROWS;
+
     /// Whether an `m x k` by half-precision `[n, k]` weight product runs with the weight as
     /// stored (`matmul_rows::product_half`).
     pub(crate) fn takes_half_weights(m: usize, k: usize) -> bool {
