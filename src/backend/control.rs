@@ -98,9 +98,9 @@ impl BackendImpl {
 
     /// Whether the matmul takes a weight of `dtype` (f16 or bf16) as stored under f32 rows
     /// and output: on wgpu every shape (the tiled and GEMV kernels widen it as they read it,
-    /// on every adapter: no shader-f16 needed); on the CPU the few-row product where the CPU
-    /// has AVX-512F (rows up to 32, k at least 128, the weight `[n, k]` and read transposed,
-    /// one product). Elsewhere the weight is converted to f32 for the product.
+    /// on every adapter: no shader-f16 needed); on the CPU the few-row product (rows up to 32,
+    /// k at least 128, the weight `[n, k]` and read transposed, one product), on every CPU.
+    /// Elsewhere the weight is converted to f32 for the product.
     pub(crate) fn matmul_takes_half_weights(
         &self,
         dtype: crate::DType,

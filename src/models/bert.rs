@@ -62,8 +62,8 @@ struct Weights {
 pub struct EmbedderOptions {
     /// The dtype of the linear layers' weights (the other tensors stay f32): `F32` (the
     /// default), or `F16`/`BF16` for half the memory. A half weight is kept only where the
-    /// backend multiplies f32 rows by it as stored (wgpu; the CPU with AVX-512), so it also
-    /// streams half the bytes; elsewhere the weights are f32 ([`Embedder::weight_dtype`]
+    /// backend multiplies f32 rows by it as stored (wgpu and the CPU, natively and in wasm),
+    /// so it also streams half the bytes; elsewhere (CUDA) the weights are f32 ([`Embedder::weight_dtype`]
     /// says which). Natively on the CPU, f32 weights are also kept a second time, stored
     /// `[k, n]` for batches gemm multiplies (twice the linear weights' memory).
     pub weights: DType,

@@ -44,8 +44,8 @@ export interface EmbedderLoadOptions {
    *  stored there. Ignored where Cache Storage is missing (Node, insecure origins). */
   cache?: string;
   /** The linear layers' weights: "f32" (the default), "f16" or "bf16". Half weights are kept
-   *  where the backend multiplies by them as stored: WebGPU does (half the memory and the
-   *  bytes each product reads), the wasm CPU backend keeps f32 (`weightDtype` says which). */
+   *  as such on WebGPU and on the wasm CPU backend, which multiply by them as stored: half
+   *  the memory and of the bytes each product reads (`weightDtype` says what was kept). */
   weights?: "f32" | "f16" | "bf16";
 }
 "#;

@@ -154,7 +154,7 @@ fn kernel() -> Block {
         use std::sync::OnceLock;
         static CHOSEN: OnceLock<Block> = OnceLock::new();
         *CHOSEN.get_or_init(|| {
-            if is_x86_feature_detected!("avx512f") {
+            if is_x86_feature_detected!("avx512f") && !super::forced_avx2() {
                 // SAFETY: the CPU has AVX-512F; the caller checked every row lies inside its
                 // slice.
                 |a, ars, m, w, wrs, j0, k, out| unsafe {
@@ -196,21 +196,11 @@ pub(super) fn product(
     });
 }
 
-/// Whether [`product_half`] runs on this CPU: it needs AVX-512F (x86-64).
-pub(super) fn takes_half_weights() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// [`product`] with the weight's elements f16 (`bf16` false) or bf16 bits, widened as they are
-/// loaded, so the weight streams at half the bytes. The caller has checked
-/// [`takes_half_weights`].
+/// read, so the weight stays half-precision in memory and streams at half the bytes. With
+/// AVX-512 the block widens 16 elements a load; elsewhere (AVX2, wasm SIMD128, other CPUs)
+/// [`WIDEN_ROWS`] weight rows at a time are widened into a small f32 scratch that the f32
+/// block then reads, the widening paid once for all `m` rows.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn product_half(
     m: usize,
@@ -226,7 +216,7 @@ pub(super) fn product_half(
     accumulate: bool,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if takes_half_weights() {
+    if is_x86_feature_detected!("avx512f") && !super::forced_avx2() {
         use super::matmul_rows_avx512::{block, Bf16, F16};
         tiles(m, n, c, ldc, accumulate, |j0, out| {
             // SAFETY: the CPU has AVX-512F; the caller checked every row lies inside its
@@ -243,16 +233,77 @@ pub(super) fn product_half(
         });
         return;
     }
-    // Elsewhere (never chosen: `takes_half_weights` is false), widen and multiply.
-    let widen = |h: u16| {
-        if bf16 {
-            f32::from_bits(u32::from(h) << 16)
-        } else {
-            half::f16::from_bits(h).to_f32()
+    product_half_widening(m, n, k, a, ars, w, wrs, bf16, c, ldc, accumulate)
+}
+
+/// Weight rows widened at a time by [`product_half_widening`]: 16 rows of a 1536-long row
+/// are 96 KB of f32, within a core's L2 beside the rows of `a`.
+const WIDEN_ROWS: usize = 16;
+
+/// [`product_half`] without AVX-512: each task widens [`WIDEN_ROWS`] of its weight rows into
+/// an f32 scratch and runs the widest f32 block over them.
+#[allow(clippy::too_many_arguments)]
+fn product_half_widening(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    ars: usize,
+    w: &[u16],
+    wrs: usize,
+    bf16: bool,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    if m == 0 {
+        return;
+    }
+    let run = kernel();
+    tiles(m, n, c, ldc, accumulate, |j0, out| {
+        let rows = out.len() / m;
+        let mut scratch = vec![0.0f32; WIDEN_ROWS.min(rows) * k];
+        for (s, out) in out.chunks_mut(WIDEN_ROWS * m).enumerate() {
+            let r0 = j0 + s * WIDEN_ROWS;
+            let tile = out.len() / m;
+            for (r, dst) in scratch.chunks_exact_mut(k).take(tile).enumerate() {
+                // The caller checked every row lies inside its slice.
+                let src = w.get((r0 + r) * wrs..(r0 + r) * wrs + k).unwrap_or(&[]);
+                widen(src, dst, bf16);
+            }
+            run(a, ars, m, &scratch, k, 0, k, out);
         }
+    });
+}
+
+/// `dst[i]` = the f16 (or bf16) bits `src[i]` as f32, exactly (subnormals, infinities and NaN
+/// included), without branches so that LLVM vectorises it (SSE2, SIMD128).
+fn widen(src: &[u16], dst: &mut [f32], bf16: bool) {
+    if bf16 {
+        for (d, &h) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits(u32::from(h) << 16);
+        }
+        return;
+    }
+    for (d, &h) in dst.iter_mut().zip(src) {
+        *d = widen_f16(h);
+    }
+}
+
+/// One f16 as f32. The exponent and mantissa moved into f32's fields read as a number 2^112
+/// too small (f16's exponent bias is 15, f32's 127), subnormals included, so one exact
+/// multiply scales them; infinities and NaN take f32's all-ones exponent instead.
+#[inline(always)]
+fn widen_f16(h: u16) -> f32 {
+    let h = u32::from(h);
+    let magnitude = (h & 0x7fff) << 13;
+    let scaled = (f32::from_bits(magnitude) * f32::from_bits(0x7780_0000)).to_bits();
+    let bits = if h & 0x7c00 == 0x7c00 {
+        magnitude | 0x7f80_0000
+    } else {
+        scaled
     };
-    let wf: Vec<f32> = w.iter().map(|&h| widen(h)).collect();
-    product(m, n, k, a, ars, &wf, wrs, c, ldc, accumulate);
+    f32::from_bits(bits | ((h & 0x8000) << 16))
 }
 
 /// Runs `block(j0, out)` over weight-row tiles split across the threads (`out` the transposed
@@ -284,13 +335,18 @@ mod tests {
     use super::*;
 
     /// Half-precision weights read as stored give exactly the product of the widened weights
-    /// (the same fused multiply-adds in the same order), f16 and bf16, at edge tiles and tails.
+    /// (the same fused multiply-adds in the same order), f16 and bf16, at edge tiles and tails,
+    /// through AVX-512 (where this CPU has it) and through the widening scratch (every CPU:
+    /// more weight rows than one scratch holds, and fewer).
     #[test]
     fn half_weights_match_widened_ones() {
-        if !takes_half_weights() {
-            return;
-        }
-        for (m, n, k) in [(1, 3, 128), (5, 9, 131), (13, 6, 384), (32, 17, 200)] {
+        for (m, n, k) in [
+            (1, 3, 128),
+            (5, 9, 131),
+            (13, 6, 384),
+            (32, 17, 200),
+            (3, 70, 160),
+        ] {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 31 % 97) as f32 - 48.0) / 40.0)
                 .collect();
@@ -315,10 +371,40 @@ mod tests {
                         }
                     })
                     .collect();
-                let (mut got, mut want) = (vec![0.5f32; m * n], vec![0.5f32; m * n]);
-                product_half(m, n, k, &a, k, &bits, k, bf16, &mut got, n, true);
+                let mut want = vec![0.5f32; m * n];
                 product(m, n, k, &a, k, &wide, k, &mut want, n, true);
+                let mut got = vec![0.5f32; m * n];
+                product_half(m, n, k, &a, k, &bits, k, bf16, &mut got, n, true);
                 assert_eq!(got, want, "m {m} n {n} k {k} bf16 {bf16}");
+                let mut got = vec![0.5f32; m * n];
+                product_half_widening(m, n, k, &a, k, &bits, k, bf16, &mut got, n, true);
+                assert_eq!(got, want, "widening: m {m} n {n} k {k} bf16 {bf16}");
+            }
+        }
+    }
+
+    /// The branch-free widening is the `half` crate's conversion for every one of the 65,536
+    /// f16 values (NaN to a NaN of the same sign), and bf16's shift likewise.
+    #[test]
+    fn widening_is_exact_for_every_half() {
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        for bf16 in [false, true] {
+            let mut got = vec![0.0f32; all.len()];
+            widen(&all, &mut got, bf16);
+            for (&h, &g) in all.iter().zip(&got) {
+                let want = if bf16 {
+                    half::bf16::from_bits(h).to_f32()
+                } else {
+                    half::f16::from_bits(h).to_f32()
+                };
+                if want.is_nan() {
+                    assert!(
+                        g.is_nan() && g.is_sign_negative() == want.is_sign_negative(),
+                        "{h:#06x} bf16 {bf16}: {g}"
+                    );
+                } else {
+                    assert_eq!(g.to_bits(), want.to_bits(), "{h:#06x} bf16 {bf16}");
+                }
             }
         }
     }

@@ -74,16 +74,26 @@ impl CpuStorage {
 /// The CPU backend.
 pub(crate) struct CpuBackend;
 
+/// Whether `GPUKIT_CPU_AVX2=1` asks for the AVX2 kernels on a CPU with AVX-512 (to test and
+/// time the path most x86-64 CPUs without AVX-512 take): the quantized rows and the few-row
+/// product, f32 and half-precision weights. Read once.
+#[cfg(target_arch = "x86_64")]
+fn forced_avx2() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var("GPUKIT_CPU_AVX2").is_ok_and(|v| v == "1"))
+}
+
 impl CpuBackend {
     /// Rows up to which a product by a weight stored `[n, k]` (read transposed) runs unpacked
     /// (`matmul_rows`); past it gemm packs that weight on every call, which a weight stored
-    /// `[k, n]` makes a contiguous copy instead of a strided gather.
+    /// `[k, n]` makes a contiguous copy instead of a strided gather. Read by the models.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) const FEW_ROWS: usize = matmul_rows::MAX_ROWS;
 
     /// Whether an `m x k` by half-precision `[n, k]` weight product runs with the weight as
-    /// stored (`matmul_rows::product_half`).
+    /// stored (`matmul_rows::product_half`, on every CPU).
     pub(crate) fn takes_half_weights(m: usize, k: usize) -> bool {
-        m <= matmul_rows::MAX_ROWS && k >= matmul_rows::MIN_K && matmul_rows::takes_half_weights()
+        m <= matmul_rows::MAX_ROWS && k >= matmul_rows::MIN_K
     }
 
     pub(crate) fn info(selection: String) -> DeviceInfo {

@@ -146,20 +146,12 @@ fn rows(
     }
 }
 
-/// Whether `GPUKIT_CPU_AVX2=1` asks for the AVX2 kernel on a CPU with AVX-512 (to test and time
-/// the path most x86-64 CPUs without AVX-512 take). Read once.
-#[cfg(target_arch = "x86_64")]
-fn forced_avx2() -> bool {
-    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| std::env::var("GPUKIT_CPU_AVX2").is_ok_and(|v| v == "1"))
-}
-
 /// `x[m, k] * w[n, k]^T` for `m <= MAX_ROWS`, as `[m, n]`.
 pub(super) fn product(x: &[f32], w: &QuantParts<'_, CpuStorage>, m: usize) -> Vec<f32> {
     let n = w.rows;
     #[cfg(target_arch = "x86_64")]
     let (avx512, avx2) = (
-        is_x86_feature_detected!("avx512f") && !forced_avx2(),
+        is_x86_feature_detected!("avx512f") && !super::forced_avx2(),
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
     );
     let mut out_t = vec![0.0f32; n * m];
