@@ -234,6 +234,98 @@ fn broken_gguf_files_are_clear_errors() {
     assert!(e.contains("past the end"), "{e}");
 }
 
+/// Corrupted model files, loaded whole: each mutant of the real GGUF (bytes changed in its
+/// metadata and tensor infos, lengths and counts overwritten with hostile values, the file cut
+/// short) either loads and generates, or is an error; none panics or aborts. Rounds:
+/// `GPUKIT_FUZZ_ROUNDS` (default 48; the mutants are the same for the same count).
+#[test]
+fn mutated_model_files_load_or_fail_clearly() {
+    let rounds = std::env::var("GPUKIT_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48usize);
+    let mut bytes = model_bytes().to_vec();
+    let header = 2_000_000.min(bytes.len());
+    let device = Device::cpu();
+    let options = LlmOptions {
+        context: Some(16),
+        ..LlmOptions::default()
+    };
+    let generate = GenerateOptions {
+        max_tokens: 2,
+        ..GenerateOptions::default()
+    };
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let hostile = [
+        0u64,
+        1,
+        2,
+        3,
+        7,
+        255,
+        0xffff,
+        0x7fff_ffff,
+        0xffff_ffff,
+        1 << 32,
+        1 << 40,
+        u64::MAX / 2,
+        u64::MAX,
+    ];
+    let (mut loaded, mut refused) = (0, 0);
+    for round in 0..rounds {
+        // Most changes land in the first 4 KB: the header, the scalar metadata, the start
+        // of the vocabulary.
+        let span = if next() % 4 == 0 { header } else { 4096 };
+        let mut saved = Vec::new();
+        let len = match next() % 4 {
+            0 => {
+                for _ in 0..1 + next() % 4 {
+                    let at = (next() % span as u64) as usize;
+                    saved.push((at, bytes[at]));
+                    bytes[at] = next() as u8;
+                }
+                bytes.len()
+            }
+            1 | 2 => {
+                let at = (next() % (span as u64 - 8)) as usize;
+                let v = hostile[(next() % hostile.len() as u64) as usize];
+                let width = if next() % 2 == 0 { 8 } else { 4 };
+                for (i, b) in v.to_le_bytes()[..width].iter().enumerate() {
+                    saved.push((at + i, bytes[at + i]));
+                    bytes[at + i] = *b;
+                }
+                bytes.len()
+            }
+            _ => (next() % bytes.len() as u64) as usize,
+        };
+        match Llm::from_bytes(&device, &bytes[..len], options) {
+            Ok(llm) => {
+                let tokens = llm
+                    .generate("Hi", generate)
+                    .and_then(|g| g.collect::<gpukit::Result<Vec<_>>>());
+                if let Err(e) = tokens {
+                    assert!(!e.to_string().is_empty(), "round {round}");
+                }
+                loaded += 1;
+            }
+            Err(e) => {
+                assert!(!e.to_string().is_empty(), "round {round}");
+                refused += 1;
+            }
+        }
+        for (at, b) in saved.into_iter().rev() {
+            bytes[at] = b;
+        }
+    }
+    assert_eq!(loaded + refused, rounds);
+}
+
 /// The prompts checked, in the chat template.
 const PROMPTS: [&str; 3] = [
     "What is the capital of France?",

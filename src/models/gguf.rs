@@ -191,15 +191,24 @@ impl<'a> Reader<'a> {
                 }
                 let inner = self.u32(key)?;
                 let count = self.u64(key)?;
-                // Each element takes at least one byte: a count past the bytes left is corrupt,
-                // and is refused before anything is reserved for it.
-                if count > (self.b.len() - self.at) as u64 {
+                // Each element takes at least its fixed size (a string its 8-byte length): a
+                // count past the bytes left is corrupt, and is refused before anything is
+                // reserved for it.
+                let least: u64 = match inner {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4..=6 => 4,
+                    _ => 8,
+                };
+                let left = (self.b.len() - self.at) as u64;
+                if count > left / least {
                     return Err(invalid(format!(
-                        "{key}: an array of {count} values in {} bytes",
-                        self.b.len() - self.at
+                        "{key}: an array of {count} values in {left} bytes"
                     )));
                 }
-                let mut v = Vec::with_capacity(count as usize);
+                // A value takes more memory than its bytes in the file (up to 32 times for a
+                // u8): reserve a bounded amount and let a long real array grow.
+                let mut v = Vec::with_capacity(count.min(1 << 16) as usize);
                 for _ in 0..count {
                     v.push(self.value(inner, key, depth + 1)?);
                 }
@@ -296,7 +305,18 @@ impl<'a> Gguf<'a> {
                     bytes.len()
                 )));
             }
-            let dims = dims.iter().map(|&d| d as usize).collect();
+            // Each dimension fits the bytes unless another is 0; on 32-bit targets a huge one
+            // beside a 0 would not fit a usize.
+            let dims = dims
+                .iter()
+                .map(|&d| usize::try_from(d).ok())
+                .collect::<Option<Vec<usize>>>()
+                .filter(|d| {
+                    d.iter()
+                        .try_fold(1usize, |a, &d| a.checked_mul(d))
+                        .is_some()
+                })
+                .ok_or_else(|| invalid(format!("{name}: dimensions {dims:?} overflow")))?;
             tensors.push(TensorInfo {
                 name,
                 dims,
