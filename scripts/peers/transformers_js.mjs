@@ -4,9 +4,9 @@
 // own tokenizer files. E1: one sentence of 14 tokens (latency, median of 20 after 3 warm-ups);
 // E3: 32 such sentences in one call (sentences/s, median of 5 after 1). Both libraries pool
 // over tokens and L2-normalise, text in, host vectors out. Each runs on the CPU (gpukit's CPU
-// backend, wasm SIMD128; transformers.js's "wasm" device) and on WebGPU (SwiftShader here),
-// one thread each (the page is not cross-origin isolated). Prints one JSON object with the
-// timings and the lowest cosine between the two libraries' vectors.
+// backend, wasm SIMD128, with f32 and with f16 linear weights; transformers.js's "wasm" device)
+// and on WebGPU (SwiftShader here), one thread each (the page is not cross-origin isolated).
+// Prints one JSON object with the timings and the lowest cosine between the libraries' vectors.
 //
 //   node scripts/peers/transformers_js.mjs   (after `make www`; installs its peers into
 //                                             target/peers on first use)
@@ -107,11 +107,18 @@ const result = await inPage(
 
     const g = await import("/pkg/models/gpukit.js");
     await g.default();
-    for (const backend of ["cpu", "webgpu"]) {
+    // The CPU backend also with f16 linear weights (kept as such, widened as they are read).
+    for (const [backend, weights] of [
+      ["cpu", "f32"],
+      ["cpu", "f16"],
+      ["webgpu", "f32"],
+    ]) {
       const gpu = await g.Gpu.create({ backend });
-      const embedder = await g.Embedder.load(gpu, "/models/all-minilm-l6-v2/");
-      out[`gpukit_${backend}`] = {
+      const embedder = await g.Embedder.load(gpu, "/models/all-minilm-l6-v2/", { weights });
+      const name = weights === "f32" ? `gpukit_${backend}` : `gpukit_${backend}_${weights}`;
+      out[name] = {
         adapter: gpu.info.adapter,
+        weights: embedder.weightDtype,
         ...(await time((texts) => embedder.embed(texts))),
       };
     }
@@ -145,7 +152,7 @@ const result = await inPage(
       return ab / Math.sqrt(aa * bb);
     };
     let lowest = 1;
-    for (const a of ["gpukit_cpu", "gpukit_webgpu"]) {
+    for (const a of ["gpukit_cpu", "gpukit_cpu_f16", "gpukit_webgpu"]) {
       for (const b of ["transformers_js_wasm", "transformers_js_webgpu"]) {
         out[a].vectors.forEach((v, i) => {
           lowest = Math.min(lowest, cosine(Array.from(v), out[b].vectors[i]));
