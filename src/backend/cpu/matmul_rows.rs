@@ -259,21 +259,60 @@ fn product_half_widening(
     if m == 0 {
         return;
     }
-    let run = kernel();
-    tiles(m, n, c, ldc, accumulate, |j0, out| {
-        let rows = out.len() / m;
-        let mut scratch = vec![0.0f32; WIDEN_ROWS.min(rows) * k];
-        for (s, out) in out.chunks_mut(WIDEN_ROWS * m).enumerate() {
-            let r0 = j0 + s * WIDEN_ROWS;
-            let tile = out.len() / m;
-            for (r, dst) in scratch.chunks_exact_mut(k).take(tile).enumerate() {
-                // The caller checked every row lies inside its slice.
-                let src = w.get((r0 + r) * wrs..(r0 + r) * wrs + k).unwrap_or(&[]);
-                widen(src, dst, bf16);
+    // Natively, the tasks of [`tiles`] over the widest block. In wasm (one thread) a loop of
+    // its own: sharing `tiles` and the plain block with the f32 `product` changed how LLVM
+    // compiled that one, 6-9% slower at one sentence in Node (BENCHMARKS.md).
+    #[cfg(target_arch = "x86_64")]
+    {
+        let run = kernel();
+        tiles(m, n, c, ldc, accumulate, |j0, out| {
+            widened_rows(m, k, w, wrs, bf16, j0, out, |w, out| {
+                run(a, ars, m, w, k, 0, k, out)
+            })
+        });
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut t = vec![0.0f32; n * m];
+        widened_rows(m, k, w, wrs, bf16, 0, &mut t, |w, out| {
+            block(a, ars, m, w, k, 0, k, out, |x, y, z| x * y + z)
+        });
+        for (i, row) in c.chunks_mut(ldc).take(m).enumerate() {
+            for (j, v) in row[..n].iter_mut().enumerate() {
+                let x = t[j * m + i];
+                *v = if accumulate { *v + x } else { x };
             }
-            run(a, ars, m, &scratch, k, 0, k, out);
         }
-    });
+    }
+}
+
+/// Fills `out` (the transposed `[rows][m]` products of the weight rows from `j0`) by widening
+/// [`WIDEN_ROWS`] weight rows at a time into an f32 scratch and running `run(scratch, out)`
+/// over each group's part of `out`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn widened_rows(
+    m: usize,
+    k: usize,
+    w: &[u16],
+    wrs: usize,
+    bf16: bool,
+    j0: usize,
+    out: &mut [f32],
+    mut run: impl FnMut(&[f32], &mut [f32]),
+) {
+    let rows = out.len() / m;
+    let mut scratch = vec![0.0f32; WIDEN_ROWS.min(rows) * k];
+    for (s, out) in out.chunks_mut(WIDEN_ROWS * m).enumerate() {
+        let r0 = j0 + s * WIDEN_ROWS;
+        let tile = out.len() / m;
+        for (r, dst) in scratch.chunks_exact_mut(k).take(tile).enumerate() {
+            // The caller checked every row lies inside its slice.
+            let src = w.get((r0 + r) * wrs..(r0 + r) * wrs + k).unwrap_or(&[]);
+            widen(src, dst, bf16);
+        }
+        run(&scratch[..tile * k], out);
+    }
 }
 
 /// `dst[i]` = the f16 (or bf16) bits `src[i]` as f32, exactly (subnormals, infinities and NaN
