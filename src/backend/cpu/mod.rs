@@ -18,6 +18,8 @@ mod layout;
 mod matmul;
 mod matmul_rows;
 #[cfg(target_arch = "x86_64")]
+mod matmul_rows_avx2;
+#[cfg(target_arch = "x86_64")]
 mod matmul_rows_avx512;
 mod norm;
 pub(crate) mod par;
