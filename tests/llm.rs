@@ -323,7 +323,12 @@ fn mutated_model_files_load_or_fail_clearly() {
             bytes[at] = b;
         }
     }
-    assert_eq!(loaded + refused, rounds);
+    // Both outcomes occur, so the mutants reach past the header checks into loading and
+    // generation as well as being refused.
+    assert!(
+        loaded > 0 && refused > 0,
+        "{loaded} mutants loaded, {refused} refused: the mutations exercise one path only"
+    );
 }
 
 /// The prompts checked, in the chat template.

@@ -247,8 +247,9 @@ fn product_half_widening(
         return;
     }
     // Natively, the tasks of [`tiles`] over the widest block. In wasm (one thread) a loop of
-    // its own: sharing `tiles` and the plain block with the f32 `product` changed how LLVM
-    // compiled that one, 6-9% slower at one sentence in Node (BENCHMARKS.md).
+    // its own (the transposed store repeats `tiles`' on purpose): sharing `tiles` and the
+    // plain block with the f32 `product` changed how LLVM compiled that one, one sentence
+    // 6-25% slower in Node (BENCHMARKS.md).
     #[cfg(target_arch = "x86_64")]
     {
         let run = kernel();
@@ -303,7 +304,7 @@ fn widened_rows(
 }
 
 /// `dst[i]` = the f16 (or bf16) bits `src[i]` as f32, exactly (subnormals, infinities and NaN
-/// included), without branches so that LLVM vectorises it (SSE2, SIMD128).
+/// included): bf16 by a shift, f16 by F16C on x86-64 and by [`widen_f16`] elsewhere.
 fn widen(src: &[u16], dst: &mut [f32], bf16: bool) {
     if bf16 {
         for (d, &h) in dst.iter_mut().zip(src) {
@@ -327,7 +328,8 @@ fn widen(src: &[u16], dst: &mut [f32], bf16: bool) {
     }
 }
 
-/// One f16 as f32. The exponent and mantissa moved into f32's fields read as a number 2^112
+/// One f16 as f32, without branches so that LLVM vectorises it (SIMD128). The exponent and
+/// mantissa moved into f32's fields read as a number 2^112
 /// too small (f16's exponent bias is 15, f32's 127), subnormals included, so one exact
 /// multiply scales them; infinities and NaN take f32's all-ones exponent instead.
 /// (The wasm path; on x86-64 the unit test holds it to the `half` crate.)
