@@ -6,9 +6,10 @@ use super::*;
 /// Attention over f16 and bf16 operands against f64 on the same rounded values, the result in
 /// their dtype. CUDA's tensor-core kernel takes head widths 32, 64 and 128 as stored (64-row
 /// query and key tiles: several, partial, causal with fewer and with more queries than keys,
-/// grouped heads, host and device lengths, one of them 0, heads-first and sequence-first);
-/// other widths, and other backends, convert around the f32 kernels. NaN and infinities as in
-/// f32.
+/// grouped heads, host and device lengths, one of them 0, heads-first and sequence-first, and
+/// grids of 16 heads over 300-520 rows that fill a GPU); other widths, and other backends,
+/// convert around the f32 kernels. Scores that grow along the keys make the kernels raise their
+/// running maxima tile after tile. NaN and infinities as in f32, also with 16 and 20 query rows.
 pub async fn attention_halves(dev: &Device) {
     use gpukit::{AttentionLayout, DType};
     // (batch, hq, hkv, sq, sk, d, causal, lengths, device lengths, sequence-first)
@@ -24,7 +25,7 @@ pub async fn attention_halves(dev: &Device) {
         bool,
         bool,
     );
-    let cases: [Case; 9] = [
+    let cases: [Case; 11] = [
         (1, 2, 1, 130, 150, 64, true, None, false, false),
         (
             2,
@@ -45,6 +46,19 @@ pub async fn attention_halves(dev: &Device) {
         (1, 1, 1, 17, 9, 128, true, None, false, false),
         (2, 2, 2, 3, 129, 32, false, Some(vec![65, 129]), true, true),
         (1, 6, 2, 1, 1000, 256, false, Some(vec![999]), true, false),
+        (2, 16, 4, 520, 520, 64, true, None, false, true),
+        (
+            2,
+            16,
+            8,
+            300,
+            530,
+            128,
+            false,
+            Some(vec![530, 301]),
+            false,
+            false,
+        ),
     ];
     for dtype in [DType::F16, DType::BF16] {
         let round = |x: f32| match dtype {
@@ -137,12 +151,12 @@ pub async fn attention_halves(dev: &Device) {
                 &want,
             );
         }
-        // Special values at every width the tensor cores take, through them (5 query rows) and
-        // through CUDA's decode kernel (4): NaN in q, a +inf score, a key scoring -inf, a row
-        // whose only key scores -inf, a row with no key.
+        // Special values at every width the tensor cores take, through them (5 and 20 query
+        // rows) and through CUDA's decode kernel (4): NaN in q, a +inf score, a key scoring
+        // -inf, a row whose only key scores -inf, a row with no key.
         for (d, sq) in [32usize, 64, 128]
             .into_iter()
-            .flat_map(|d| [(d, 5), (d, 4)])
+            .flat_map(|d| [(d, 5), (d, 4), (d, 20)])
         {
             let mut rng = Rng::new(9900 + d as u64);
             let mut q: Vec<f32> = rng.vec(sq * d, 0.1, 1.0).into_iter().map(round).collect();
@@ -165,38 +179,97 @@ pub async fn attention_halves(dev: &Device) {
                 "{dtype:?} d={d} NaN in q"
             );
             assert!(row(2).iter().all(|x| x.is_nan()), "{dtype:?} d={d} +inf");
-            for i in [0, 3].into_iter().chain((sq == 5).then_some(4)) {
+            for i in (0..sq).filter(|&i| i != 1 && i != 2) {
                 assert!(
                     row(i).iter().all(|x| x.is_finite()),
                     "{dtype:?} d={d} row {i}"
                 );
             }
-            // Two batch entries of one key scoring -inf: length 1 gives NaN, length 0 zeros.
+            // Two batch entries of one key scoring -inf: length 1 gives NaN, length 0 zeros
+            // (as one query row, and as 16, which the tensor cores take).
             let lens = [1u32, 0];
-            let two = |x: &[f32]| {
-                dev.tensor(&[x, x].concat(), &[2, 1, 1, d])
+            for rows in [1, 16] {
+                let two = |x: &[f32], rows: usize| {
+                    let entry = x.repeat(rows);
+                    dev.tensor(&[&entry[..], &entry[..]].concat(), &[2, 1, rows, d])
+                        .unwrap()
+                        .cast(dtype)
+                        .unwrap()
+                };
+                let options = AttentionOptions {
+                    key_lengths: Some(&lens),
+                    ..Default::default()
+                };
+                let got = two(&q[..d], rows)
+                    .attention(&two(&k[2 * d..3 * d], 1), &two(&v[..d], 1), options)
                     .unwrap()
-                    .cast(dtype)
-                    .unwrap()
-            };
-            let options = AttentionOptions {
-                key_lengths: Some(&lens),
-                ..Default::default()
-            };
-            let got = two(&q[..d])
-                .attention(&two(&k[2 * d..3 * d]), &two(&v[..d]), options)
-                .unwrap()
-                .read()
-                .await
-                .unwrap();
-            assert!(
-                got[..d].iter().all(|x| x.is_nan()),
-                "{dtype:?} d={d} all -inf"
-            );
-            assert!(got[d..].iter().all(|&x| x == 0.0), "{dtype:?} d={d} no key");
+                    .read()
+                    .await
+                    .unwrap();
+                let n = rows * d;
+                assert!(
+                    got[..n].iter().all(|x| x.is_nan()),
+                    "{dtype:?} d={d} {rows} rows, all -inf"
+                );
+                assert!(
+                    got[n..].iter().all(|&x| x == 0.0),
+                    "{dtype:?} d={d} {rows} rows, no key"
+                );
+            }
         }
+        attention_growing(dev, dtype, round, tol).await;
         attention_mixed(dev, dtype, round, tol).await;
         attention_precision(dev, dtype, tol).await;
+    }
+}
+
+/// Scores that grow along the keys (key j scaled by 16 j / sk), so that a row's maximum rises
+/// many times over its keys and the kernels rescale their accumulators tile after tile.
+async fn attention_growing(
+    dev: &Device,
+    dtype: gpukit::DType,
+    round: impl Fn(f32) -> f32,
+    tol: Tol,
+) {
+    let (hq, hkv, sq, sk) = (2usize, 1usize, 200usize, 300usize);
+    for (ci, d) in [64usize, 128].into_iter().enumerate() {
+        let seed = 9930 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let q: Vec<f32> = rng
+            .vec(hq * sq * d, 0.5, 1.0)
+            .into_iter()
+            .map(&round)
+            .collect();
+        let k: Vec<f32> = rng
+            .vec(hkv * sk * d, 0.5, 1.0)
+            .into_iter()
+            .enumerate()
+            .map(|(e, x)| round(x * 16.0 * ((e / d) % sk) as f32 / sk as f32))
+            .collect();
+        let v: Vec<f32> = rng
+            .vec(hkv * sk * d, -1.0, 1.0)
+            .into_iter()
+            .map(&round)
+            .collect();
+        let t = |x: &[f32], h: usize, s: usize| {
+            dev.tensor(x, &[1, h, s, d]).unwrap().cast(dtype).unwrap()
+        };
+        let options = AttentionOptions {
+            causal: true,
+            ..Default::default()
+        };
+        let y = t(&q, hq, sq)
+            .attention(&t(&k, hkv, sk), &t(&v, hkv, sk), options)
+            .unwrap();
+        let got = y.read().await.unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want: Vec<(f64, Tol)> =
+            oracle::attention(&q, &k, &v, (hq, hkv, sq, sk, d, d), true, sk, scale)
+                .into_iter()
+                .map(|(w, _)| (w, tol))
+                .collect();
+        let ctx = format!("{dtype:?} attention, growing scores, d={d} seed {seed}");
+        check(&ctx, &|i| format!("flat {i}"), &got, &want);
     }
 }
 
