@@ -375,11 +375,18 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 //   4. each adds the tile's 32 probabilities times the value rows to its 16 columns.
 // The four shares of the denominator are added at the end. About 26 KB of workgroup memory,
 // under the 32 KB that browsers give on desktop GPUs.
+//
+// With SPLIT_KEYS > 0 (a multiple of FK) a block's keys are split in chunks of SPLIT_KEYS, one
+// workgroup a (block, chunk), so that a grid of few blocks (a short prompt's few heads) still
+// fills the GPU: workgroup x = block * chunks + chunk, and instead of the output it writes each
+// row's partial (m, l, acc) for its chunk in `main_merge`'s layout (attention_split.wgsl), the
+// merge running with MERGE_KEYS = SPLIT_KEYS. A chunk past the keys a row sees leaves m = -inf.
 const FR: u32 = 64u; // query rows a block
 const FK: u32 = 32u; // keys a tile
 const FK4: u32 = 17u; // vec4s a row of k_flash: 16, and one of padding so that the four keys
 // a warp reads at once fall in different banks
 const FPS: u32 = 33u; // p_flash's row stride, padded for the same reason
+override SPLIT_KEYS: u32 = 0u;
 
 var<workgroup> k_flash: array<vec4<f32>, FK * FK4>;
 var<workgroup> v_flash: array<vec4<f32>, FK * 16u>;
@@ -388,7 +395,16 @@ var<workgroup> share_flash: array<f32, WG>;
 
 @compute @workgroup_size(256)
 fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i0 = wid.x * FR;
+    // (Dividing by SPLIT_KEYS itself would be a division by zero in the pipeline without a
+    // split, which WGSL rejects even where it is never run.)
+    let split = max(SPLIT_KEYS, 1u);
+    var chunks = 1u;
+    var chunk = 0u;
+    if (SPLIT_KEYS > 0u) {
+        chunks = (params.sk + split - 1u) / split;
+        chunk = wid.x % chunks;
+    }
+    let i0 = (wid.x / chunks) * FR;
     let h = wid.y;
     let b = wid.z;
     let d = params.d;
@@ -407,7 +423,14 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         // Visible keys grow with the row: the block's last row sees the most.
         visible_shared = visible_keys(min(i0 + FR, params.sq) - 1u, b);
     }
-    let keys = workgroupUniformLoad(&visible_shared);
+    let visible = workgroupUniformLoad(&visible_shared);
+    // This workgroup's keys: its chunk's (a multiple of FK from its start), or all it sees.
+    var first = 0u;
+    var keys = visible;
+    if (SPLIT_KEYS > 0u) {
+        first = chunk * SPLIT_KEYS;
+        keys = min(visible, first + SPLIT_KEYS);
+    }
 
     var qr: array<vec4<f32>, 16>;
     if (i < params.sq) {
@@ -425,7 +448,7 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     var acc: array<vec4<f32>, 4>;
     var m = neg_inf;
     var l = 0.0;
-    for (var tile = 0u; tile < keys; tile = tile + FK) {
+    for (var tile = first; tile < keys; tile = tile + FK) {
         let n = min(FK, params.sk - tile);
         for (var t = lid; t < FK * 64u; t = t + WG) {
             let key = t / 64u;
@@ -513,6 +536,26 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     workgroupBarrier();
     let row = r * 4u;
     let denom = (share_flash[row] + share_flash[row + 1u]) + (share_flash[row + 2u] + share_flash[row + 3u]);
+    if (SPLIT_KEYS > 0u) {
+        if (i < params.sq) {
+            let g = (b * params.hq + h) * params.sq + i;
+            let base = (g * chunks + chunk) * (dv + 2u);
+            if (c == 0u) {
+                out[base] = m;
+                out[base + 1u] = denom;
+            }
+            for (var t = 0u; t < 4u; t = t + 1u) {
+                let g4 = c + 4u * t;
+                for (var j = 0u; j < 4u; j = j + 1u) {
+                    let col = g4 * 4u + j;
+                    if (col < dv) {
+                        out[base + 2u + col] = acc[t][j];
+                    }
+                }
+            }
+        }
+        return;
+    }
     if (i < params.sq) {
         // A row with no visible key gets zeros; one whose maximum is not finite, NaN.
         let finite = is_finite(m);

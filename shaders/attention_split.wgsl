@@ -17,6 +17,9 @@
 // @include attention_common
 
 const ROWS: u32 = 8u; // query rows a workgroup, at most
+// Keys a partial of `main_merge` covers: WG for `main_split`'s, the split size for those of
+// attention.wgsl's `main_flash` (its SPLIT_KEYS).
+override MERGE_KEYS: u32 = 256u;
 // The rows this pipeline handles: the GQA group times sq rounded up to 1, 2, 4 or 8, so that
 // every loop over rows has a constant bound and its arrays stay in registers.
 override GROUP_ROWS: u32 = 8u;
@@ -176,7 +179,7 @@ fn main_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     if (lid >= dv) {
         return;
     }
-    let chunks = (params.sk + WG - 1u) / WG;
+    let chunks = (params.sk + MERGE_KEYS - 1u) / MERGE_KEYS;
     let g = (b * params.hq + h) * params.sq + i;
     let first = g * chunks * (dv + 2u);
     var m = bitcast<f32>(neg_inf_bits);

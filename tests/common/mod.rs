@@ -25,7 +25,8 @@ macro_rules! with_suite_tests {
             matmul_random, matmul_edges, matmul_options, matmul_tiles_and_f16, matmul_long_k,
             matmul_f16_small_rows, matmul_half_weights,
             // suite/conv.rs, pool.rs, attention.rs
-            conv, pool, attention, attention_special_values, attention_input_errors,
+            conv, pool, attention, attention_special_values, attention_split_prompt,
+            attention_input_errors,
             attention_layouts, attention_halves,
             // suite/embedding.rs, rope.rs, layout.rs, topk.rs, quant.rs, quant_prompt.rs
             embedding, rope, layout, split_and_chunk, views, topk_and_argmax, topk_nan_first,

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 mod attention_blocks;
 mod constants;
 mod layout;
-pub(crate) use attention_blocks::{AttentionBlocks, FLASH_WORKGROUP_BYTES};
+pub(crate) use attention_blocks::{flash_split, AttentionBlocks, FLASH_WORKGROUP_BYTES};
 pub(crate) use layout::Layout;
 
 /// One pipeline: a kernel and its specialisation.
@@ -152,7 +152,7 @@ impl Kernel {
             Kernel::Embedding | Kernel::WriteRows => Shader::Embedding,
             Kernel::Rope { .. } => Shader::Rope,
             Kernel::Attention {
-                blocks: AttentionBlocks::Split { .. } | AttentionBlocks::Merge,
+                blocks: AttentionBlocks::Split { .. } | AttentionBlocks::Merge { .. },
                 ..
             } => Shader::AttentionSplit,
             Kernel::Attention { .. } => Shader::Attention,
@@ -177,9 +177,9 @@ impl Kernel {
             Kernel::Matmul { .. }
                 | Kernel::QMatmul { .. }
                 | Kernel::Attention {
-                    blocks: AttentionBlocks::Flash
+                    blocks: AttentionBlocks::Flash { .. }
                         | AttentionBlocks::Split { .. }
-                        | AttentionBlocks::Merge
+                        | AttentionBlocks::Merge { .. }
                         | AttentionBlocks::Row,
                     ..
                 }
@@ -254,7 +254,7 @@ impl Kernel {
             Kernel::WriteRows => "write_rows",
             Kernel::TopKSelect => "main_select",
             Kernel::Attention {
-                blocks: AttentionBlocks::Flash,
+                blocks: AttentionBlocks::Flash { .. },
                 ..
             } => "main_flash",
             Kernel::Attention {
@@ -262,7 +262,7 @@ impl Kernel {
                 ..
             } => "main_split",
             Kernel::Attention {
-                blocks: AttentionBlocks::Merge,
+                blocks: AttentionBlocks::Merge { .. },
                 ..
             } => "main_merge",
             Kernel::Attention { .. } => "main_tiled",

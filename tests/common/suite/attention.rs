@@ -118,6 +118,125 @@ pub async fn attention(dev: &Device) {
     ));
 }
 
+/// Prompts whose grid of 64-row blocks is too small to fill a GPU (few heads, few rows) split
+/// each block's keys into chunks on wgpu (`main_flash` with SPLIT_KEYS, then `main_merge`),
+/// at chunks of 64, 128 and 256 keys; causal, key lengths inside a chunk, GQA, narrow heads.
+/// Then special values across chunks: a NaN in q and a +inf score give NaN rows, keys scoring
+/// -inf fill one whole chunk (it adds nothing, the row stays finite), a batch entry of length
+/// 0 gives zeros, and the other rows match the oracle.
+pub async fn attention_split_prompt(dev: &Device) {
+    use gpukit::AttentionOptions;
+    // (batch, hq, hkv, sq, sk, d, dv, causal, lengths)
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        bool,
+        Option<Vec<u32>>,
+    );
+    // (batch, hq, hkv, sq, sk, d, dv, causal, lengths): on wgpu these grids of 64-row blocks
+    // x heads split their keys into chunks of 64 (the first two and the last), 128 and 256.
+    let cases: [Case; 5] = [
+        (1, 2, 1, 96, 400, 64, 64, true, None),
+        (2, 1, 1, 33, 333, 40, 24, false, Some(vec![333, 129])),
+        (1, 64, 16, 100, 500, 32, 32, true, None),
+        (1, 64, 16, 130, 700, 16, 16, false, Some(vec![513])),
+        (1, 3, 3, 200, 190, 64, 48, true, None),
+    ];
+    for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
+        let seed = 9600 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let q = rng.vec(b * hq * sq * d, -1.0, 1.0);
+        let k = rng.vec(b * hkv * sk * d, -1.0, 1.0);
+        let v = rng.vec(b * hkv * sk * dv, -1.0, 1.0);
+        let tq = dev.tensor(&q, &[b, hq, sq, d]).unwrap();
+        let tk = dev.tensor(&k, &[b, hkv, sk, d]).unwrap();
+        let tv = dev.tensor(&v, &[b, hkv, sk, dv]).unwrap();
+        let options = AttentionOptions {
+            causal,
+            key_lengths: lens.as_deref(),
+            ..Default::default()
+        };
+        let got = tq
+            .attention(&tk, &tv, options)
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want: Vec<(f64, Tol)> = (0..b)
+            .flat_map(|bi| {
+                let len = lens.as_ref().map_or(sk, |l| l[bi] as usize);
+                oracle::attention(
+                    &q[bi * hq * sq * d..],
+                    &k[bi * hkv * sk * d..],
+                    &v[bi * hkv * sk * dv..],
+                    (hq, hkv, sq, sk, d, dv),
+                    causal,
+                    len,
+                    scale,
+                )
+            })
+            .collect();
+        check(
+            &format!("split attention case {ci} seed {seed}"),
+            &|i| format!("flat {i}"),
+            &got,
+            &want,
+        );
+    }
+
+    // Special values: one head, 40 rows, 200 keys (chunks of 64 on wgpu), two batch entries.
+    let (sq, sk, d) = (40usize, 200usize, 64usize);
+    let mut rng = Rng::new(9650);
+    let mut q = rng.vec(2 * sq * d, 0.1, 1.0);
+    let mut k = rng.vec(2 * sk * d, 0.1, 1.0);
+    let v = rng.vec(2 * sk * d, -1.0, 1.0);
+    q[d + 7] = f32::NAN; // row 1: NaN
+    q[2 * d] = f32::INFINITY; // row 2: +inf scores (q and k positive)
+    for j in 64..128 {
+        k[j * d + 5] = f32::NEG_INFINITY; // keys 64..127, one whole chunk: -inf scores
+    }
+    let lens = [190u32, 0];
+    let tq = dev.tensor(&q, &[2, 1, sq, d]).unwrap();
+    let tk = dev.tensor(&k, &[2, 1, sk, d]).unwrap();
+    let tv = dev.tensor(&v, &[2, 1, sk, d]).unwrap();
+    let options = AttentionOptions {
+        key_lengths: Some(&lens),
+        ..Default::default()
+    };
+    let got = tq
+        .attention(&tk, &tv, options)
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let scale = 1.0 / (d as f64).sqrt();
+    let want = oracle::attention(&q, &k, &v, (1, 1, sq, sk, d, d), false, 190, scale);
+    for i in 0..sq {
+        let row = &got[i * d..(i + 1) * d];
+        if i == 1 || i == 2 {
+            assert!(row.iter().all(|x| x.is_nan()), "row {i}: {row:?}");
+        } else {
+            check(
+                &format!("split attention special row {i}"),
+                &|e| format!("column {e}"),
+                row,
+                &want[i * d..(i + 1) * d],
+            );
+        }
+    }
+    assert!(
+        got[sq * d..].iter().all(|&x| x == 0.0),
+        "length 0: {:?}",
+        &got[sq * d..sq * d + 8]
+    );
+}
+
 /// Attention gives the CPU's NaN for a NaN in q or k, a +inf score, and a row whose visible
 /// scores are all -inf; a row with no visible key stays zero; other rows are unaffected. Head
 /// widths and row counts cover wgpu's four kernels (64-row flash blocks, 16-row blocks, 8-row

@@ -1,8 +1,8 @@
 //! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
 
-use super::super::pipelines::{AttentionBlocks, FLASH_WORKGROUP_BYTES};
+use super::super::pipelines::{flash_split, AttentionBlocks, FLASH_WORKGROUP_BYTES};
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
-use super::{whole, Kernel};
+use super::{whole, Bind, Kernel};
 use crate::error::{Error, Result};
 use crate::ops::attention::AttentionSpec;
 use bytemuck::{Pod, Zeroable};
@@ -141,7 +141,7 @@ impl Shared {
             merge_binds[0] = whole(&partials, partials_len);
             self.dispatch_grid(
                 st,
-                kernel(AttentionBlocks::Merge),
+                kernel(AttentionBlocks::Merge { keys: 256 }),
                 bytemuck::bytes_of(&p),
                 &merge_binds,
                 [sq as u32, hq as u32, b as u32],
@@ -158,7 +158,11 @@ impl Shared {
             && width <= 64
             && self.limits.max_compute_workgroup_storage_size >= FLASH_WORKGROUP_BYTES
         {
-            AttentionBlocks::Flash
+            let split = flash_split(sq.div_ceil(64) * hq * b, sk);
+            if split > 0 {
+                return self.record_flash_split(st, binds, lens.is_some(), a, &p, split);
+            }
+            AttentionBlocks::Flash { split: 0 }
         } else {
             AttentionBlocks::for_width(width)
         };
@@ -175,5 +179,60 @@ impl Shared {
             &binds,
             [rows as u32, hq as u32, b as u32],
         )
+    }
+
+    /// `main_flash` with its blocks' keys split in chunks of `split` (a grid too small to fill
+    /// the GPU), each (block, chunk) writing partials, then `main_merge` per row.
+    fn record_flash_split(
+        &self,
+        st: &mut State,
+        binds: [Bind<'_>; 5],
+        has_lens: bool,
+        a: AttentionSpec,
+        p: &AttentionParams,
+        split: u16,
+    ) -> Result<()> {
+        let [b, hq, sq, sk, dv] = [a.batch, a.hq, a.sq, a.sk, a.dv].map(|x| x as u64);
+        let chunks = sk.div_ceil(u64::from(split));
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension);
+        let columns = sq.div_ceil(64) * chunks;
+        if columns > max {
+            return Err(Error::LimitExceeded {
+                what: "attention's query blocks times key chunks".into(),
+                limit: "max_compute_workgroups_per_dimension",
+                needed: columns,
+                max,
+            });
+        }
+        // Below the output's length times (dv + 2) / dv times the chunks, each small: the
+        // products of values that each fit u32 and a few hundred.
+        let partials_len = b * hq * sq * chunks * (dv + 2);
+        self.check_binding("attention's partial results", partials_len)?;
+        let partials = self.alloc(st, partials_len * 4)?;
+        let kernel = |blocks| Kernel::Attention {
+            causal: a.causal,
+            lens: has_lens,
+            blocks,
+        };
+        let mut split_binds = binds;
+        split_binds[4] = whole(&partials, partials_len);
+        self.dispatch_grid(
+            st,
+            kernel(AttentionBlocks::Flash { split }),
+            bytemuck::bytes_of(p),
+            &split_binds,
+            [columns as u32, hq as u32, b as u32],
+        )?;
+        let mut merge_binds = binds;
+        merge_binds[0] = whole(&partials, partials_len);
+        self.dispatch_grid(
+            st,
+            kernel(AttentionBlocks::Merge { keys: split }),
+            bytemuck::bytes_of(p),
+            &merge_binds,
+            [sq as u32, hq as u32, b as u32],
+        )?;
+        st.retire(partials);
+        Ok(())
     }
 }

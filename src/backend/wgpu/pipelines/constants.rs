@@ -70,7 +70,11 @@ impl Kernel {
                 // attention_split.wgsl has no WIDE.
                 match blocks {
                     AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
-                    AttentionBlocks::Merge => {}
+                    AttentionBlocks::Merge { keys } => c.push(("MERGE_KEYS", f64::from(keys))),
+                    AttentionBlocks::Flash { split } => {
+                        c.push(("WIDE", 0.0));
+                        c.push(("SPLIT_KEYS", f64::from(split)));
+                    }
                     _ => c.push(("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64)),
                 }
                 c

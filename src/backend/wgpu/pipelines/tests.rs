@@ -63,7 +63,12 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Flash,
+            blocks: AttentionBlocks::Flash { split: 0 },
+        },
+        Kernel::Attention {
+            causal: true,
+            lens: true,
+            blocks: AttentionBlocks::Flash { split: 128 },
         },
         Kernel::Attention {
             causal: true,
@@ -73,7 +78,12 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: false,
             lens: false,
-            blocks: AttentionBlocks::Merge,
+            blocks: AttentionBlocks::Merge { keys: 256 },
+        },
+        Kernel::Attention {
+            causal: true,
+            lens: true,
+            blocks: AttentionBlocks::Merge { keys: 64 },
         },
     ]);
     for activation in [
@@ -462,4 +472,21 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
             );
         }
     }
+}
+
+#[test]
+fn flash_split_fills_small_grids_only() {
+    use super::flash_split;
+    // SmolLM2's 512-token prompt: 8 blocks x 9 heads, chunks of 64 keys (8 a block).
+    assert_eq!(flash_split(72, 512), 64);
+    // 128 and 192 workgroups: chunks of 128 and 256 keys.
+    assert_eq!(flash_split(128, 500), 128);
+    assert_eq!(flash_split(192, 700), 256);
+    // Grids that fill the GPU, keys that fit one chunk, and no grid at all take blocks whole.
+    assert_eq!(flash_split(256, 1 << 20), 0);
+    assert_eq!(flash_split(4, 64), 0);
+    assert_eq!(flash_split(0, 512), 0);
+    // Chunks stay within u16 for the longest keys.
+    assert_eq!(flash_split(1, u64::from(u32::MAX)), 0);
+    assert_eq!(flash_split(1, 1 << 20), 2048);
 }

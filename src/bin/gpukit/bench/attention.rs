@@ -1,7 +1,8 @@
 //! Attention rows: A1 (16 heads of 64 at three lengths) and A2 (LLaMA-7B's 32 heads of 128),
 //! causal, batch 1, in f32, f16 and bf16 (operands stored in the dtype), with the extra memory
 //! each takes; A3, decoding: one query row of 32 heads
-//! against a KV cache of 8 heads x 4096 positions x 128 (GQA), as bandwidth.
+//! against a KV cache of 8 heads x 4096 positions x 128 (GQA), as bandwidth; A4, a short
+//! prompt: SmolLM2-135M's attention over a 512-token prompt (9 query heads on 3 KV heads of 64).
 
 use super::matmul::per_gemv;
 use super::{data, median, time, Ctx, Id, Row};
@@ -64,7 +65,60 @@ pub(crate) fn rows(cx: &Ctx) -> Result<Vec<Row>, String> {
     }
     rows.push(decode(cx, None)?);
     rows.push(decode(cx, Some(gpukit::DType::F16))?);
+    rows.push(prompt(cx, None)?);
+    rows.push(prompt(cx, Some(gpukit::DType::F16))?);
     Ok(rows)
+}
+
+/// A4: a short prompt's attention, SmolLM2-135M's shape over 512 tokens (64 with --quick): 9
+/// query heads on 3 KV heads of 64, causal, batch 1, 100 calls in a chain (each output the
+/// next query), as a prompt's layers call it. Its few heads and rows give a GPU few blocks of
+/// work, which is what it measures.
+fn prompt(cx: &Ctx, dtype: Option<gpukit::DType>) -> Result<Row, String> {
+    let device = &cx.device;
+    let (heads, kv_heads, hd) = (9usize, 3usize, 64usize);
+    let seq = if cx.quick { 64 } else { 512 };
+    let stored = |t: gpukit::Tensor| match dtype {
+        Some(d) => t.cast(d).map_err(|e| e.to_string()),
+        None => Ok(t),
+    };
+    let tensor = |h: usize, seed| {
+        device
+            .tensor(&data(h * seq * hd, seed), &[1, h, seq, hd])
+            .map_err(|e| e.to_string())
+            .and_then(stored)
+    };
+    let (q, k, v) = (
+        tensor(heads, 51)?,
+        tensor(kv_heads, 52)?,
+        tensor(kv_heads, 53)?,
+    );
+    let options = gpukit::AttentionOptions {
+        causal: true,
+        ..Default::default()
+    };
+    // Each call's output is the next call's query, as each layer's attention waits for the
+    // layer before: independent calls would overlap on the GPU and hide how long one takes.
+    const CALLS: usize = 100;
+    let t = time(2, cx.runs, || {
+        let mut x = q.clone();
+        for _ in 0..CALLS {
+            x = x.attention(&k, &v, options)?;
+        }
+        drop(x);
+        device.synchronize_blocking()
+    })?;
+    let per = median(t) / CALLS as f64;
+    let name = dtype.map_or("f32", |d| d.name());
+    let flops = 2.0 * 2.0 * (heads * hd) as f64 * (seq * (seq + 1) / 2) as f64;
+    Ok(Row::new(
+        Id::A4,
+        format!("prompt attention, {heads} heads on {kv_heads} x {seq} x {hd}, causal ({name})"),
+        per * 1e6,
+        "us",
+        cx.runs,
+        format!("{:.2} TFLOP/s of the causal products", flops / per / 1e12),
+    ))
 }
 
 /// A3: one query row, 32 heads of 128, against 8 KV heads of 4096 positions (512 with

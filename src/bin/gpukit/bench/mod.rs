@@ -46,6 +46,7 @@ pub(crate) enum Id {
     A1,
     A2,
     A3,
+    A4,
     D3,
     D3b,
     D3g,
@@ -78,6 +79,7 @@ impl Id {
             A1 => "A1",
             A2 => "A2",
             A3 => "A3",
+            A4 => "A4",
             D3 => "D3",
             D3b => "D3b",
             D3g => "D3g",
@@ -169,6 +171,21 @@ pub(crate) struct Options {
     pub(crate) quick: bool,
     pub(crate) backend: Option<Backend>,
     pub(crate) peer: Option<String>,
+    /// `--only A,Q1`: run the families with a row whose id starts with one of these, and
+    /// report only those rows (all when empty).
+    pub(crate) only: Vec<String>,
+}
+
+impl Options {
+    /// Whether a row id is wanted.
+    fn wants(&self, id: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| id.starts_with(p.as_str()))
+    }
+
+    /// Whether any of a family's row ids is wanted.
+    fn wants_any(&self, ids: &[Id]) -> bool {
+        ids.iter().any(|id| self.wants(id.as_str()))
+    }
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -178,6 +195,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         quick: false,
         backend: None,
         peer: None,
+        only: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -191,6 +209,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     return Err(format!("unknown peer {name:?} (known: trueno)"));
                 }
                 o.peer = Some(name.clone());
+            }
+            "--only" => {
+                let ids = it.next().ok_or("--only needs row ids, as in --only A,Q1")?;
+                o.only = ids
+                    .split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(str::to_string)
+                    .collect();
             }
             "--backend" => {
                 let name = it.next().ok_or("--backend needs a name")?;
@@ -265,12 +291,26 @@ pub fn run(args: &[String]) -> CliResult {
 
     // The round trips, W1-W6, in their order.
     let w = elementwise::Inputs::new(&cx);
-    let mut rows = elementwise::round_trips(&cx, &w)?;
-    rows.push(softmax::round_trip(&cx, &w)?);
     let mm = matmul::RoundTrip::new(&cx);
-    rows.push(mm.row(&cx)?);
-    rows.extend(fused::round_trips(&cx, &w, &rows)?);
-    rows.push(elementwise::latency(&cx, &w)?);
+    let mut rows = Vec::new();
+    if o.peer.is_some()
+        || o.wants_any(&[
+            Id::W1,
+            Id::W2,
+            Id::W3,
+            Id::W4,
+            Id::W5,
+            Id::W5b,
+            Id::W5g,
+            Id::W6,
+        ])
+    {
+        rows = elementwise::round_trips(&cx, &w)?;
+        rows.push(softmax::round_trip(&cx, &w)?);
+        rows.push(mm.row(&cx)?);
+        rows.extend(fused::round_trips(&cx, &w, &rows)?);
+        rows.push(elementwise::latency(&cx, &w)?);
+    }
 
     if o.peer.is_some() {
         let inputs = crate::peer::Inputs {
@@ -312,14 +352,31 @@ pub fn run(args: &[String]) -> CliResult {
     }
     drop(w);
 
-    rows.push(elementwise::device_add(&cx)?);
-    rows.extend(matmul::device_resident(&cx)?);
-    rows.push(matmul::gemv(&cx)?);
-    rows.extend(quant::rows(&cx)?);
-    rows.push(conv::row(&cx)?);
-    rows.extend(attention::rows(&cx)?);
-    rows.push(elementwise::chain(&cx)?);
-    rows.extend(fused::chain(&cx)?);
+    if o.wants("D1") {
+        rows.push(elementwise::device_add(&cx)?);
+    }
+    if o.wants_any(&[Id::D2, Id::D2t, Id::D2h, Id::D2s, Id::D2b]) {
+        rows.extend(matmul::device_resident(&cx)?);
+    }
+    if o.wants("G1") {
+        rows.push(matmul::gemv(&cx)?);
+    }
+    if o.wants_any(&[Id::Q1, Id::Q2, Id::Q3]) {
+        rows.extend(quant::rows(&cx)?);
+    }
+    if o.wants("C1") {
+        rows.push(conv::row(&cx)?);
+    }
+    if o.wants_any(&[Id::A1, Id::A2, Id::A3, Id::A4]) {
+        rows.extend(attention::rows(&cx)?);
+    }
+    if o.wants("D3") {
+        rows.push(elementwise::chain(&cx)?);
+    }
+    if o.wants_any(&[Id::D3b, Id::D3g]) {
+        rows.extend(fused::chain(&cx)?);
+    }
+    rows.retain(|r| o.wants(r.id.as_str()));
 
     if let Some(p) = &profiler {
         if o.json {
