@@ -8,8 +8,9 @@ struct Params {
     n: u32,
     dim: u32,
     vocab: u32,
-    // write_rows: where the rows start in `table`.
+    // write_rows: where the rows start in `table`, and how many words apart.
     offset: u32,
+    stride: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -35,7 +36,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 // The other way: src rows written into a tensor of `vocab` rows from the row that `ids[0]`
 // names, in place (a KV cache's store, replayed with a new position each run). `table` holds
-// the rows, `out` the destination; rows that would land past the end are dropped.
+// the rows (`stride` words apart), `out` the destination; rows that would land past the end are
+// dropped.
 @compute @workgroup_size(256)
 fn write_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * WG;
@@ -47,5 +49,6 @@ fn write_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     if (at >= params.vocab || r >= params.vocab - at) {
         return;
     }
-    out[(at + r) * params.dim + i % params.dim] = table[params.offset + i];
+    let c = i % params.dim;
+    out[(at + r) * params.dim + c] = table[params.offset + r * params.stride + c];
 }

@@ -94,6 +94,37 @@ impl Tensor {
         Some(v.offset)
     }
 
+    /// Where the rows along `axis` start and how far apart they lie, in elements, where each
+    /// row (the axes after `axis`) is dense and the axes before it have one index: `(offset,
+    /// stride)`. `None` for other views.
+    pub(crate) fn row_layout(&self, axis: usize) -> Option<(usize, usize)> {
+        let width: usize = self.shape.get(axis + 1..)?.iter().product();
+        let Some(v) = &self.view else {
+            return Some((0, width));
+        };
+        if self.shape[..axis].iter().any(|&d| d != 1) {
+            return None;
+        }
+        let mut want = 1;
+        for (&d, &s) in self.shape[axis + 1..]
+            .iter()
+            .zip(&v.strides[axis + 1..])
+            .rev()
+        {
+            if d != 1 && s != want {
+                return None;
+            }
+            want *= d;
+        }
+        // A single row's stride is never used: call it dense.
+        let stride = if self.shape[axis] == 1 {
+            width
+        } else {
+            v.strides[axis]
+        };
+        Some((v.offset, stride))
+    }
+
     /// The view's layout, for the ops that read strided data in place.
     pub(crate) fn view(&self) -> Option<&View> {
         self.view.as_deref()

@@ -86,11 +86,13 @@ impl KvCache {
     /// [`KvCache::position`]).
     pub(crate) fn append(&mut self, i: usize, kv: Tensor, at: Option<&Tensor>) -> Result<Tensor> {
         let end = self.len + kv.shape()[1];
-        // Row-major in the cache's dtype (`kv` is a view of the projection).
-        let kv = kv.contiguous()?.cast(self.dtype)?;
+        // In the cache's dtype. `kv` is a view of the projection: `write_rows` reads its rows in
+        // place; a grown cache keeps row-major copies.
+        let kv = kv.cast(self.dtype)?;
         match (&mut self.store, at) {
             (Store::Fixed(layers), Some(at)) => layers[i].write_rows(1, at, &kv)?.slice(1, 0..end),
             (Store::Grown(layers), _) => {
+                let kv = kv.contiguous()?;
                 let all = match layers[i].take() {
                     Some(old) => old.append_rows(&kv, 1)?,
                     None => kv,

@@ -56,6 +56,39 @@ fn write_rows_writes_in_place_and_drops_rows_past_the_end() {
             .read_blocking()
             .unwrap();
         assert_eq!(out[..6], [3.0, 4.0, 5.0, 9.0, 10.0, 11.0]);
+        // A KV cache's store: rows of [2, 2] halves, the heads 3..5 of [1, 4, 5, 2] read in
+        // place (offset and stride whole words), and at an odd offset (copied out first).
+        let dst16 = d
+            .tensor(&[0.5; 16], &[1, 4, 2, 2])
+            .unwrap()
+            .cast(DType::F16)
+            .unwrap();
+        let src: Vec<f32> = (0..40).map(|x| x as f32).collect();
+        let src16 = d
+            .tensor(&src, &[1, 4, 5, 2])
+            .unwrap()
+            .cast(DType::F16)
+            .unwrap();
+        let heads = src16.slice(2, 3..5).unwrap();
+        let out = dst16.write_rows(1, &at, &heads).unwrap();
+        let want: Vec<f32> = (0..4)
+            .flat_map(|r| src[r * 10 + 6..r * 10 + 10].to_vec())
+            .collect();
+        let got = out.cast(DType::F32).unwrap().read_blocking().unwrap();
+        assert_eq!(got, want, "{:?} f16 heads", d.info().backend);
+        let odd = src16
+            .reshape(&[1, 4, 10])
+            .unwrap()
+            .slice(2, 1..5)
+            .unwrap()
+            .reshape(&[1, 4, 2, 2])
+            .unwrap();
+        let out = dst16.write_rows(1, &at, &odd).unwrap();
+        let want: Vec<f32> = (0..4)
+            .flat_map(|r| src[r * 10 + 1..r * 10 + 5].to_vec())
+            .collect();
+        let got = out.cast(DType::F32).unwrap().read_blocking().unwrap();
+        assert_eq!(got, want, "{:?} f16 at an odd offset", d.info().backend);
         let wide = d.tensor(&[1.0; 4], &[1, 1, 4]).unwrap();
         assert!(dst.write_rows(1, &at, &wide).is_err(), "a wider row");
         let halves = rows.cast(DType::F16).unwrap();

@@ -111,8 +111,11 @@ pub(crate) struct WriteRowsSpec {
     pub rows: usize,
     pub width: usize,
     pub capacity: usize,
-    /// Where the rows start in their storage, in words (a dense view's offset).
+    /// Where the rows start in their storage, in words (a view's offset).
     pub offset: usize,
+    /// Words from one source row to the next: `width` for dense rows, more for rows that are
+    /// a view's (a KV cache's part of a fused projection's output, read in place).
+    pub stride: usize,
 }
 
 impl OpSpec for WriteRowsSpec {
@@ -166,16 +169,18 @@ impl Tensor {
         if !at.is_contiguous() {
             return self.write_rows(axis, &at.contiguous()?, rows);
         }
-        let Some(offset) = rows.dense_offset() else {
+        // Rows read in place: each dense, one stride apart (a view of rows with the leading axes
+        // of 1, such as a KV cache's heads of a fused projection); other views are copied out.
+        let elems: usize = s[axis + 1..].iter().product();
+        let Some((offset, stride)) = rows.row_layout(axis) else {
             return self.write_rows(axis, at, &rows.contiguous()?);
         };
-        let elems: usize = s[axis + 1..].iter().product();
-        if self.dtype().size() != 4 && !offset.is_multiple_of(2) {
+        if self.dtype().size() != 4 && !(offset.is_multiple_of(2) && stride.is_multiple_of(2)) {
             return self.write_rows(axis, at, &rows.contiguous()?);
         }
-        let (width, offset) = match self.dtype().size() {
-            4 => (elems, offset),
-            _ if elems.is_multiple_of(2) => (elems / 2, offset / 2),
+        let (width, offset, stride) = match self.dtype().size() {
+            4 => (elems, offset, stride),
+            _ if elems.is_multiple_of(2) => (elems / 2, offset / 2, stride / 2),
             _ => {
                 return Err(Error::InvalidArgument {
                     op,
@@ -188,6 +193,7 @@ impl Tensor {
             width,
             capacity: s[axis],
             offset,
+            stride,
         };
         self.device()
             .op(&spec)

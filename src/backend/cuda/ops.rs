@@ -562,6 +562,7 @@ impl CudaBackend {
             u(spec.width),
             u(spec.capacity),
             u(spec.offset),
+            u(spec.stride),
             p(dst),
         ];
         self.launch_1d(Entry::WriteRows, n as u64, &args)

@@ -13,6 +13,9 @@ struct EmbeddingParams {
     dim: u32,
     vocab: u32,
     offset: u32,
+    /// write_rows: words from one source row to the next.
+    stride: u32,
+    pad: [u32; 3],
 }
 
 impl WgpuBackend {
@@ -35,6 +38,8 @@ impl WgpuBackend {
             dim: dim as u32,
             vocab: u32_of(spec.vocab as u64, "embedding rows")?,
             offset: 0,
+            stride: 0,
+            pad: [0; 3],
         };
         let (tb, ib) = (table.buffer()?, ids.buffer()?);
         let mut st = s.state();
@@ -64,7 +69,10 @@ impl WgpuBackend {
             return Ok(());
         }
         let s = self.begin()?;
-        let src_len = n + spec.offset as u64;
+        // The last row ends `width` words after it starts, `(rows - 1) * stride` from the first
+        // (rows > 0 here; every term a product of host sizes that fit in memory).
+        let src_len =
+            (spec.rows as u64 - 1) * spec.stride as u64 + spec.width as u64 + spec.offset as u64;
         let dst_len = spec.capacity as u64 * spec.width as u64;
         s.check_binding("the rows written", src_len)?;
         s.check_binding("the tensor written into", dst_len)?;
@@ -73,6 +81,8 @@ impl WgpuBackend {
             dim: spec.width as u32,
             vocab: u32_of(spec.capacity as u64, "rows of the tensor written into")?,
             offset: u32_of(spec.offset as u64, "the offset of the rows written")?,
+            stride: u32_of(spec.stride as u64, "the stride of the rows written")?,
+            pad: [0; 3],
         };
         let (sb, ab, db) = (src.buffer()?, at.buffer()?, dst.buffer()?);
         let mut st = s.state();
