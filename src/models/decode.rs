@@ -49,7 +49,9 @@ impl KvCache {
                 .cast(model.kv_cache)?;
             let mut layers = Vec::with_capacity(c.layers);
             for _ in 0..c.layers {
-                layers.push(zero.broadcast_to(&shape)?.contiguous()?);
+                // A copy of nothing: zeros (a buffer clear on wgpu, a memset on CUDA) without a
+                // kernel reading a broadcast zero.
+                layers.push(zero.copies(&[], shape.to_vec())?);
             }
             Store::Fixed(layers)
         } else {
