@@ -536,38 +536,29 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     workgroupBarrier();
     let row = r * 4u;
     let denom = (share_flash[row] + share_flash[row + 1u]) + (share_flash[row + 2u] + share_flash[row + 3u]);
-    if (SPLIT_KEYS > 0u) {
-        if (i < params.sq) {
-            let g = (b * params.hq + h) * params.sq + i;
-            let base = (g * chunks + chunk) * (dv + 2u);
-            if (c == 0u) {
-                out[base] = m;
-                out[base + 1u] = denom;
-            }
-            for (var t = 0u; t < 4u; t = t + 1u) {
-                let g4 = c + 4u * t;
-                for (var j = 0u; j < 4u; j = j + 1u) {
-                    let col = g4 * 4u + j;
-                    if (col < dv) {
-                        out[base + 2u + col] = acc[t][j];
-                    }
-                }
-            }
-        }
-        return;
-    }
     if (i < params.sq) {
-        // A row with no visible key gets zeros; one whose maximum is not finite, NaN.
+        // A row with no visible key gets zeros; one whose maximum is not finite, NaN. A split's
+        // partial keeps m, the denominator and the accumulators as they are.
         let finite = is_finite(m);
         let seen = mine > 0u;
-        let o = out_row_at(b, h, i);
+        var o = out_row_at(b, h, i);
+        if (SPLIT_KEYS > 0u) {
+            o = (((b * params.hq + h) * params.sq + i) * chunks + chunk) * (dv + 2u);
+            if (c == 0u) {
+                out[o] = m;
+                out[o + 1u] = denom;
+            }
+            o = o + 2u;
+        }
         for (var t = 0u; t < 4u; t = t + 1u) {
             let g = c + 4u * t;
             for (var j = 0u; j < 4u; j = j + 1u) {
                 let col = g * 4u + j;
                 if (col < dv) {
                     var x = 0.0;
-                    if (seen) {
+                    if (SPLIT_KEYS > 0u) {
+                        x = acc[t][j];
+                    } else if (seen) {
                         x = select(bitcast<f32>(nan_bits), acc[t][j] / denom, finite);
                     }
                     out[o + col] = x;

@@ -193,17 +193,10 @@ impl Shared {
         split: u16,
     ) -> Result<()> {
         let [b, hq, sq, sk, dv] = [a.batch, a.hq, a.sq, a.sk, a.dv].map(|x| x as u64);
+        // At most 512 / blocks chunks (`flash_split`) for fewer than 256 blocks of rows, so
+        // the grid's x (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
         let chunks = sk.div_ceil(u64::from(split));
-        let max = u64::from(self.limits.max_compute_workgroups_per_dimension);
         let columns = sq.div_ceil(64) * chunks;
-        if columns > max {
-            return Err(Error::LimitExceeded {
-                what: "attention's query blocks times key chunks".into(),
-                limit: "max_compute_workgroups_per_dimension",
-                needed: columns,
-                max,
-            });
-        }
         // Below the output's length times (dv + 2) / dv times the chunks, each small: the
         // products of values that each fit u32 and a few hundred.
         let partials_len = b * hq * sq * chunks * (dv + 2);
