@@ -2,22 +2,67 @@
 
 use super::*;
 
+/// A random attention case: (batch, hq, hkv, sq, sk, d, dv, causal, key lengths).
+type Case = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    bool,
+    Option<Vec<u32>>,
+);
+
+/// Each case on random q, k and v (seeds from `seed`) against the f64 oracle.
+async fn random_cases(dev: &Device, what: &str, seed: u64, cases: Vec<Case>) {
+    use gpukit::AttentionOptions;
+    for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
+        let seed = seed + ci as u64;
+        let mut rng = Rng::new(seed);
+        let q = rng.vec(b * hq * sq * d, -1.0, 1.0);
+        let k = rng.vec(b * hkv * sk * d, -1.0, 1.0);
+        let v = rng.vec(b * hkv * sk * dv, -1.0, 1.0);
+        let tq = dev.tensor(&q, &[b, hq, sq, d]).unwrap();
+        let tk = dev.tensor(&k, &[b, hkv, sk, d]).unwrap();
+        let tv = dev.tensor(&v, &[b, hkv, sk, dv]).unwrap();
+        let options = AttentionOptions {
+            causal,
+            key_lengths: lens.as_deref(),
+            ..Default::default()
+        };
+        let y = tq.attention(&tk, &tv, options).unwrap();
+        assert_eq!(y.shape(), &[b, hq, sq, dv]);
+        let got = y.read().await.unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want: Vec<(f64, Tol)> = (0..b)
+            .flat_map(|bi| {
+                let len = lens.as_ref().map_or(sk, |l| l[bi] as usize);
+                oracle::attention(
+                    &q[bi * hq * sq * d..],
+                    &k[bi * hkv * sk * d..],
+                    &v[bi * hkv * sk * dv..],
+                    (hq, hkv, sq, sk, d, dv),
+                    causal,
+                    len,
+                    scale,
+                )
+            })
+            .collect();
+        check(
+            &format!("{what} case {ci} seed {seed}"),
+            &|i| format!("flat {i}"),
+            &got,
+            &want,
+        );
+    }
+}
+
 /// Fused attention against f64: multi-head and grouped-query, causal (also with fewer queries
 /// than keys, as with a KV cache), padding lengths (one of them 0), rows longer than a tile.
 pub async fn attention(dev: &Device) {
     use gpukit::AttentionOptions;
-    // (batch, hq, hkv, sq, sk, d, dv, causal, lengths)
-    type Case = (
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        bool,
-        Option<Vec<u32>>,
-    );
     // On wgpu, heads up to 64 wide run on blocks of 64 query rows from 32 rows on (16 below),
     // up to 128 on blocks of 8, wider ones a row at a time: the cases cover all four, partial blocks and key tiles, d not
     // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
@@ -54,48 +99,7 @@ pub async fn attention(dev: &Device) {
         (2, 4, 2, 2, 333, 32, 32, true, Some(vec![333, 100])),
         (1, 8, 1, 1, 200, 64, 64, false, None),
     ];
-    for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
-        let seed = 9400 + ci as u64;
-        let mut rng = Rng::new(seed);
-        let q = rng.vec(b * hq * sq * d, -1.0, 1.0);
-        let k = rng.vec(b * hkv * sk * d, -1.0, 1.0);
-        let v = rng.vec(b * hkv * sk * dv, -1.0, 1.0);
-        let tq = dev.tensor(&q, &[b, hq, sq, d]).unwrap();
-        let tk = dev.tensor(&k, &[b, hkv, sk, d]).unwrap();
-        let tv = dev.tensor(&v, &[b, hkv, sk, dv]).unwrap();
-        let options = AttentionOptions {
-            causal,
-            key_lengths: lens.as_deref(),
-            scale: None,
-            lengths: None,
-            layout: Default::default(),
-            ..Default::default()
-        };
-        let y = tq.attention(&tk, &tv, options).unwrap();
-        assert_eq!(y.shape(), &[b, hq, sq, dv]);
-        let got = y.read().await.unwrap();
-        let scale = 1.0 / (d as f64).sqrt();
-        let want: Vec<(f64, Tol)> = (0..b)
-            .flat_map(|bi| {
-                let len = lens.as_ref().map_or(sk, |l| l[bi] as usize);
-                oracle::attention(
-                    &q[bi * hq * sq * d..],
-                    &k[bi * hkv * sk * d..],
-                    &v[bi * hkv * sk * dv..],
-                    (hq, hkv, sq, sk, d, dv),
-                    causal,
-                    len,
-                    scale,
-                )
-            })
-            .collect();
-        check(
-            &format!("attention case {ci} seed {seed}"),
-            &|i| format!("flat {i}"),
-            &got,
-            &want,
-        );
-    }
+    random_cases(dev, "attention", 9400, cases.into()).await;
     let q = dev.tensor(&[0.5; 3 * 2 * 4], &[1, 3, 2, 4]).unwrap();
     let kv = dev.tensor(&[0.5; 2 * 2 * 4], &[1, 2, 2, 4]).unwrap();
     assert!(
@@ -126,18 +130,6 @@ pub async fn attention(dev: &Device) {
 /// 0 gives zeros, and the other rows match the oracle.
 pub async fn attention_split_prompt(dev: &Device) {
     use gpukit::AttentionOptions;
-    // (batch, hq, hkv, sq, sk, d, dv, causal, lengths)
-    type Case = (
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        bool,
-        Option<Vec<u32>>,
-    );
     // (batch, hq, hkv, sq, sk, d, dv, causal, lengths): on wgpu these grids of 64-row blocks
     // x heads split their keys into chunks of 64 (the first two and the last), 128 and 256.
     let cases: [Case; 5] = [
@@ -147,48 +139,7 @@ pub async fn attention_split_prompt(dev: &Device) {
         (1, 64, 16, 130, 700, 16, 16, false, Some(vec![513])),
         (1, 3, 3, 200, 190, 64, 48, true, None),
     ];
-    for (ci, (b, hq, hkv, sq, sk, d, dv, causal, lens)) in cases.into_iter().enumerate() {
-        let seed = 9600 + ci as u64;
-        let mut rng = Rng::new(seed);
-        let q = rng.vec(b * hq * sq * d, -1.0, 1.0);
-        let k = rng.vec(b * hkv * sk * d, -1.0, 1.0);
-        let v = rng.vec(b * hkv * sk * dv, -1.0, 1.0);
-        let tq = dev.tensor(&q, &[b, hq, sq, d]).unwrap();
-        let tk = dev.tensor(&k, &[b, hkv, sk, d]).unwrap();
-        let tv = dev.tensor(&v, &[b, hkv, sk, dv]).unwrap();
-        let options = AttentionOptions {
-            causal,
-            key_lengths: lens.as_deref(),
-            ..Default::default()
-        };
-        let got = tq
-            .attention(&tk, &tv, options)
-            .unwrap()
-            .read()
-            .await
-            .unwrap();
-        let scale = 1.0 / (d as f64).sqrt();
-        let want: Vec<(f64, Tol)> = (0..b)
-            .flat_map(|bi| {
-                let len = lens.as_ref().map_or(sk, |l| l[bi] as usize);
-                oracle::attention(
-                    &q[bi * hq * sq * d..],
-                    &k[bi * hkv * sk * d..],
-                    &v[bi * hkv * sk * dv..],
-                    (hq, hkv, sq, sk, d, dv),
-                    causal,
-                    len,
-                    scale,
-                )
-            })
-            .collect();
-        check(
-            &format!("split attention case {ci} seed {seed}"),
-            &|i| format!("flat {i}"),
-            &got,
-            &want,
-        );
-    }
+    random_cases(dev, "split attention", 9600, cases.into()).await;
 
     // Special values: one head, 40 rows, 200 keys (chunks of 64 on wgpu), two batch entries.
     let (sq, sk, d) = (40usize, 200usize, 64usize);
