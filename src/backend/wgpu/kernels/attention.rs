@@ -118,36 +118,13 @@ impl Shared {
                     max,
                 });
             }
-            let partials_len = b * hq * sq * chunks * (dv + 2);
-            self.check_binding("attention's partial results", partials_len)?;
-            let partials = self.alloc(st, partials_len * 4)?;
-            let mut split_binds = binds;
-            split_binds[4] = whole(&partials, partials_len);
-            let kernel = |blocks| Kernel::Attention {
-                causal: a.causal,
-                lens: lens.is_some(),
-                blocks,
-            };
             // The rows rounded up to 1, 2, 4 or 8: one pipeline each.
             let rows = ((hq / hkv) * sq).next_power_of_two() as u8;
-            self.dispatch_grid(
-                st,
-                kernel(AttentionBlocks::Split { rows }),
-                bytemuck::bytes_of(&p),
-                &split_binds,
+            let split = (
+                AttentionBlocks::Split { rows },
                 [chunks as u32, hkv as u32, b as u32],
-            )?;
-            let mut merge_binds = binds;
-            merge_binds[0] = whole(&partials, partials_len);
-            self.dispatch_grid(
-                st,
-                kernel(AttentionBlocks::Merge { keys: 256 }),
-                bytemuck::bytes_of(&p),
-                &merge_binds,
-                [sq as u32, hq as u32, b as u32],
-            )?;
-            st.retire(partials);
-            return Ok(());
+            );
+            return self.record_split(st, binds, lens.is_some(), a, &p, split, chunks, 256);
         }
         // Heads up to 64 wide with enough rows to fill its blocks take the flash kernel, where
         // the adapter has its workgroup memory.
@@ -192,13 +169,32 @@ impl Shared {
         p: &AttentionParams,
         split: u16,
     ) -> Result<()> {
-        let [b, hq, sq, sk, dv] = [a.batch, a.hq, a.sq, a.sk, a.dv].map(|x| x as u64);
+        let [b, hq, sq, sk] = [a.batch, a.hq, a.sq, a.sk].map(|x| x as u64);
         // At most 512 / blocks chunks (`flash_split`) for fewer than 256 blocks of rows, so
         // the grid's x (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
         let chunks = sk.div_ceil(u64::from(split));
-        let columns = sq.div_ceil(64) * chunks;
-        // Below the output's length times (dv + 2) / dv times the chunks, each small: the
-        // products of values that each fit u32 and a few hundred.
+        let grid = [(sq.div_ceil(64) * chunks) as u32, hq as u32, b as u32];
+        let kernel = (AttentionBlocks::Flash { split }, grid);
+        self.record_split(st, binds, has_lens, a, p, kernel, chunks, split)
+    }
+
+    /// A kernel over `grid` writing each query row's partial (m, l, acc) for `chunks` chunks of
+    /// `keys` keys, then `main_merge` folding them into the output (`binds[4]`).
+    #[allow(clippy::too_many_arguments)]
+    fn record_split(
+        &self,
+        st: &mut State,
+        binds: [Bind<'_>; 5],
+        has_lens: bool,
+        a: AttentionSpec,
+        p: &AttentionParams,
+        (blocks, grid): (AttentionBlocks, [u32; 3]),
+        chunks: u64,
+        keys: u16,
+    ) -> Result<()> {
+        let [b, hq, sq, dv] = [a.batch, a.hq, a.sq, a.dv].map(|x| x as u64);
+        // The output's length times the chunks and (dv + 2) / dv: products of values that
+        // each fit u32 (chunks within the grid limit), checked against the binding limit.
         let partials_len = b * hq * sq * chunks * (dv + 2);
         self.check_binding("attention's partial results", partials_len)?;
         let partials = self.alloc(st, partials_len * 4)?;
@@ -211,20 +207,16 @@ impl Shared {
         split_binds[4] = whole(&partials, partials_len);
         self.dispatch_grid(
             st,
-            kernel(AttentionBlocks::Flash { split }),
+            kernel(blocks),
             bytemuck::bytes_of(p),
             &split_binds,
-            [columns as u32, hq as u32, b as u32],
+            grid,
         )?;
         let mut merge_binds = binds;
         merge_binds[0] = whole(&partials, partials_len);
-        self.dispatch_grid(
-            st,
-            kernel(AttentionBlocks::Merge { keys: split }),
-            bytemuck::bytes_of(p),
-            &merge_binds,
-            [sq as u32, hq as u32, b as u32],
-        )?;
+        let merge = kernel(AttentionBlocks::Merge { keys });
+        let rows = [sq as u32, hq as u32, b as u32];
+        self.dispatch_grid(st, merge, bytemuck::bytes_of(p), &merge_binds, rows)?;
         st.retire(partials);
         Ok(())
     }
