@@ -247,10 +247,11 @@ pub(super) fn attention(
 /// Query rows and key rows of the tensor-core kernel's tiles.
 const MMA_ROWS: usize = 64;
 
-/// Shared memory of the tensor-core kernel at head width `d`: a q, a key and a value tile,
+/// Shared memory of the tensor-core kernel at head width `d`: a q tile and two key and two
+/// value tiles (shaders/cuda/attention_mma.cu's MMA_CFG_*: tiles of 64 keys, double-buffered),
 /// rows padded by 8 elements of 2 bytes.
 fn mma_shared(d: usize) -> usize {
-    3 * MMA_ROWS * (d + 8) * 2
+    5 * MMA_ROWS * (d + 8) * 2
 }
 
 impl CudaBackend {
