@@ -93,17 +93,16 @@ __device__ __forceinline__ float exp2_ftz(float x) {
     return y;
 }
 
-// Rows [r0 + RP i] of a tile, 16 bytes at column c each, for the 128 threads of a block:
-// thread `tid` copies column (tid % (D / 8)) * 8 of rows tid / (D / 8) + RP i. Shared
+// Rows [r0 + RP i] of a tile of CH 16-byte chunks a row, for the 128 threads of a block:
+// thread `tid` copies chunk tid % CH of rows tid / CH + RP i. Shared
 // addresses and the row step are worked out once; a tile then costs a pointer add a row.
-template <int D, int ROWS>
+template <u32 CH_, u32 ROWS, u32 ROW_BYTES>
 struct TileCopy {
-    static constexpr u32 CH = D / 8, RP = 128 / CH, PASSES = ROWS / RP;
-    static constexpr u32 S = D + MMA_PAD;
+    static constexpr u32 CH = CH_, RP = 128 / CH, PASSES = ROWS / RP;
     u32 r0, dst; // this thread's first row, and its byte offset in a shared tile
     __device__ __forceinline__ TileCopy(u32 tid) {
         r0 = tid / CH;
-        dst = (r0 * S + (tid % CH) * 8) * 2;
+        dst = r0 * ROW_BYTES + (tid % CH) * 16;
     }
     // `src` is row 0 of the tile (with this thread's column added), `step` RP rows in bytes;
     // rows from `rows` on arrive as zeros (read from `fallback`, which is never read).
@@ -112,7 +111,7 @@ struct TileCopy {
                                          const char* fallback) const {
 #pragma unroll
         for (u32 i = 0; i < PASSES; ++i) {
-            const u32 to = tile + dst + i * RP * S * 2;
+            const u32 to = tile + dst + i * RP * ROW_BYTES;
             if (FULL) {
                 copy16(to, src, 16);
             } else {
@@ -137,7 +136,7 @@ struct TileCopy {
 // leaves the probabilities in `s` and the factor the output rescales by in `corr`. MASK tiles
 // (the causal diagonal, the last keys) hide columns from `lim[r]` on; the others take the
 // scale inside the exponent's fused multiply-add (sl2 >= 0: q's signs carry a negative scale).
-template <int BC, bool MASK>
+template <int BC, bool MASK, bool PERM = false>
 __device__ __forceinline__ void tile_softmax(float (&s)[BC / 8][4], const int (&lim)[2],
                                              float sl2, u32 t4, float (&m)[2], float (&l)[2],
                                              float (&corr)[2]) {
@@ -154,7 +153,8 @@ __device__ __forceinline__ void tile_softmax(float (&s)[BC / 8][4], const int (&
                 float x = s[n][2 * r + e];
                 if (MASK) {
                     x *= sl2;
-                    if (n * 8 + 2 * (int)t4 + e >= lim[r]) x = NEG_INF;
+                    const int key = PERM ? n * 8 + (int)t4 + 4 * e : n * 8 + 2 * (int)t4 + e;
+                    if (key >= lim[r]) x = NEG_INF;
                     s[n][2 * r + e] = x;
                 }
                 c[(2 * n + e) & 3] = fmaxf(c[(2 * n + e) & 3], x);
@@ -265,13 +265,14 @@ __device__ __forceinline__ void flash_mma(const AttnLayout& lay, const h16* __re
         if (causal && i + 1 + shift < x) x = i + 1 + shift;
         vis[r] = i < sq ? x : 0;
     }
-    const TileCopy<D, BC> tc(tid);
-    const TileCopy<D, MMA_BR> qc(tid);
-    const u32 col = (tid % TileCopy<D, BC>::CH) * 8;
+    typedef TileCopy<D / 8, BC, S * 2> Tiles;
+    const Tiles tc(tid);
+    const TileCopy<D / 8, MMA_BR, S * 2> qc(tid);
+    const u32 col = (tid % Tiles::CH) * 8;
     const char* qb = (const char*)(q + lay.q.offset + b * lay.q.batch + h * lay.q.head + col);
     const char* kb = (const char*)(k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head + col);
     const char* vb = (const char*)(v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head + col);
-    constexpr u32 RP = TileCopy<D, BC>::RP;
+    constexpr u32 RP = Tiles::RP;
     const u64 q_step = lay.q.seq * 2 * RP, k_row = lay.k.seq * 2, v_row = lay.v.seq * 2;
     const u64 k_step = k_row * RP, v_step = v_row * RP;
     const u64 k_tile = k_row * BC, v_tile = v_row * BC;
@@ -397,6 +398,232 @@ __device__ __forceinline__ void flash_mma(const AttnLayout& lay, const h16* __re
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// f32 operands on tensor cores at f32 accuracy ("3xTF32"). Each operand x splits into
+// hi = x with its 13 low mantissa bits cleared (a tf32 value) and lo = x - hi (exact in f32,
+// read by the tensor core as tf32, so 21-22 bits of x survive), and a product a b takes three
+// m16n8k8 tf32 products: hi hi + lo hi + hi lo (the dropped lo lo is 2^-22 of it). Special
+// values: lo is NaN exactly where x is not finite. A score's hi hi part alone is not finite
+// whenever an input of its row or key is not (or the sum overflows), and then it is the score
+// as f32 arithmetic would give it (inf, or NaN for inf - inf and 0 x inf); the lo parts join
+// only finite ones. Values' lo and, in the lo hi product, their hi are zero where the value is
+// not finite, so p v keeps f32's semantics (inf for p > 0, NaN for p = 0 or a NaN).
+//
+// The layout is the f16 kernel's with f32 rows (padded by 16 bytes for q and keys, whose
+// fragments ldmatrix reads as pairs of 16-bit halves, by 32 bytes for values, which each
+// lane reads by single words without bank conflicts). The keys of an 8-key column block are
+// read in the order 0 4 1 5 2 6 3 7, so the scores' accumulator layout (columns 2t, 2t + 1)
+// holds keys t and t + 4: the A-operand layout of P for the values' product, no shuffles.
+
+__device__ __forceinline__ float tf32_hi(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }
+
+// c += a b for a 16 x 8 A fragment and an 8 x 8 B fragment (b0, b1), tf32, f32 accumulators.
+__device__ __forceinline__ void mma1688(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four words' hi and lo parts.
+__device__ __forceinline__ void split4(const u32 (&x)[4], u32 (&hi)[4], u32 (&lo)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float h = tf32_hi(__uint_as_float(x[e]));
+        hi[e] = __float_as_uint(h);
+        lo[e] = __float_as_uint(__uint_as_float(x[e]) - h);
+    }
+}
+
+template <int D, int BC>
+__device__ __forceinline__ void flash_tc32(const AttnLayout& lay, const float* __restrict__ q,
+                                           const float* __restrict__ k, const float* __restrict__ v,
+                                           const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,
+                                           u64 sk, u32 causal, float scale, float* __restrict__ out) {
+    constexpr u32 S = D + 4, SV = D + 8;      // shared rows in words: q and keys, values
+    constexpr u32 KT = BC * S * 4, VT = BC * SV * 4; // a key and a value tile, in bytes
+    extern __shared__ uint4 smem_mma[];
+    const u32 qs = shared_addr(smem_mma); // [MMA_BR][S]
+    const u32 ks = qs + MMA_BR * S * 4;   // [2][BC][S]
+    const u32 vs = ks + 2 * KT;           // [2][BC][SV]
+    const float* vsm = (const float*)smem_mma + MMA_BR * S + 2 * BC * S;
+    const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const u32 g = lane >> 2, t4 = lane & 3;
+    const u64 bh = blockIdx.y, b = bh / hq, h = bh % hq, kvh = h / (hq / hkv);
+    const u64 qblock = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const u64 i0 = qblock * MMA_BR;
+    const u64 shift = sk > sq ? sk - sq : 0;
+    const u64 cap = lens ? (lens[b] < sk ? lens[b] : sk) : sk;
+    u64 block_visible = cap, all_visible = cap;
+    if (causal) {
+        const u64 last = (i0 + MMA_BR < sq ? i0 + MMA_BR : sq) - 1;
+        if (last + 1 + shift < block_visible) block_visible = last + 1 + shift;
+        if (i0 + 1 + shift < all_visible) all_visible = i0 + 1 + shift;
+    }
+    u64 vis[2];
+    for (int r = 0; r < 2; ++r) {
+        const u64 i = i0 + warp * 16 + g + 8 * r;
+        u64 x = cap;
+        if (causal && i + 1 + shift < x) x = i + 1 + shift;
+        vis[r] = i < sq ? x : 0;
+    }
+    typedef TileCopy<D / 4, BC, S * 4> KTiles;
+    typedef TileCopy<D / 4, BC, SV * 4> VTiles;
+    const KTiles kc(tid);
+    const VTiles vc(tid);
+    const TileCopy<D / 4, MMA_BR, S * 4> qc(tid);
+    const u32 col = (tid % KTiles::CH) * 4;
+    const char* qb = (const char*)(q + lay.q.offset + b * lay.q.batch + h * lay.q.head + col);
+    const char* kb = (const char*)(k + lay.k.offset + b * lay.k.batch + kvh * lay.k.head + col);
+    const char* vb = (const char*)(v + lay.v.offset + b * lay.v.batch + kvh * lay.v.head + col);
+    constexpr u32 RP = KTiles::RP;
+    const u64 k_row = lay.k.seq * 4, v_row = lay.v.seq * 4;
+    const u64 k_step = k_row * RP, v_step = v_row * RP;
+    const char* kt = kb + kc.r0 * k_row;
+    const char* vt = vb + vc.r0 * v_row;
+    qc.rows(qs, qb + (i0 + qc.r0) * lay.q.seq * 4, lay.q.seq * 4 * RP, i0 < sq ? sq - i0 : 0, qb);
+    kc.rows(ks, kt, k_step, block_visible, kb);
+    vc.rows(vs, vt, v_step, block_visible, vb);
+    copies_commit();
+    const u64 tiles = (block_visible + BC - 1) / BC;
+    float sl2 = scale * 1.4426950408889634f;
+    // ldmatrix lanes: q as the A operand (rows g, g + 8; columns t, t + 4), keys as the B
+    // operand of two 8-key column blocks, their rows in the order 0 4 1 5 2 6 3 7.
+    const u32 q_lane = ((warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3)) * S + ((lane >> 4) << 2)) * 4;
+    const u32 kr = lane & 7;
+    const u32 k_lane = (((kr >> 1) + ((kr & 1) << 2) + ((lane >> 4) << 3)) * S + (((lane >> 3) & 1) << 2)) * 4;
+    float o[D / 8][4];
+#pragma unroll
+    for (int t = 0; t < D / 8; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    for (u64 t = 0; t < tiles; ++t) {
+        const u64 j0 = t * BC;
+        copies_wait();
+        __syncthreads(); // tile t is in; every warp is done with tile t - 1
+        if (t == 0 && sl2 < 0.0f) { // a negative scale moves into q's signs (exactly)
+            u32* rows = (u32*)smem_mma + warp * 16 * S;
+            for (u32 e = lane; e < 16 * S; e += 32) rows[e] ^= 0x80000000u;
+            __syncwarp();
+            sl2 = -sl2;
+        }
+        const u32 kcur = ks + (u32)(t & 1) * KT;
+        const float* vrow = vsm + (u32)(t & 1) * (BC * SV);
+        if (t + 1 < tiles) {
+            kt += (u64)BC * k_row;
+            kc.rows(ks + (u32)((t + 1) & 1) * KT, kt, k_step, block_visible - j0 - BC, kb);
+            copies_commit();
+        }
+        float sh[BC / 8][4], sl[BC / 8][4];
+#pragma unroll
+        for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sh[n][e] = sl[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 8; ++kk) {
+            u32 qa[4], qh[4], ql[4];
+            ldsm4(qs + q_lane + kk * 32, qa);
+            split4(qa, qh, ql);
+#pragma unroll
+            for (int n = 0; n < BC / 8; n += 2) {
+                u32 kx[4], kh[4], kl[4];
+                ldsm4(kcur + k_lane + (n * 8 * S + kk * 8) * 4, kx);
+                split4(kx, kh, kl);
+                mma1688(sh[n], qh, kh[0], kh[1]);
+                mma1688(sh[n + 1], qh, kh[2], kh[3]);
+                mma1688(sl[n], ql, kh[0], kh[1]);
+                mma1688(sl[n + 1], ql, kh[2], kh[3]);
+                mma1688(sl[n], qh, kl[0], kl[1]);
+                mma1688(sl[n + 1], qh, kl[2], kl[3]);
+            }
+        }
+        if (t + 1 < tiles) {
+            vt += (u64)BC * v_row;
+            vc.rows(vs + (u32)((t + 1) & 1) * VT, vt, v_step, block_visible - j0 - BC, vb);
+            copies_commit();
+        }
+        // The lo parts join finite scores only (see above).
+#pragma unroll
+        for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float x = sh[n][e];
+                sh[n][e] = fabsf(x) < POS_INF ? x + sl[n][e] : x;
+            }
+        float corr[2];
+        if (j0 + BC <= all_visible) {
+            const int none[2] = {BC, BC};
+            tile_softmax<BC, false, true>(sh, none, sl2, t4, m, l, corr);
+        } else {
+            int lim[2];
+            for (int r = 0; r < 2; ++r)
+                lim[r] = vis[r] <= j0 ? 0 : (vis[r] - j0 >= BC ? BC : (int)(vis[r] - j0));
+            tile_softmax<BC, true, true>(sh, lim, sl2, t4, m, l, corr);
+        }
+#pragma unroll
+        for (int t8 = 0; t8 < D / 8; ++t8) {
+            o[t8][0] *= corr[0];
+            o[t8][1] *= corr[0];
+            o[t8][2] *= corr[1];
+            o[t8][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < BC / 8; ++kk) {
+            // P's A fragment: keys t and t + 4 of rows g and g + 8.
+            const u32 p[4] = {__float_as_uint(sh[kk][0]), __float_as_uint(sh[kk][2]),
+                              __float_as_uint(sh[kk][1]), __float_as_uint(sh[kk][3])};
+            u32 ph[4], pl[4];
+            split4(p, ph, pl);
+            const float* v0 = vrow + (kk * 8 + t4) * SV + g;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                const float a = v0[n * 8], c = v0[4 * SV + n * 8];
+                const float ah = tf32_hi(a), ch = tf32_hi(c);
+                const float al = a - ah, cl = c - ch;
+                const bool af = al == al, cf = cl == cl; // finite values
+                mma1688(o[n], ph, __float_as_uint(ah), __float_as_uint(ch));
+                mma1688(o[n], pl, __float_as_uint(af ? ah : 0.0f), __float_as_uint(cf ? ch : 0.0f));
+                mma1688(o[n], ph, __float_as_uint(af ? al : 0.0f), __float_as_uint(cf ? cl : 0.0f));
+            }
+        }
+    }
+    copies_wait();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const u64 i = i0 + warp * 16 + g + 8 * r;
+        if (i >= sq) continue;
+        float* orow = out + (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * D;
+        const float inv = 1.0f / l[r];
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            float2 x;
+            if (vis[r] == 0) {
+                x = make_float2(0.0f, 0.0f);
+            } else if (m[r] == NEG_INF) {
+                x = make_float2(QNAN, QNAN);
+            } else {
+                x = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            }
+            *(float2*)(orow + n * 8 + 2 * t4) = x;
+        }
+    }
+}
+
+// Keys a tile for f32: 64 up to head width 64, 32 at 128 (shared memory for two blocks an SM).
+#define FLASH_TC32(NAME, D)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128, 2) NAME(                                     \
+        AttnLayout lay, const float* __restrict__ q, const float* __restrict__ k,                  \
+        const float* __restrict__ v, const u32* __restrict__ lens, u64 hq, u64 hkv, u64 sq,        \
+        u64 sk, u32 causal, float scale, float* __restrict__ out) {                                \
+        WAIT_PRIOR();                                                                              \
+        flash_tc32<D, (D) <= 64 ? 64 : 32>(lay, q, k, v, lens, hq, hkv, sq, sk, causal, scale, out); \
+    }
+
+FLASH_TC32(flash_tc32_32, 32)
+FLASH_TC32(flash_tc32_64, 64)
+FLASH_TC32(flash_tc32_128, 128)
 
 // Blocks an SM the compiler fits registers for: three up to head width 64 (168 registers; left
 // alone it took 201, two blocks an SM, and A1 at 2048-4096 keys ran 5-8% slower), two at 128.

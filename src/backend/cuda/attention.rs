@@ -208,8 +208,38 @@ pub(super) fn attention(
         )?;
         return Ok(out);
     }
-    // Flash attention (64 query rows a block) where its tiles fit; the row-per-warp kernel
-    // otherwise (odd value widths, widths past 128, shared memory too small).
+    // f32 on tensor cores at f32 accuracy (three tf32 products each) for head widths 32, 64
+    // and 128 with rows on 16 bytes, on compute capability 8.0 and later.
+    if backend.mma
+        && a.d == a.dv
+        && matches!(a.d, 32 | 64 | 128)
+        && aligned(a.q, q.ptr())
+        && aligned(a.k, k.ptr())
+        && aligned(a.v, v.ptr())
+        && tc32_shared(a.d) <= backend.shared_optin as usize
+    {
+        let args = [
+            Arg::Raw(bytemuck::bytes_of(&layout)),
+            p(q),
+            p(k),
+            p(v),
+            opt(dev_lens),
+            u(a.hq),
+            u(a.hkv.max(1)),
+            u(a.sq),
+            u(a.sk),
+            Arg::I(a.causal as u32),
+            Arg::F(a.scale),
+            p(&out),
+        ];
+        let entry = Entry::FlashTc32 { width: a.d as u32 };
+        let grid = (a.sq.div_ceil(MMA_ROWS) as u32, heads as u32, 1);
+        backend.launch(entry, grid, 128, tc32_shared(a.d) as u32, &args)?;
+        return Ok(out);
+    }
+    // Flash attention on the FP32 cores (64 query rows a block) where its tiles fit; the
+    // row-per-warp kernel otherwise (odd value widths, widths past 128, shared memory too
+    // small).
     const FQ: usize = 64;
     let flash_shared = {
         let (qs, ks) = (a.d * (FQ + 4), (a.d * (FQ + 4)).max(FQ * (FQ + 4)));
@@ -252,6 +282,14 @@ const MMA_ROWS: usize = 64;
 /// rows padded by 8 elements of 2 bytes.
 fn mma_shared(d: usize) -> usize {
     5 * MMA_ROWS * (d + 8) * 2
+}
+
+/// Shared memory of the f32 tensor-core kernel at head width `d`: a q tile, two key tiles
+/// (rows padded by 4 words) and two value tiles (by 8), of 64 keys up to width 64 and 32 at
+/// 128 (`flash_tc32_*` in shaders/cuda/attention_mma.cu).
+fn tc32_shared(d: usize) -> usize {
+    let keys = if d <= 64 { 64 } else { 32 };
+    (MMA_ROWS * (d + 4) + 2 * keys * (d + 4) + 2 * keys * (d + 8)) * 4
 }
 
 impl CudaBackend {

@@ -141,6 +141,11 @@ pub(crate) enum Entry {
         width: u32,
         bf16: bool,
     },
+    /// Tensor-core flash attention over f32 operands at f32 accuracy (three tf32 products
+    /// each) for a head width (32, 64 or 128).
+    FlashTc32 {
+        width: u32,
+    },
     /// A llama decoding step's layers (launched cooperatively).
     DecodeLayers,
     Fused(u64),
@@ -192,6 +197,14 @@ impl Entry {
                     (64, true) => "flash_mma_bf16_64",
                     (_, false) => "flash_mma_f16_128",
                     (_, true) => "flash_mma_bf16_128",
+                },
+            ),
+            FlashTc32 { width } => (
+                Source::AttentionMma,
+                match width {
+                    32 => "flash_tc32_32",
+                    64 => "flash_tc32_64",
+                    _ => "flash_tc32_128",
                 },
             ),
             DecodeLayers => (Source::DecodeStep, "decode_layers"),

@@ -3,8 +3,9 @@
 use super::attention::to_bshd;
 use super::*;
 
-/// Attention over f16 and bf16 operands against f64 on the same rounded values, the result in
-/// their dtype. CUDA's tensor-core kernel takes head widths 32, 64 and 128 as stored (64-row
+/// Attention over f32, f16 and bf16 operands against f64 on the same rounded values, the result
+/// in their dtype. CUDA's tensor-core kernels take head widths 32, 64 and 128 as stored (f32
+/// at f32 accuracy, three tf32 products each) (64-row
 /// query and key tiles: several, partial, causal with fewer and with more queries than keys,
 /// grouped heads, host and device lengths, one of them 0, heads-first and sequence-first, and
 /// grids of 16 heads over 300-520 rows that fill a GPU); other widths, and other backends,
@@ -60,13 +61,19 @@ pub async fn attention_halves(dev: &Device) {
             false,
         ),
     ];
-    for dtype in [DType::F16, DType::BF16] {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
         let round = |x: f32| match dtype {
+            DType::F32 => x,
             DType::F16 => half::f16::from_f32(x).to_f32(),
             _ => half::bf16::from_f32(x).to_f32(),
         };
-        // The output and the probabilities are rounded to the dtype.
+        // The output and the probabilities are rounded to the dtype (f32: the oracle's own
+        // tolerance).
         let tol = match dtype {
+            DType::F32 => Tol {
+                atol: 2e-5,
+                rtol: 1e-4,
+            },
             DType::F16 => Tol {
                 atol: 2e-3,
                 rtol: 2e-3,
@@ -218,8 +225,54 @@ pub async fn attention_halves(dev: &Device) {
             }
         }
         attention_growing(dev, dtype, round, tol).await;
-        attention_mixed(dev, dtype, round, tol).await;
-        attention_precision(dev, dtype, tol).await;
+        attention_scales(dev, dtype, round, tol).await;
+        if dtype != DType::F32 {
+            attention_mixed(dev, dtype, round, tol).await;
+            attention_precision(dev, dtype, tol).await;
+        }
+    }
+}
+
+/// A caller's scale, negative too (CUDA's tensor-core kernels move a negative scale into q's
+/// signs before the scores), against f64 with the same scale.
+async fn attention_scales(
+    dev: &Device,
+    dtype: gpukit::DType,
+    round: impl Fn(f32) -> f32,
+    tol: Tol,
+) {
+    let cases = [
+        (2usize, 1usize, 70usize, 130usize, 64usize, true, -0.3f32),
+        (1, 1, 40, 75, 128, false, 0.9),
+        (2, 2, 33, 33, 32, true, -1.7),
+    ];
+    for (ci, (hq, hkv, sq, sk, d, causal, scale)) in cases.into_iter().enumerate() {
+        let seed = 9940 + ci as u64;
+        let mut rng = Rng::new(seed);
+        let mut gen =
+            |n: usize| -> Vec<f32> { rng.vec(n, -1.0, 1.0).into_iter().map(&round).collect() };
+        let (q, k, v) = (gen(hq * sq * d), gen(hkv * sk * d), gen(hkv * sk * d));
+        let t = |x: &[f32], h: usize, s: usize| {
+            dev.tensor(x, &[1, h, s, d]).unwrap().cast(dtype).unwrap()
+        };
+        let options = AttentionOptions {
+            causal,
+            scale: Some(scale),
+            ..Default::default()
+        };
+        let got = t(&q, hq, sq)
+            .attention(&t(&k, hkv, sk), &t(&v, hkv, sk), options)
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let dims = (hq, hkv, sq, sk, d, d);
+        let want: Vec<(f64, Tol)> = oracle::attention(&q, &k, &v, dims, causal, sk, scale as f64)
+            .into_iter()
+            .map(|(w, _)| (w, tol))
+            .collect();
+        let ctx = format!("{dtype:?} attention, scale {scale}, case {ci} seed {seed}");
+        check(&ctx, &|i| format!("flat {i}"), &got, &want);
     }
 }
 
