@@ -188,7 +188,11 @@ pub(super) fn attention(
     }
     // Halves past decoding: the tensor-core kernel (the ops layer sends only shapes it takes).
     if elem != 0 {
-        flash_mma(backend, q, k, v, lens, a, &out)?;
+        let entry = Entry::FlashMma {
+            width: a.d as u32,
+            bf16: a.storage == DType::BF16,
+        };
+        tensor_core_flash(backend, (q, k, v, lens), a, &out, entry, mma_shared(a.d))?;
         return Ok(out);
     }
     // A few query rows of larger groups: keys split across blocks of 32 (16 for wide heads),
@@ -218,23 +222,8 @@ pub(super) fn attention(
         && aligned(a.v, v.ptr())
         && tc32_shared(a.d) <= backend.shared_optin as usize
     {
-        let args = [
-            Arg::Raw(bytemuck::bytes_of(&layout)),
-            p(q),
-            p(k),
-            p(v),
-            opt(dev_lens),
-            u(a.hq),
-            u(a.hkv.max(1)),
-            u(a.sq),
-            u(a.sk),
-            Arg::I(a.causal as u32),
-            Arg::F(a.scale),
-            p(&out),
-        ];
         let entry = Entry::FlashTc32 { width: a.d as u32 };
-        let grid = (a.sq.div_ceil(MMA_ROWS) as u32, heads as u32, 1);
-        backend.launch(entry, grid, 128, tc32_shared(a.d) as u32, &args)?;
+        tensor_core_flash(backend, (q, k, v, lens), a, &out, entry, tc32_shared(a.d))?;
         return Ok(out);
     }
     // Flash attention on the FP32 cores (64 query rows a block) where its tiles fit; the
@@ -293,9 +282,10 @@ fn tc32_shared(d: usize) -> usize {
 }
 
 impl CudaBackend {
-    /// Whether [`flash_mma`] takes attention over `dtype` operands as stored: f16 or bf16 on
-    /// compute capability 8.0 or later, d = dv of 32, 64 or 128, every row on 16 bytes (the
-    /// strides of q, k and v multiples of 8 elements), and a grid that fits.
+    /// Whether the tensor-core kernel (`flash_mma_*`, [`tensor_core_flash`]) takes attention
+    /// over `dtype` operands as stored: f16 or bf16 on compute capability 8.0 or later, d = dv
+    /// of 32, 64 or 128, every row on 16 bytes (the strides of q, k and v multiples of 8
+    /// elements), and a grid that fits.
     pub(crate) fn attention_takes_halves(
         &self,
         dtype: DType,
@@ -319,17 +309,22 @@ impl CudaBackend {
     }
 }
 
-/// Flash attention on tensor cores over f16 or bf16 operands as stored into `out`, in their
-/// dtype (`flash_mma_*` in shaders/cuda/attention_mma.cu); the ops layer sends only what
-/// [`CudaBackend::attention_takes_halves`] accepts.
-fn flash_mma(
+/// One of attention_mma.cu's tensor-core flash kernels (`entry`: `flash_mma_*` over f16 or
+/// bf16 operands as stored, `flash_tc32_*` over f32) into `out`, in the operands' dtype: 64
+/// query rows of a (batch, head) a block of 128 threads, `shared` bytes of shared memory. The
+/// callers send only what the kernels take ([`CudaBackend::attention_takes_halves`] for halves).
+fn tensor_core_flash(
     backend: &CudaBackend,
-    q: &CudaStorage,
-    k: &CudaStorage,
-    v: &CudaStorage,
-    lens: Option<&CudaStorage>,
+    (q, k, v, lens): (
+        &CudaStorage,
+        &CudaStorage,
+        &CudaStorage,
+        Option<&CudaStorage>,
+    ),
     a: AttentionSpec,
     out: &CudaStorage,
+    entry: Entry,
+    shared: usize,
 ) -> Result<()> {
     let layout = AttentionLayoutParams::of(&a);
     let args = [
@@ -346,10 +341,6 @@ fn flash_mma(
         Arg::F(a.scale),
         p(out),
     ];
-    let entry = Entry::FlashMma {
-        width: a.d as u32,
-        bf16: a.storage == DType::BF16,
-    };
     let grid = (a.sq.div_ceil(MMA_ROWS) as u32, (a.batch * a.hq) as u32, 1);
-    backend.launch(entry, grid, 128, mma_shared(a.d) as u32, &args)
+    backend.launch(entry, grid, 128, shared as u32, &args)
 }
