@@ -160,27 +160,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
-// `main_tiled`, for d and dv up to 128: a workgroup takes a block of query rows of one head,
-// so each key and value row it loads serves the whole block. Heads up to 64 wide take blocks
-// of 16 rows and tiles of 16 keys; wider ones (WIDE) 8 and 8, in the same workgroup memory
-// (13.6 KB, within WebGPU's default 16 KB). Per tile of keys:
+// `main_tiled`, for d and dv up to 128 where `main_flash` does not fit the adapter's workgroup
+// memory: a workgroup takes a block of 8 query rows of one head, so each key and value row it
+// loads serves the whole block, and walks the keys in tiles of 8, in 13.6 KB of workgroup
+// memory (within WebGPU's default 16 KB). Per tile of keys:
 //   1. the tile's keys and values are copied to workgroup memory (key rows padded by one
 //      float, so the rows a step reads fall in different banks);
-//   2. each (query, key) pair's dot product is split over 256 / (rows x keys) invocations
-//      (1, or 4 when WIDE), each summing its part of d; a whole product is masked and scaled
-//      by its invocation;
-//   3. one invocation per query row (adding the parts, masking and scaling when WIDE) takes
-//      the tile's maximum, turns the scores into probabilities and updates the row's running
+//   2. each (query, key) pair's dot product is split over 4 invocations, each summing a
+//      quarter of d;
+//   3. one invocation per query row adds the parts, masks and scales the scores, takes the
+//      tile's maximum, turns the scores into probabilities and updates the row's running
 //      maximum and denominator;
 //   4. each invocation rescales its four accumulators (four columns of one query's output,
-//      256 / rows apart) and adds the tile's probabilities times the value rows.
+//      32 apart) and adds the tile's probabilities times the value rows.
 // Rows of one block see different numbers of keys under CAUSAL; the tiles run up to what the
 // block's last row sees, and a row's scores past its own limit are -inf.
-override WIDE: bool = false;
-
-const TQ: u32 = 16u; // rows per block (8 when WIDE)
-const TK: u32 = 16u; // keys per tile (8 when WIDE)
-const TD: u32 = 64u; // head width (128 when WIDE)
+const TQ: u32 = 8u; // rows per block
+const TK: u32 = 8u; // keys per tile
+const TD: u32 = 128u; // head width
 
 var<workgroup> q_tile: array<f32, TQ * TD>;
 var<workgroup> k_tile: array<f32, TK * (TD + 1u)>;
@@ -193,12 +190,8 @@ var<workgroup> row_scale: array<f32, TQ>;
 
 @compute @workgroup_size(256)
 fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Block shape: rows x keys per tile, and the row stride of the q and v tiles.
-    let bq = select(TQ, TQ / 2u, WIDE);
-    let bk = select(TK, TK / 2u, WIDE);
-    let dt = select(TD, 2u * TD, WIDE);
-    let kt = dt + 1u;
-    let i0 = wid.x * bq; // first query row of the block
+    let kt = TD + 1u;
+    let i0 = wid.x * TQ; // first query row of the block
     let h = wid.y;
     let b = wid.z;
     let d = params.d;
@@ -208,36 +201,32 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
     let neg_inf = bitcast<f32>(neg_inf_bits);
     // Scores: pair (sr, sc) of the tile, part `part` of its dot product.
-    let split = WG / (bq * bk);
-    let pair = lid / split;
-    let part = lid % split;
-    let sr = pair / bk;
-    let sc = pair % bk;
-    let chunk = (d + split - 1u) / split;
+    let pair = lid / 4u;
+    let part = lid % 4u;
+    let sr = pair / TK;
+    let sc = pair % TK;
+    let chunk = (d + 3u) / 4u;
     let e0 = min(d, part * chunk);
     let e1 = min(d, e0 + chunk);
-    // Keys the scored query row sees.
-    let scored = visible_keys(i0 + sr, b);
-    // Output: row `orow` of the block, columns ocol + j * per_row for j < 4.
-    let per_row = WG / bq;
-    let orow = lid / per_row;
-    let ocol = lid % per_row;
+    // Output: row `orow` of the block, columns ocol + 32 j for j < 4.
+    let orow = lid / 32u;
+    let ocol = lid % 32u;
 
     if (lid == 0u) {
         // Visible keys grow with the row: the block's last row sees the most.
-        visible_shared = visible_keys(min(i0 + bq, params.sq) - 1u, b);
+        visible_shared = visible_keys(min(i0 + TQ, params.sq) - 1u, b);
     }
-    let rows = min(bq, params.sq - i0);
-    for (var t = lid; t < bq * d; t = t + WG) {
+    let rows = min(TQ, params.sq - i0);
+    for (var t = lid; t < TQ * d; t = t + WG) {
         let row = t / d;
         var val = 0.0;
         if (row < rows) {
             val = q[q_row_at(b, h, i0 + row) + t % d];
         }
-        q_tile[row * dt + t % d] = val;
+        q_tile[row * TD + t % d] = val;
     }
     var mine = 0u;
-    if (lid < bq) {
+    if (lid < TQ) {
         mine = visible_keys(i0 + lid, b);
         row_max[lid] = neg_inf;
         row_sum[lid] = 0.0;
@@ -248,9 +237,9 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     var acc1 = 0.0;
     var acc2 = 0.0;
     var acc3 = 0.0;
-    for (var tile = 0u; tile < keys; tile = tile + bk) {
-        let n = min(bk, params.sk - tile);
-        for (var t = lid; t < bk * d; t = t + WG) {
+    for (var tile = 0u; tile < keys; tile = tile + TK) {
+        let n = min(TK, params.sk - tile);
+        for (var t = lid; t < TK * d; t = t + WG) {
             let row = t / d;
             var val = 0.0;
             if (row < n) {
@@ -258,64 +247,49 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             }
             k_tile[row * kt + t % d] = val;
         }
-        for (var t = lid; t < bk * dv; t = t + WG) {
+        for (var t = lid; t < TK * dv; t = t + WG) {
             let row = t / dv;
             var val = 0.0;
             if (row < n) {
                 val = v[v_base + (tile + row) * params.v_ss + t % dv];
             }
-            v_tile[row * dt + t % dv] = val;
+            v_tile[row * TD + t % dv] = val;
         }
         workgroupBarrier();
 
         var dot = 0.0;
         for (var e = e0; e < e1; e = e + 1u) {
-            dot = fma(q_tile[sr * dt + e], k_tile[sc * kt + e], dot);
+            dot = fma(q_tile[sr * TD + e], k_tile[sc * kt + e], dot);
         }
-        if (split == 1u) {
-            // The whole dot product: the invocation masks and scales it itself.
-            var s = neg_inf;
-            if (tile + sc < scored) {
-                s = score(dot);
-            }
-            p_tile[sr * bk + sc] = s;
-        } else {
-            dot_parts[lid] = dot;
-        }
+        dot_parts[lid] = dot;
         workgroupBarrier();
 
-        if (lid < bq) {
+        if (lid < TQ) {
             let old = row_max[lid];
             var m = old;
-            for (var t = 0u; t < bk; t = t + 1u) {
-                if (split > 1u) {
-                    var s = neg_inf;
-                    if (tile + t < mine) {
-                        var sum = 0.0;
-                        for (var p = 0u; p < split; p = p + 1u) {
-                            sum = sum + dot_parts[(lid * bk + t) * split + p];
-                        }
-                        s = score(sum);
-                    }
-                    p_tile[lid * bk + t] = s;
+            for (var t = 0u; t < TK; t = t + 1u) {
+                var s = neg_inf;
+                if (tile + t < mine) {
+                    let at = (lid * TK + t) * 4u;
+                    s = score((dot_parts[at] + dot_parts[at + 1u]) + (dot_parts[at + 2u] + dot_parts[at + 3u]));
                 }
-                m = max(m, p_tile[lid * bk + t]);
+                p_tile[lid * TK + t] = s;
+                m = max(m, s);
             }
             var sum = 0.0;
             var scale = 1.0;
             // A row with no finite maximum yet keeps its zeros (-inf: nothing seen, which also
             // avoids -inf - -inf; +inf: the row ends NaN).
+            for (var t = 0u; t < TK; t = t + 1u) {
+                var p = 0.0;
+                if (is_finite(m)) {
+                    p = exp(p_tile[lid * TK + t] - m);
+                }
+                p_tile[lid * TK + t] = p;
+                sum = sum + p;
+            }
             if (is_finite(m)) {
-                for (var t = 0u; t < bk; t = t + 1u) {
-                    let p = exp(p_tile[lid * bk + t] - m);
-                    p_tile[lid * bk + t] = p;
-                    sum = sum + p;
-                }
                 scale = select(0.0, exp(old - m), is_finite(old));
-            } else {
-                for (var t = 0u; t < bk; t = t + 1u) {
-                    p_tile[lid * bk + t] = 0.0;
-                }
             }
             row_scale[lid] = scale;
             row_sum[lid] = row_sum[lid] * scale + sum;
@@ -328,13 +302,13 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         var p1 = acc1 * scale;
         var p2 = acc2 * scale;
         var p3 = acc3 * scale;
-        for (var t = 0u; t < bk; t = t + 1u) {
-            let p = p_tile[orow * bk + t];
-            let vr = t * dt + ocol;
+        for (var t = 0u; t < TK; t = t + 1u) {
+            let p = p_tile[orow * TK + t];
+            let vr = t * TD + ocol;
             p0 = fma(p, v_tile[vr], p0);
-            p1 = fma(p, v_tile[vr + per_row], p1);
-            p2 = fma(p, v_tile[vr + 2u * per_row], p2);
-            p3 = fma(p, v_tile[vr + 3u * per_row], p3);
+            p1 = fma(p, v_tile[vr + 32u], p1);
+            p2 = fma(p, v_tile[vr + 64u], p2);
+            p3 = fma(p, v_tile[vr + 96u], p3);
         }
         acc0 = p0;
         acc1 = p1;
@@ -351,7 +325,7 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         let o = out_row_at(b, h, i);
         let accs = array<f32, 4>(acc0, acc1, acc2, acc3);
         for (var j = 0u; j < 4u; j = j + 1u) {
-            let col = ocol + j * per_row;
+            let col = ocol + j * 32u;
             if (col < dv) {
                 var r = 0.0;
                 if (seen) {
@@ -363,38 +337,101 @@ fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
 }
 
-// main_flash: blocks of 64 query rows for heads up to 64 wide, in the manner of flash attention.
-// 256 invocations, four a query row. Each keeps its row of q in registers (16 vec4), scores 8
-// keys of every 32-key tile (keys c, c + 4, .., c + 28, where c is its place among the row's
-// four) and owns 16 output columns (vec4 groups c, c + 4, c + 8, c + 12). For each tile:
-//   1. the tile's key and value rows go to workgroup memory;
-//   2. each invocation scores its 8 keys (masked and scaled as in `main`) and shares their
-//      maximum with the row's other three, which gives the row's new running maximum;
-//   3. each turns its scores into probabilities against it, rescales its accumulators and its
-//      share of the denominator, and writes the probabilities to workgroup memory;
-//   4. each adds the tile's 32 probabilities times the value rows to its 16 columns.
-// The four shares of the denominator are added at the end. About 26 KB of workgroup memory,
-// under the 32 KB that browsers give on desktop GPUs.
+// main_flash: flash attention on register tiles, for heads up to FLASH_D wide (32, 64 or 128;
+// d and dv at most FLASH_D). A workgroup of 2 FLASH_ROWS invocations takes FLASH_ROWS query
+// rows of one head (64, or 32 for heads 128 wide) and walks its keys in tiles of FK = 16.
+// Invocation (ty, tx) of a (FLASH_ROWS / 4) x 8 grid owns query rows 4ty..4ty+3, whose values
+// it keeps in vec4s (one lane a row): their scores against keys 2tx and 2tx + 1 of each tile,
+// their running maxima and its shares of their denominators, and their output columns
+// 4 (tx + 8g)..+3 for g < FLASH_D / 32 (a mat4x4 each, one column a row). Each step of a
+// product is a register tile: a vec4 of q^T (four rows) times a vec2 of k^T, or a vec4 of P^T
+// times a vec4 of v. No private array is indexed: NVIDIA's Vulkan compiler then keeps
+// everything in registers. For each tile:
+//   1. the tile's keys go to workgroup memory transposed (k^T) and its values as rows; q^T
+//      stays there from the start;
+//   2. each invocation scores its 4 x 2 block (masked and scaled as in `main`) and shares the
+//      rows' maxima with the row's other seven invocations;
+//   3. each takes its rows' new running maxima, turns its scores into probabilities, rescales
+//      its accumulators and its shares of the denominators, and writes the probabilities;
+//   4. each adds the tile's 16 probabilities times the value rows to its columns.
+// The eight shares of a row's denominator are added at the end. Workgroup memory: 30 KB for
+// heads 64 wide, 18 KB for 32 (under the 32 KB browsers give on desktop GPUs), 35 KB for 128.
 //
-// With SPLIT_KEYS > 0 (a multiple of FK) a block's keys are split in chunks of SPLIT_KEYS, one
+// With SPLIT_KEYS > 0 (a multiple of 64) a block's keys are split in chunks of SPLIT_KEYS, one
 // workgroup a (block, chunk), so that a grid of few blocks (a short prompt's few heads) still
 // fills the GPU: workgroup x = block * chunks + chunk, and instead of the output it writes each
 // row's partial (m, l, acc) for its chunk in `main_merge`'s layout (attention_split.wgsl), the
 // merge running with MERGE_KEYS = SPLIT_KEYS. A chunk past the keys a row sees leaves m = -inf.
-const FR: u32 = 64u; // query rows a block
-const FK: u32 = 32u; // keys a tile
-const FK4: u32 = 17u; // vec4s a row of k_flash: 16, and one of padding so that the four keys
-// a warp reads at once fall in different banks
-const FPS: u32 = 33u; // p_flash's row stride, padded for the same reason
+override FLASH_D: u32 = 64u;
+override FLASH_ROWS: u32 = 64u;
+override FLASH_THREADS: u32 = 128u; // 2 FLASH_ROWS
 override SPLIT_KEYS: u32 = 0u;
+const FX: u32 = 8u; // invocations along a tile's keys and the output's columns
+const FK: u32 = 16u; // keys a tile
 
-var<workgroup> k_flash: array<vec4<f32>, FK * FK4>;
-var<workgroup> v_flash: array<vec4<f32>, FK * 16u>;
-var<workgroup> p_flash: array<f32, FR * FPS>;
-var<workgroup> share_flash: array<f32, WG>;
+var<workgroup> fq: array<vec4<f32>, FLASH_D * FLASH_ROWS / 4u>; // q^T: [e][row / 4]
+var<workgroup> fk: array<vec2<f32>, FLASH_D * FX>; // k^T: [e][key / 2], lanes key % 2
+var<workgroup> fp: array<vec4<f32>, FK * FLASH_ROWS / 4u>; // P^T: [key][row / 4], swizzled
+var<workgroup> fv: array<vec4<f32>, FK * FLASH_D / 4u>; // v: [key][col / 4]
+var<workgroup> fsh: array<vec4<f32>, FLASH_ROWS * 2u>; // [row / 4][tx], lanes row % 4
 
-@compute @workgroup_size(256)
+fn finite4(x: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) != vec4<u32>(0x7f800000u);
+}
+
+// Scores of four rows: scaled, +inf for NaN, -inf where not visible.
+fn scores4(dot: vec4<f32>, visible: vec4<bool>) -> vec4<f32> {
+    let s = dot * params.scale;
+    let nan = (bitcast<vec4<u32>>(s) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+    let x = select(s, vec4<f32>(bitcast<f32>(pos_inf_bits)), nan);
+    return select(vec4<f32>(bitcast<f32>(neg_inf_bits)), x, visible);
+}
+
+// o (one column a row) plus p (one lane a row) times the value row part vr.
+fn pv4(o: mat4x4<f32>, p: vec4<f32>, vr: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(fma(vec4<f32>(p.x), vr, o[0]), fma(vec4<f32>(p.y), vr, o[1]),
+        fma(vec4<f32>(p.z), vr, o[2]), fma(vec4<f32>(p.w), vr, o[3]));
+}
+
+fn scale4(o: mat4x4<f32>, s: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(o[0] * s.x, o[1] * s.y, o[2] * s.z, o[3] * s.w);
+}
+
+// Row i's output columns 4 (tx + 8g)..+3 from its accumulators acc[g]: its result, or with
+// SPLIT_KEYS its partial (m, l, acc) for chunk `chunk` of `chunks`.
+fn flash_row(i: u32, b: u32, h: u32, tx: u32, chunk: u32, chunks: u32, m: f32, l: f32, seen: bool,
+    acc: mat4x4<f32>) {
+    if (i < params.sq) {
+        let dv = params.dv;
+        var o = out_row_at(b, h, i);
+        // A row with no visible key gets zeros; one whose maximum is not finite (a +inf or NaN
+        // score, or every score -inf), NaN.
+        var r = select(0.0, select(bitcast<f32>(nan_bits), 1.0 / l, is_finite(m)), seen);
+        if (SPLIT_KEYS > 0u) {
+            o = (((b * params.hq + h) * params.sq + i) * chunks + chunk) * (dv + 2u);
+            if (tx == 0u) {
+                out[o] = m;
+                out[o + 1u] = l;
+            }
+            o = o + 2u;
+            r = 1.0;
+        }
+        for (var g = 0u; g < FLASH_D / 32u; g = g + 1u) {
+            let x = acc[g] * r;
+            for (var u = 0u; u < 4u; u = u + 1u) {
+                let col = 4u * (tx + FX * g) + u;
+                if (col < dv) {
+                    out[o + col] = x[u];
+                }
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(FLASH_THREADS)
 fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let groups = FLASH_ROWS / 4u;
+    let d4 = FLASH_D / 4u;
     // (Dividing by SPLIT_KEYS itself would be a division by zero in the pipeline without a
     // split, which WGSL rejects even where it is never run.)
     let split = max(SPLIT_KEYS, 1u);
@@ -404,24 +441,35 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         chunks = (params.sk + split - 1u) / split;
         chunk = wid.x % chunks;
     }
-    let i0 = (wid.x / chunks) * FR;
+    var block = wid.x / chunks;
+    if (CAUSAL) {
+        // Causal blocks further down see more keys: they start first, so that the short ones
+        // fill the last wave instead of leaving the GPU idle behind a long one.
+        block = (params.sq + FLASH_ROWS - 1u) / FLASH_ROWS - 1u - block;
+    }
+    let i0 = block * FLASH_ROWS;
     let h = wid.y;
     let b = wid.z;
     let d = params.d;
     let dv = params.dv;
-    let d4 = (d + 3u) / 4u;
-    let dv4 = (dv + 3u) / 4u;
     let kvh = h / (params.hq / params.hkv);
     let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
     let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
-    let neg_inf = bitcast<f32>(neg_inf_bits);
-    let r = lid / 4u;
-    let c = lid % 4u;
-    let i = i0 + r;
-    let mine = visible_keys(i, b);
+    let ty = lid / FX;
+    let tx = lid % FX;
     if (lid == 0u) {
         // Visible keys grow with the row: the block's last row sees the most.
-        visible_shared = visible_keys(min(i0 + FR, params.sq) - 1u, b);
+        visible_shared = visible_keys(min(i0 + FLASH_ROWS, params.sq) - 1u, b);
+    }
+    // q^T, consecutive invocations on consecutive rows (so the writes take different banks).
+    for (var t = lid; t < FLASH_D * FLASH_ROWS; t = t + FLASH_THREADS) {
+        let row = t % FLASH_ROWS;
+        let e = t / FLASH_ROWS;
+        var x = 0.0;
+        if (i0 + row < params.sq && e < d) {
+            x = q[q_row_at(b, h, i0 + row) + e];
+        }
+        fq[e * groups + row / 4u][row % 4u] = x;
     }
     let visible = workgroupUniformLoad(&visible_shared);
     // This workgroup's keys: its chunk's (a multiple of FK from its start), or all it sees.
@@ -431,139 +479,109 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         first = chunk * SPLIT_KEYS;
         keys = min(visible, first + SPLIT_KEYS);
     }
-
-    var qr: array<vec4<f32>, 16>;
-    if (i < params.sq) {
-        let qb = q_row_at(b, h, i);
-        for (var e4 = 0u; e4 < 16u; e4 = e4 + 1u) {
-            var x = vec4<f32>(0.0);
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                if (e4 * 4u + j < d) {
-                    x[j] = q[qb + e4 * 4u + j];
-                }
-            }
-            qr[e4] = x;
-        }
-    }
-    var acc: array<vec4<f32>, 4>;
-    var m = neg_inf;
-    var l = 0.0;
+    let r0 = i0 + 4u * ty;
+    let vis = vec4<u32>(visible_keys(r0, b), visible_keys(r0 + 1u, b), visible_keys(r0 + 2u, b),
+        visible_keys(r0 + 3u, b));
+    var m = vec4<f32>(bitcast<f32>(neg_inf_bits));
+    var l = vec4<f32>(0.0);
+    var o0 = mat4x4<f32>();
+    var o1 = mat4x4<f32>();
+    var o2 = mat4x4<f32>();
+    var o3 = mat4x4<f32>();
     for (var tile = first; tile < keys; tile = tile + FK) {
         let n = min(FK, params.sk - tile);
-        for (var t = lid; t < FK * 64u; t = t + WG) {
-            let key = t / 64u;
-            let e = t % 64u;
-            var kx = 0.0;
-            var vx = 0.0;
-            if (key < n) {
-                if (e < d) {
-                    kx = k[k_base + (tile + key) * params.k_ss + e];
-                }
-                if (e < dv) {
-                    vx = v[v_base + (tile + key) * params.v_ss + e];
-                }
+        // k^T, consecutive invocations on consecutive keys.
+        for (var t = lid; t < FK * FLASH_D; t = t + FLASH_THREADS) {
+            let key = t % FK;
+            let e = t / FK;
+            var x = 0.0;
+            if (key < n && e < d) {
+                x = k[k_base + (tile + key) * params.k_ss + e];
             }
-            k_flash[key * FK4 + e / 4u][e % 4u] = kx;
-            v_flash[key * 16u + e / 4u][e % 4u] = vx;
+            fk[e * FX + key / 2u][key % 2u] = x;
+        }
+        for (var t = lid; t < FK * FLASH_D; t = t + FLASH_THREADS) {
+            let key = t / FLASH_D;
+            let e = t % FLASH_D;
+            var x = 0.0;
+            if (key < n && e < dv) {
+                x = v[v_base + (tile + key) * params.v_ss + e];
+            }
+            fv[key * d4 + e / 4u][e % 4u] = x;
         }
         workgroupBarrier();
 
-        var s: array<f32, 8>;
-        var top = neg_inf;
-        for (var u = 0u; u < 8u; u = u + 1u) {
-            let key = c + 4u * u;
-            var dot_ = 0.0;
-            for (var e4 = 0u; e4 < 16u; e4 = e4 + 1u) {
-                if (e4 < d4) {
-                    dot_ = dot_ + dot(qr[e4], k_flash[key * FK4 + e4]);
-                }
-            }
-            var x = neg_inf;
-            if (tile + key < mine) {
-                x = score(dot_);
-            }
-            s[u] = x;
-            top = max(top, x);
+        // Scores of rows 4ty..+3 (lanes) against keys 2tx (sx) and 2tx + 1 (sy).
+        var sx = vec4<f32>(0.0);
+        var sy = vec4<f32>(0.0);
+        for (var e = 0u; e < FLASH_D; e = e + 1u) {
+            let qv = fq[e * groups + ty];
+            let kv = fk[e * FX + tx];
+            sx = fma(qv, vec4<f32>(kv.x), sx);
+            sy = fma(qv, vec4<f32>(kv.y), sy);
         }
-        share_flash[lid] = top;
+        let j = vec4<u32>(tile + 2u * tx);
+        sx = scores4(sx, j < vis);
+        sy = scores4(sy, j + vec4<u32>(1u) < vis);
+        fsh[ty * FX + tx] = max(sx, sy);
         workgroupBarrier();
-        let row = r * 4u;
-        let tile_max = max(
-            max(share_flash[row], share_flash[row + 1u]),
-            max(share_flash[row + 2u], share_flash[row + 3u])
-        );
-        let m_new = max(m, tile_max);
+
+        var top = fsh[ty * FX];
+        for (var t = 1u; t < FX; t = t + 1u) {
+            top = max(top, fsh[ty * FX + t]);
+        }
+        let m_new = max(m, top);
         // A row with no finite maximum yet keeps its zeros (-inf: nothing seen, which also
         // avoids -inf - -inf; +inf: the row ends NaN).
-        var scale = 1.0;
-        var sum = 0.0;
-        if (is_finite(m_new)) {
-            scale = select(0.0, exp(m - m_new), is_finite(m));
-            for (var u = 0u; u < 8u; u = u + 1u) {
-                let p = exp(s[u] - m_new);
-                s[u] = p;
-                sum = sum + p;
-            }
-        } else {
-            for (var u = 0u; u < 8u; u = u + 1u) {
-                s[u] = 0.0;
-            }
-        }
+        let live = finite4(m_new);
+        let scale = select(vec4<f32>(1.0), select(vec4<f32>(0.0), exp(m - m_new), finite4(m)), live);
+        let px = select(vec4<f32>(0.0), exp(sx - m_new), live);
+        let py = select(vec4<f32>(0.0), exp(sy - m_new), live);
         m = m_new;
-        l = l * scale + sum;
-        for (var u = 0u; u < 8u; u = u + 1u) {
-            p_flash[r * FPS + c + 4u * u] = s[u];
+        l = l * scale + (px + py);
+        o0 = scale4(o0, scale);
+        if (FLASH_D > 32u) {
+            o1 = scale4(o1, scale);
         }
-        for (var t = 0u; t < 4u; t = t + 1u) {
-            acc[t] = acc[t] * scale;
+        if (FLASH_D > 64u) {
+            o2 = scale4(o2, scale);
+            o3 = scale4(o3, scale);
         }
+        // P^T, its vec4 slots turned by the key pair so that the eight tx write different banks.
+        fp[2u * tx * groups + (ty ^ tx)] = px;
+        fp[(2u * tx + 1u) * groups + (ty ^ tx)] = py;
         workgroupBarrier();
 
-        for (var j = 0u; j < FK; j = j + 1u) {
-            let p = p_flash[r * FPS + j];
-            for (var t = 0u; t < 4u; t = t + 1u) {
-                let g = c + 4u * t;
-                if (g < dv4) {
-                    acc[t] = fma(vec4<f32>(p), v_flash[j * 16u + g], acc[t]);
-                }
+        for (var jj = 0u; jj < FK; jj = jj + 1u) {
+            let p = fp[jj * groups + (ty ^ (jj / 2u))];
+            let vr = jj * d4 + tx;
+            o0 = pv4(o0, p, fv[vr]);
+            if (FLASH_D > 32u) {
+                o1 = pv4(o1, p, fv[vr + FX]);
+            }
+            if (FLASH_D > 64u) {
+                o2 = pv4(o2, p, fv[vr + 2u * FX]);
+                o3 = pv4(o3, p, fv[vr + 3u * FX]);
             }
         }
         workgroupBarrier();
     }
 
-    // The row's denominator: the sum of its four shares.
-    share_flash[lid] = l;
+    // The rows' denominators: the sums of their eight shares (a split's partial keeps them).
+    fsh[ty * FX + tx] = l;
     workgroupBarrier();
-    let row = r * 4u;
-    let denom = (share_flash[row] + share_flash[row + 1u]) + (share_flash[row + 2u] + share_flash[row + 3u]);
-    if (i < params.sq) {
-        // A row with no visible key gets zeros; one whose maximum is not finite, NaN. A split's
-        // partial keeps m, the denominator and the accumulators as they are.
-        let finite = is_finite(m);
-        let seen = mine > 0u;
-        var o = out_row_at(b, h, i);
-        if (SPLIT_KEYS > 0u) {
-            o = (((b * params.hq + h) * params.sq + i) * chunks + chunk) * (dv + 2u);
-            if (c == 0u) {
-                out[o] = m;
-                out[o + 1u] = denom;
-            }
-            o = o + 2u;
-        }
-        for (var t = 0u; t < 4u; t = t + 1u) {
-            let g = c + 4u * t;
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let col = g * 4u + j;
-                if (col < dv) {
-                    var x = 0.0;
-                    if (SPLIT_KEYS > 0u) {
-                        x = acc[t][j];
-                    } else if (seen) {
-                        x = select(bitcast<f32>(nan_bits), acc[t][j] / denom, finite);
-                    }
-                    out[o + col] = x;
-                }
-            }
-        }
+    var denom = fsh[ty * FX];
+    for (var t = 1u; t < FX; t = t + 1u) {
+        denom = denom + fsh[ty * FX + t];
     }
+    // A row with no visible key gets zeros.
+    let seen = vis > vec4<u32>(0u);
+    flash_row(r0, b, h, tx, chunk, chunks, m.x, denom.x, seen.x,
+        mat4x4<f32>(o0[0], o1[0], o2[0], o3[0]));
+    flash_row(r0 + 1u, b, h, tx, chunk, chunks, m.y, denom.y, seen.y,
+        mat4x4<f32>(o0[1], o1[1], o2[1], o3[1]));
+    flash_row(r0 + 2u, b, h, tx, chunk, chunks, m.z, denom.z, seen.z,
+        mat4x4<f32>(o0[2], o1[2], o2[2], o3[2]));
+    flash_row(r0 + 3u, b, h, tx, chunk, chunks, m.w, denom.w, seen.w,
+        mat4x4<f32>(o0[3], o1[3], o2[3], o3[3]));
 }

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 mod attention_blocks;
 mod constants;
 mod layout;
-pub(crate) use attention_blocks::{flash_split, AttentionBlocks, FLASH_WORKGROUP_BYTES};
+pub(crate) use attention_blocks::{
+    flash_rows, flash_split, flash_width, flash_workgroup_bytes, AttentionBlocks,
+};
 pub(crate) use layout::Layout;
 
 /// One pipeline: a kernel and its specialisation.

@@ -1,6 +1,8 @@
 //! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
 
-use super::super::pipelines::{flash_split, AttentionBlocks, FLASH_WORKGROUP_BYTES};
+use super::super::pipelines::{
+    flash_rows, flash_split, flash_width, flash_workgroup_bytes, AttentionBlocks,
+};
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
 use super::{whole, Bind, Kernel};
 use crate::error::{Error, Result};
@@ -105,7 +107,7 @@ impl Shared {
         ];
         // Heads up to 128 wide take blocks of query rows (one load of a key serves the block);
         // a few rows (decoding) take the row kernel, which scores 256 keys at a time instead
-        // of walking tiles of 8 or 16 for a block of rows it mostly does not have.
+        // of walking tiles for a block of rows it mostly does not have.
         // Decoding over many keys: chunks of 256 keys of a KV head, each for every query row
         // that reads the head, then a merge per row (see attention_split.wgsl).
         if sq <= 4 && (hq / hkv) * sq <= 8 && sk >= SPLIT_MIN_KEYS && d <= 256 && dv <= 256 {
@@ -126,20 +128,21 @@ impl Shared {
             );
             return self.record_split(st, binds, lens.is_some(), a, &p, split, chunks, 256);
         }
-        // Heads up to 64 wide with enough rows to fill its blocks take the flash kernel, where
-        // the adapter has its workgroup memory.
+        // Heads up to 128 wide take the flash kernel where the adapter has its workgroup memory
+        // (30 KB at widths up to 64, 35 KB up to 128), else blocks of 8 rows in 13.6 KB.
         let width = d.max(dv);
+        let flash = flash_width(width).filter(|&w| {
+            self.limits.max_compute_workgroup_storage_size >= flash_workgroup_bytes(w)
+        });
         let blocks = if sq <= 4 {
             AttentionBlocks::Row
-        } else if sq >= 32
-            && width <= 64
-            && self.limits.max_compute_workgroup_storage_size >= FLASH_WORKGROUP_BYTES
-        {
-            let split = flash_split(sq.div_ceil(64) * hq * b, sk);
+        } else if let Some(width) = flash {
+            let split = flash_split(sq.div_ceil(flash_rows(width)) * hq * b, sk);
             if split > 0 {
-                return self.record_flash_split(st, binds, lens.is_some(), a, &p, split);
+                let flash = (split, width);
+                return self.record_flash_split(st, binds, lens.is_some(), a, &p, flash);
             }
-            AttentionBlocks::Flash { split: 0 }
+            AttentionBlocks::Flash { split: 0, width }
         } else {
             AttentionBlocks::for_width(width)
         };
@@ -158,7 +161,7 @@ impl Shared {
         )
     }
 
-    /// `main_flash` with its blocks' keys split in chunks of `split` (a grid too small to fill
+    /// `main_flash` at `width` with its blocks' keys split in chunks of `split` (a grid too small to fill
     /// the GPU), each (block, chunk) writing partials, then `main_merge` per row.
     fn record_flash_split(
         &self,
@@ -167,14 +170,18 @@ impl Shared {
         has_lens: bool,
         a: AttentionSpec,
         p: &AttentionParams,
-        split: u16,
+        (split, width): (u16, u8),
     ) -> Result<()> {
         let [b, hq, sq, sk] = [a.batch, a.hq, a.sq, a.sk].map(|x| x as u64);
         // At most 512 / blocks chunks (`flash_split`) for fewer than 256 blocks of rows, so
         // the grid's x (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
         let chunks = sk.div_ceil(u64::from(split));
-        let grid = [(sq.div_ceil(64) * chunks) as u32, hq as u32, b as u32];
-        let kernel = (AttentionBlocks::Flash { split }, grid);
+        let grid = [
+            (sq.div_ceil(flash_rows(width)) * chunks) as u32,
+            hq as u32,
+            b as u32,
+        ];
+        let kernel = (AttentionBlocks::Flash { split, width }, grid);
         self.record_split(st, binds, has_lens, a, p, kernel, chunks, split)
     }
 

@@ -3,18 +3,16 @@
 /// How attention.wgsl groups query rows per workgroup, by head width (d and dv).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum AttentionBlocks {
-    /// `main_tiled`, 16 rows: heads up to 64 wide.
-    Narrow,
-    /// `main_tiled` with WIDE, 8 rows: heads 65-128 wide.
-    Wide,
+    /// `main_tiled`, 8 rows: heads up to 128 wide where `Flash` does not fit the adapter.
+    Tiled,
     /// `main`, one row: wider heads.
     Row,
-    /// `main_flash`, 64 rows, four invocations a row: heads up to 64 wide with at least 32
-    /// query rows, where the adapter has the workgroup memory (`FLASH_WORKGROUP_BYTES`). With
-    /// `split` > 0 (a multiple of 32 keys) each workgroup takes one chunk of `split` keys of its
-    /// block and writes partials for `Merge { keys: split }`: a grid of few blocks then fills
-    /// the GPU (see [`flash_split`]).
-    Flash { split: u16 },
+    /// `main_flash`, register tiles: heads up to `width` wide (32, 64 or 128; 64 rows a
+    /// workgroup, 32 at 128) with at least 32 query rows, where the adapter has the workgroup
+    /// memory ([`flash_workgroup_bytes`]). With `split` > 0 (a multiple of 64 keys) each
+    /// workgroup takes one chunk of `split` keys of its block and writes partials for
+    /// `Merge { keys: split }`: a grid of few blocks then fills the GPU (see [`flash_split`]).
+    Flash { split: u16, width: u8 },
     /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
     /// query rows that read it (decoding: the GQA group times sq, at most 8, rounded up to
     /// `rows`, a power of two), writing partials.
@@ -28,8 +26,7 @@ impl AttentionBlocks {
     /// The blocking for heads of width `d.max(dv)`.
     pub(crate) fn for_width(width: u64) -> AttentionBlocks {
         match width {
-            0..=64 => AttentionBlocks::Narrow,
-            65..=128 => AttentionBlocks::Wide,
+            0..=128 => AttentionBlocks::Tiled,
             _ => AttentionBlocks::Row,
         }
     }
@@ -37,19 +34,42 @@ impl AttentionBlocks {
     /// Query rows per workgroup.
     pub(crate) fn rows(self) -> u64 {
         match self {
-            AttentionBlocks::Narrow => 16,
-            AttentionBlocks::Wide => 8,
+            AttentionBlocks::Tiled => 8,
             AttentionBlocks::Row => 1,
-            AttentionBlocks::Flash { .. } => 64,
+            AttentionBlocks::Flash { width, .. } => flash_rows(width),
             AttentionBlocks::Split { .. } | AttentionBlocks::Merge { .. } => 1,
         }
     }
 }
 
-/// Workgroup memory `main_flash` declares (its key, value and probability tiles and the rows'
-/// shares): under the 32 KB browsers give on desktop GPUs.
-pub(crate) const FLASH_WORKGROUP_BYTES: u32 =
-    32 * 17 * 16 + 32 * 16 * 16 + 64 * 33 * 4 + 256 * 4 + 4;
+/// The head width `main_flash` is compiled for that holds heads `width` wide (`d.max(dv)`), or
+/// None above 128.
+pub(crate) fn flash_width(width: u64) -> Option<u8> {
+    match width {
+        0..=32 => Some(32),
+        33..=64 => Some(64),
+        65..=128 => Some(128),
+        _ => None,
+    }
+}
+
+/// Query rows a `main_flash` workgroup takes at a compiled width: 64, or 32 for heads 128 wide
+/// (whose q^T would not fit otherwise).
+pub(crate) fn flash_rows(width: u8) -> u64 {
+    if width > 64 {
+        32
+    } else {
+        64
+    }
+}
+
+/// Workgroup memory `main_flash` declares at a compiled width (q^T, the key tile transposed,
+/// the probabilities, the value tile, the rows' shares and the visible count): 18, 30 and 35 KB
+/// at widths 32, 64 and 128, the first two under the 32 KB browsers give on desktop GPUs.
+pub(crate) fn flash_workgroup_bytes(width: u8) -> u32 {
+    let (d, rows) = (u32::from(width), flash_rows(width) as u32);
+    (d * rows + d * 16 + 16 * rows + 16 * d + rows * 8) * 4 + 4
+}
 
 /// Workgroups from which `main_flash` takes its blocks whole: about two for each SM of the
 /// largest GPUs (132 on an H100). WebGPU does not tell how many SMs an adapter has; a smaller

@@ -1,6 +1,6 @@
 //! The override constants that specialise each kernel's shader.
 
-use super::{AttentionBlocks, Kernel};
+use super::{flash_rows, AttentionBlocks, Kernel};
 
 impl Kernel {
     /// The override constants that specialise the shader.
@@ -67,15 +67,16 @@ impl Kernel {
                     ("CAUSAL", causal as u32 as f64),
                     ("HAS_LENS", lens as u32 as f64),
                 ];
-                // attention_split.wgsl has no WIDE.
                 match blocks {
                     AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
                     AttentionBlocks::Merge { keys } => c.push(("MERGE_KEYS", f64::from(keys))),
-                    AttentionBlocks::Flash { split } => {
-                        c.push(("WIDE", 0.0));
+                    AttentionBlocks::Flash { split, width } => {
                         c.push(("SPLIT_KEYS", f64::from(split)));
+                        c.push(("FLASH_D", f64::from(width)));
+                        c.push(("FLASH_ROWS", flash_rows(width) as f64));
+                        c.push(("FLASH_THREADS", 2.0 * flash_rows(width) as f64));
                     }
-                    _ => c.push(("WIDE", (blocks == AttentionBlocks::Wide) as u32 as f64)),
+                    _ => {}
                 }
                 c
             }

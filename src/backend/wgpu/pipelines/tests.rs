@@ -53,22 +53,31 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Narrow,
+            blocks: AttentionBlocks::Tiled,
         },
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Wide,
+            blocks: AttentionBlocks::Flash {
+                split: 0,
+                width: 64,
+            },
         },
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Flash { split: 0 },
+            blocks: AttentionBlocks::Flash {
+                split: 128,
+                width: 128,
+            },
         },
         Kernel::Attention {
-            causal: true,
-            lens: true,
-            blocks: AttentionBlocks::Flash { split: 128 },
+            causal: false,
+            lens: false,
+            blocks: AttentionBlocks::Flash {
+                split: 0,
+                width: 32,
+            },
         },
         Kernel::Attention {
             causal: true,
@@ -410,12 +419,17 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
         }
         let [x, y, z] = size;
         // The cooperative-matrix kernel (native only) sizes its workgroups by its tile; softmax
-        // narrows its workgroups on software adapters.
+        // narrows its workgroups on software adapters; flash attention takes two invocations a
+        // query row of its block.
         let threads = match kernel {
             Kernel::Matmul { arith, tile, .. } => arith.threads(tile),
             Kernel::SoftmaxStats { narrow: true }
             | Kernel::SoftmaxCombine { narrow: true }
             | Kernel::SoftmaxRows { narrow: true, .. } => 4,
+            Kernel::Attention {
+                blocks: AttentionBlocks::Flash { width, .. },
+                ..
+            } => 2 * flash_rows(width) as u32,
             _ => 256,
         };
         assert!(
