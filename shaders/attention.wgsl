@@ -397,6 +397,29 @@ fn scale4(o: mat4x4<f32>, s: vec4<f32>) -> mat4x4<f32> {
     return mat4x4<f32>(o[0] * s.x, o[1] * s.y, o[2] * s.z, o[3] * s.w);
 }
 
+// The next tile's keys and values, loaded into registers while this one is computed.
+var<private> kn: array<f32, 32>;
+var<private> vn: array<f32, 32>;
+
+// Loads this invocation's elements of the tile at key `tile` (below sk): k^T's (key t % FK,
+// column t / FK) and v's (key t / FLASH_D, column t % FLASH_D) for t = lid + FLASH_THREADS u.
+fn flash_fetch(tile: u32, lid: u32, kb: u32, vb: u32) {
+    let n = min(FK, params.sk - tile);
+    for (var u = 0u; u < FK * FLASH_D / FLASH_THREADS; u = u + 1u) {
+        let t = lid + FLASH_THREADS * u;
+        var x = 0.0;
+        var y = 0.0;
+        if (t % FK < n && t / FK < params.d) {
+            x = k[kb + (tile + t % FK) * params.k_ss + t / FK];
+        }
+        if (t / FLASH_D < n && t % FLASH_D < params.dv) {
+            y = v[vb + (tile + t / FLASH_D) * params.v_ss + t % FLASH_D];
+        }
+        kn[u] = x;
+        vn[u] = y;
+    }
+}
+
 // Row i's output columns 4 (tx + 8g)..+3 from its accumulators acc[g]: its result, or with
 // SPLIT_KEYS its partial (m, l, acc) for chunk `chunk` of `chunks`.
 fn flash_row(i: u32, b: u32, h: u32, tx: u32, chunk: u32, chunks: u32, m: f32, l: f32, seen: bool,
@@ -451,7 +474,6 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let h = wid.y;
     let b = wid.z;
     let d = params.d;
-    let dv = params.dv;
     let kvh = h / (params.hq / params.hkv);
     let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
     let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
@@ -488,28 +510,20 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     var o1 = mat4x4<f32>();
     var o2 = mat4x4<f32>();
     var o3 = mat4x4<f32>();
+    if (first < keys) {
+        flash_fetch(first, lid, k_base, v_base);
+    }
     for (var tile = first; tile < keys; tile = tile + FK) {
-        let n = min(FK, params.sk - tile);
-        // k^T, consecutive invocations on consecutive keys.
-        for (var t = lid; t < FK * FLASH_D; t = t + FLASH_THREADS) {
-            let key = t % FK;
-            let e = t / FK;
-            var x = 0.0;
-            if (key < n && e < d) {
-                x = k[k_base + (tile + key) * params.k_ss + e];
-            }
-            fk[e * FX + key / 2u][key % 2u] = x;
-        }
-        for (var t = lid; t < FK * FLASH_D; t = t + FLASH_THREADS) {
-            let key = t / FLASH_D;
-            let e = t % FLASH_D;
-            var x = 0.0;
-            if (key < n && e < dv) {
-                x = v[v_base + (tile + key) * params.v_ss + e];
-            }
-            fv[key * d4 + e / 4u][e % 4u] = x;
+        // k^T (consecutive invocations on consecutive keys) and the value rows.
+        for (var u = 0u; u < FK * FLASH_D / FLASH_THREADS; u = u + 1u) {
+            let t = lid + FLASH_THREADS * u;
+            fk[t / FK * FX + t % FK / 2u][t % 2u] = kn[u];
+            fv[t / FLASH_D * d4 + t % FLASH_D / 4u][t % 4u] = vn[u];
         }
         workgroupBarrier();
+        if (tile + FK < keys) {
+            flash_fetch(tile + FK, lid, k_base, v_base);
+        }
 
         // Scores of rows 4ty..+3 (lanes) against keys 2tx (sx) and 2tx + 1 (sy).
         var sx = vec4<f32>(0.0);
