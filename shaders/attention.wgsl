@@ -160,202 +160,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
-// `main_tiled`, for d and dv up to 128 where `main_flash` does not fit the adapter's workgroup
-// memory: a workgroup takes a block of 8 query rows of one head, so each key and value row it
-// loads serves the whole block, and walks the keys in tiles of 8, in 13.6 KB of workgroup
-// memory (within WebGPU's default 16 KB). Per tile of keys:
-//   1. the tile's keys and values are copied to workgroup memory (key rows padded by one
-//      float, so the rows a step reads fall in different banks);
-//   2. each (query, key) pair's dot product is split over 4 invocations, each summing a
-//      quarter of d;
-//   3. one invocation per query row adds the parts, masks and scales the scores, takes the
-//      tile's maximum, turns the scores into probabilities and updates the row's running
-//      maximum and denominator;
-//   4. each invocation rescales its four accumulators (four columns of one query's output,
-//      32 apart) and adds the tile's probabilities times the value rows.
-// Rows of one block see different numbers of keys under CAUSAL; the tiles run up to what the
-// block's last row sees, and a row's scores past its own limit are -inf.
-const TQ: u32 = 8u; // rows per block
-const TK: u32 = 8u; // keys per tile
-const TD: u32 = 128u; // head width
-
-var<workgroup> q_tile: array<f32, TQ * TD>;
-var<workgroup> k_tile: array<f32, TK * (TD + 1u)>;
-var<workgroup> v_tile: array<f32, TK * TD>;
-var<workgroup> p_tile: array<f32, TQ * TK>;
-var<workgroup> dot_parts: array<f32, WG>;
-var<workgroup> row_max: array<f32, TQ>;
-var<workgroup> row_sum: array<f32, TQ>;
-var<workgroup> row_scale: array<f32, TQ>;
-
-@compute @workgroup_size(256)
-fn main_tiled(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let kt = TD + 1u;
-    let i0 = wid.x * TQ; // first query row of the block
-    let h = wid.y;
-    let b = wid.z;
-    let d = params.d;
-    let dv = params.dv;
-    let kvh = h / (params.hq / params.hkv);
-    let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;
-    let v_base = params.v_off + b * params.v_sb + kvh * params.v_sh;
-    let neg_inf = bitcast<f32>(neg_inf_bits);
-    // Scores: pair (sr, sc) of the tile, part `part` of its dot product.
-    let pair = lid / 4u;
-    let part = lid % 4u;
-    let sr = pair / TK;
-    let sc = pair % TK;
-    let chunk = (d + 3u) / 4u;
-    let e0 = min(d, part * chunk);
-    let e1 = min(d, e0 + chunk);
-    // Output: row `orow` of the block, columns ocol + 32 j for j < 4.
-    let orow = lid / 32u;
-    let ocol = lid % 32u;
-
-    if (lid == 0u) {
-        // Visible keys grow with the row: the block's last row sees the most.
-        visible_shared = visible_keys(min(i0 + TQ, params.sq) - 1u, b);
-    }
-    let rows = min(TQ, params.sq - i0);
-    for (var t = lid; t < TQ * d; t = t + WG) {
-        let row = t / d;
-        var val = 0.0;
-        if (row < rows) {
-            val = q[q_row_at(b, h, i0 + row) + t % d];
-        }
-        q_tile[row * TD + t % d] = val;
-    }
-    var mine = 0u;
-    if (lid < TQ) {
-        mine = visible_keys(i0 + lid, b);
-        row_max[lid] = neg_inf;
-        row_sum[lid] = 0.0;
-    }
-    let keys = workgroupUniformLoad(&visible_shared);
-
-    var acc0 = 0.0;
-    var acc1 = 0.0;
-    var acc2 = 0.0;
-    var acc3 = 0.0;
-    for (var tile = 0u; tile < keys; tile = tile + TK) {
-        let n = min(TK, params.sk - tile);
-        for (var t = lid; t < TK * d; t = t + WG) {
-            let row = t / d;
-            var val = 0.0;
-            if (row < n) {
-                val = k[k_base + (tile + row) * params.k_ss + t % d];
-            }
-            k_tile[row * kt + t % d] = val;
-        }
-        for (var t = lid; t < TK * dv; t = t + WG) {
-            let row = t / dv;
-            var val = 0.0;
-            if (row < n) {
-                val = v[v_base + (tile + row) * params.v_ss + t % dv];
-            }
-            v_tile[row * TD + t % dv] = val;
-        }
-        workgroupBarrier();
-
-        var dot = 0.0;
-        for (var e = e0; e < e1; e = e + 1u) {
-            dot = fma(q_tile[sr * TD + e], k_tile[sc * kt + e], dot);
-        }
-        dot_parts[lid] = dot;
-        workgroupBarrier();
-
-        if (lid < TQ) {
-            let old = row_max[lid];
-            var m = old;
-            for (var t = 0u; t < TK; t = t + 1u) {
-                var s = neg_inf;
-                if (tile + t < mine) {
-                    let at = (lid * TK + t) * 4u;
-                    s = score((dot_parts[at] + dot_parts[at + 1u]) + (dot_parts[at + 2u] + dot_parts[at + 3u]));
-                }
-                p_tile[lid * TK + t] = s;
-                m = max(m, s);
-            }
-            var sum = 0.0;
-            var scale = 1.0;
-            // A row with no finite maximum yet keeps its zeros (-inf: nothing seen, which also
-            // avoids -inf - -inf; +inf: the row ends NaN).
-            for (var t = 0u; t < TK; t = t + 1u) {
-                var p = 0.0;
-                if (is_finite(m)) {
-                    p = exp(p_tile[lid * TK + t] - m);
-                }
-                p_tile[lid * TK + t] = p;
-                sum = sum + p;
-            }
-            if (is_finite(m)) {
-                scale = select(0.0, exp(old - m), is_finite(old));
-            }
-            row_scale[lid] = scale;
-            row_sum[lid] = row_sum[lid] * scale + sum;
-            row_max[lid] = m;
-        }
-        workgroupBarrier();
-
-        let scale = row_scale[orow];
-        var p0 = acc0 * scale;
-        var p1 = acc1 * scale;
-        var p2 = acc2 * scale;
-        var p3 = acc3 * scale;
-        for (var t = 0u; t < TK; t = t + 1u) {
-            let p = p_tile[orow * TK + t];
-            let vr = t * TD + ocol;
-            p0 = fma(p, v_tile[vr], p0);
-            p1 = fma(p, v_tile[vr + 32u], p1);
-            p2 = fma(p, v_tile[vr + 64u], p2);
-            p3 = fma(p, v_tile[vr + 96u], p3);
-        }
-        acc0 = p0;
-        acc1 = p1;
-        acc2 = p2;
-        acc3 = p3;
-        workgroupBarrier();
-    }
-    let i = i0 + orow;
-    if (i < params.sq) {
-        // A row with no visible key gets zeros; one whose maximum is not finite, NaN.
-        let l = row_sum[orow];
-        let finite = is_finite(row_max[orow]);
-        let seen = visible_keys(i, b) > 0u;
-        let o = out_row_at(b, h, i);
-        let accs = array<f32, 4>(acc0, acc1, acc2, acc3);
-        for (var j = 0u; j < 4u; j = j + 1u) {
-            let col = ocol + j * 32u;
-            if (col < dv) {
-                var r = 0.0;
-                if (seen) {
-                    r = select(bitcast<f32>(nan_bits), accs[j] / l, finite);
-                }
-                out[o + col] = r;
-            }
-        }
-    }
-}
-
 // main_flash: flash attention on register tiles, for heads up to FLASH_D wide (32, 64 or 128;
 // d and dv at most FLASH_D). A workgroup of 2 FLASH_ROWS invocations takes FLASH_ROWS query
-// rows of one head (64, or 32 for heads 128 wide) and walks its keys in tiles of FK = 16.
+// rows of one head (64, 32 or 16: the most the adapter's workgroup memory holds at the width)
+// and walks its keys in tiles of FK = 16.
 // Invocation (ty, tx) of a (FLASH_ROWS / 4) x 8 grid owns query rows 4ty..4ty+3, whose values
 // it keeps in vec4s (one lane a row): their scores against keys 2tx and 2tx + 1 of each tile,
 // their running maxima and its shares of their denominators, and their output columns
 // 4 (tx + 8g)..+3 for g < FLASH_D / 32 (a mat4x4 each, one column a row). Each step of a
 // product is a register tile: a vec4 of q^T (four rows) times a vec2 of k^T, or a vec4 of P^T
-// times a vec4 of v. No private array is indexed: NVIDIA's Vulkan compiler then keeps
-// everything in registers. For each tile:
-//   1. the tile's keys go to workgroup memory transposed (k^T) and its values as rows; q^T
-//      stays there from the start;
+// times a vec4 of v. No private array is indexed but by unrolled loops: NVIDIA's Vulkan
+// compiler then keeps everything in registers. For each tile:
+//   1. the tile's keys go to workgroup memory transposed (k^T) and its values as rows, from
+//      registers loaded during the tile before (q^T stays there from the start); then the
+//      next tile's loads are issued;
 //   2. each invocation scores its 4 x 2 block (masked and scaled as in `main`) and shares the
 //      rows' maxima with the row's other seven invocations;
 //   3. each takes its rows' new running maxima, turns its scores into probabilities, rescales
 //      its accumulators and its shares of the denominators, and writes the probabilities;
 //   4. each adds the tile's 16 probabilities times the value rows to its columns.
-// The eight shares of a row's denominator are added at the end. Workgroup memory: 30 KB for
-// heads 64 wide, 18 KB for 32 (under the 32 KB browsers give on desktop GPUs), 35 KB for 128.
+// The eight shares of a row's denominator are added at the end. Workgroup memory: 30 KB at
+// width 64 and 64 rows, 35 KB at 128 and 32, 25.5 KB at 128 and 16 (flash_workgroup_bytes).
 //
 // With SPLIT_KEYS > 0 (a multiple of 64) a block's keys are split in chunks of SPLIT_KEYS, one
 // workgroup a (block, chunk), so that a grid of few blocks (a short prompt's few heads) still
@@ -398,8 +223,8 @@ fn scale4(o: mat4x4<f32>, s: vec4<f32>) -> mat4x4<f32> {
 }
 
 // The next tile's keys and values, loaded into registers while this one is computed.
-var<private> kn: array<f32, 32>;
-var<private> vn: array<f32, 32>;
+var<private> kn: array<f32, 64>;
+var<private> vn: array<f32, 64>;
 
 // Loads this invocation's elements of the tile at key `tile` (below sk): k^T's (key t % FK,
 // column t / FK) and v's (key t / FLASH_D, column t % FLASH_D) for t = lid + FLASH_THREADS u.
@@ -562,12 +387,13 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             o3 = scale4(o3, scale);
         }
         // P^T, its vec4 slots turned by the key pair so that the eight tx write different banks.
-        fp[2u * tx * groups + (ty ^ tx)] = px;
-        fp[(2u * tx + 1u) * groups + (ty ^ tx)] = py;
+        let slot = (ty ^ tx) & (groups - 1u);
+        fp[2u * tx * groups + slot] = px;
+        fp[(2u * tx + 1u) * groups + slot] = py;
         workgroupBarrier();
 
         for (var jj = 0u; jj < FK; jj = jj + 1u) {
-            let p = fp[jj * groups + (ty ^ (jj / 2u))];
+            let p = fp[jj * groups + ((ty ^ (jj / 2u)) & (groups - 1u))];
             let vr = jj * d4 + tx;
             o0 = pv4(o0, p, fv[vr]);
             if (FLASH_D > 32u) {

@@ -17,9 +17,7 @@ use std::collections::HashMap;
 mod attention_blocks;
 mod constants;
 mod layout;
-pub(crate) use attention_blocks::{
-    flash_rows, flash_split, flash_width, flash_workgroup_bytes, AttentionBlocks,
-};
+pub(crate) use attention_blocks::{flash_rows, flash_split, flash_width, AttentionBlocks};
 pub(crate) use layout::Layout;
 
 /// One pipeline: a kernel and its specialisation.
@@ -267,7 +265,6 @@ impl Kernel {
                 blocks: AttentionBlocks::Merge { .. },
                 ..
             } => "main_merge",
-            Kernel::Attention { .. } => "main_tiled",
             Kernel::ReducePartial { .. } => "partial",
             Kernel::ReduceFinish(_) => "finish",
             Kernel::SoftmaxStats { .. } => "stats",

@@ -1,8 +1,6 @@
 //! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
 
-use super::super::pipelines::{
-    flash_rows, flash_split, flash_width, flash_workgroup_bytes, AttentionBlocks,
-};
+use super::super::pipelines::{flash_rows, flash_split, flash_width, AttentionBlocks};
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
 use super::{whole, Bind, Kernel};
 use crate::error::{Error, Result};
@@ -131,20 +129,22 @@ impl Shared {
         // Heads up to 128 wide take the flash kernel where the adapter has its workgroup memory
         // (30 KB at widths up to 64, 35 KB up to 128), else blocks of 8 rows in 13.6 KB.
         let width = d.max(dv);
-        let flash = flash_width(width).filter(|&w| {
-            self.limits.max_compute_workgroup_storage_size >= flash_workgroup_bytes(w)
-        });
-        let blocks = if sq <= 4 {
-            AttentionBlocks::Row
-        } else if let Some(width) = flash {
-            let split = flash_split(sq.div_ceil(flash_rows(width)) * hq * b, sk);
-            if split > 0 {
-                let flash = (split, width);
-                return self.record_flash_split(st, binds, lens.is_some(), a, &p, flash);
+        let storage = self.limits.max_compute_workgroup_storage_size;
+        let flash = flash_width(width).and_then(|w| Some((w, flash_rows(w, storage)?)));
+        let blocks = match flash {
+            Some((width, rows)) if sq > 4 => {
+                let split = flash_split(sq.div_ceil(u64::from(rows)) * hq * b, sk);
+                if split > 0 {
+                    let flash = (split, width, rows);
+                    return self.record_flash_split(st, binds, lens.is_some(), a, &p, flash);
+                }
+                AttentionBlocks::Flash {
+                    split: 0,
+                    width,
+                    rows,
+                }
             }
-            AttentionBlocks::Flash { split: 0, width }
-        } else {
-            AttentionBlocks::for_width(width)
+            _ => AttentionBlocks::Row,
         };
         let kernel = Kernel::Attention {
             causal: a.causal,
@@ -161,8 +161,9 @@ impl Shared {
         )
     }
 
-    /// `main_flash` at `width` with its blocks' keys split in chunks of `split` (a grid too small to fill
-    /// the GPU), each (block, chunk) writing partials, then `main_merge` per row.
+    /// `main_flash` at `width` and `rows` with its blocks' keys split in chunks of `split` (a
+    /// grid too small to fill the GPU), each (block, chunk) writing partials, then
+    /// `main_merge` per row.
     fn record_flash_split(
         &self,
         st: &mut State,
@@ -170,18 +171,18 @@ impl Shared {
         has_lens: bool,
         a: AttentionSpec,
         p: &AttentionParams,
-        (split, width): (u16, u8),
+        (split, width, rows): (u16, u8, u8),
     ) -> Result<()> {
         let [b, hq, sq, sk] = [a.batch, a.hq, a.sq, a.sk].map(|x| x as u64);
         // At most 512 / blocks chunks (`flash_split`) for fewer than 256 blocks of rows, so
         // the grid's x (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
         let chunks = sk.div_ceil(u64::from(split));
         let grid = [
-            (sq.div_ceil(flash_rows(width)) * chunks) as u32,
+            (sq.div_ceil(u64::from(rows)) * chunks) as u32,
             hq as u32,
             b as u32,
         ];
-        let kernel = (AttentionBlocks::Flash { split, width }, grid);
+        let kernel = (AttentionBlocks::Flash { split, width, rows }, grid);
         self.record_split(st, binds, has_lens, a, p, kernel, chunks, split)
     }
 

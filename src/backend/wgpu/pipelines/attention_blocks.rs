@@ -3,16 +3,15 @@
 /// How attention.wgsl groups query rows per workgroup, by head width (d and dv).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum AttentionBlocks {
-    /// `main_tiled`, 8 rows: heads up to 128 wide where `Flash` does not fit the adapter.
-    Tiled,
-    /// `main`, one row: wider heads.
+    /// `main`, one row: a few query rows, heads over 128 wide, or adapters without the
+    /// workgroup memory `Flash` needs.
     Row,
-    /// `main_flash`, register tiles: heads up to `width` wide (32, 64 or 128; 64 rows a
-    /// workgroup, 32 at 128) with at least 32 query rows, where the adapter has the workgroup
-    /// memory ([`flash_workgroup_bytes`]). With `split` > 0 (a multiple of 64 keys) each
-    /// workgroup takes one chunk of `split` keys of its block and writes partials for
-    /// `Merge { keys: split }`: a grid of few blocks then fills the GPU (see [`flash_split`]).
-    Flash { split: u16, width: u8 },
+    /// `main_flash`, register tiles: heads up to `width` wide (32, 64 or 128), `rows` query
+    /// rows a workgroup (64, 32 or 16: the most the adapter's workgroup memory holds, see
+    /// [`flash_rows`]). With `split` > 0 (a multiple of 64 keys) each workgroup takes one chunk
+    /// of `split` keys of its block and writes partials for `Merge { keys: split }`: a grid of
+    /// few blocks then fills the GPU (see [`flash_split`]).
+    Flash { split: u16, width: u8, rows: u8 },
     /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
     /// query rows that read it (decoding: the GQA group times sq, at most 8, rounded up to
     /// `rows`, a power of two), writing partials.
@@ -23,21 +22,11 @@ pub(crate) enum AttentionBlocks {
 }
 
 impl AttentionBlocks {
-    /// The blocking for heads of width `d.max(dv)`.
-    pub(crate) fn for_width(width: u64) -> AttentionBlocks {
-        match width {
-            0..=128 => AttentionBlocks::Tiled,
-            _ => AttentionBlocks::Row,
-        }
-    }
-
     /// Query rows per workgroup.
     pub(crate) fn rows(self) -> u64 {
         match self {
-            AttentionBlocks::Tiled => 8,
-            AttentionBlocks::Row => 1,
-            AttentionBlocks::Flash { width, .. } => flash_rows(width),
-            AttentionBlocks::Split { .. } | AttentionBlocks::Merge { .. } => 1,
+            AttentionBlocks::Flash { rows, .. } => u64::from(rows),
+            _ => 1,
         }
     }
 }
@@ -53,21 +42,21 @@ pub(crate) fn flash_width(width: u64) -> Option<u8> {
     }
 }
 
-/// Query rows a `main_flash` workgroup takes at a compiled width: 64, or 32 for heads 128 wide
-/// (whose q^T would not fit otherwise).
-pub(crate) fn flash_rows(width: u8) -> u64 {
-    if width > 64 {
-        32
-    } else {
-        64
-    }
+/// The most query rows (64, 32 or 16) a `main_flash` workgroup compiled for `width` takes
+/// within `storage` bytes of workgroup memory, or None when 16 do not fit. Native Vulkan on
+/// NVIDIA (48 KB) takes 64 at widths up to 64 and 32 at 128; browsers on desktop GPUs (32 KB)
+/// 64 and 16; WebGPU's default 16 KB 32 at width 32, 16 at 64, and the row kernel at 128.
+pub(crate) fn flash_rows(width: u8, storage: u32) -> Option<u8> {
+    [64, 32, 16]
+        .into_iter()
+        .find(|&rows| flash_workgroup_bytes(width, rows) <= storage)
 }
 
-/// Workgroup memory `main_flash` declares at a compiled width (q^T, the key tile transposed,
-/// the probabilities, the value tile, the rows' shares and the visible count): 18, 30 and 35 KB
-/// at widths 32, 64 and 128, the first two under the 32 KB browsers give on desktop GPUs.
-pub(crate) fn flash_workgroup_bytes(width: u8) -> u32 {
-    let (d, rows) = (u32::from(width), flash_rows(width) as u32);
+/// Workgroup memory `main_flash` declares (q^T, the key tile transposed, the probabilities,
+/// the value tile, the rows' shares and the visible count): 30 KB at width 64 and 64 rows,
+/// 35 KB at 128 and 32, 25.5 KB at 128 and 16.
+pub(crate) fn flash_workgroup_bytes(width: u8, rows: u8) -> u32 {
+    let (d, rows) = (u32::from(width), u32::from(rows));
     (d * rows + d * 16 + 16 * rows + 16 * d + rows * 8) * 4 + 4
 }
 

@@ -1,6 +1,6 @@
 //! The override constants that specialise each kernel's shader.
 
-use super::{flash_rows, AttentionBlocks, Kernel};
+use super::{AttentionBlocks, Kernel};
 
 impl Kernel {
     /// The override constants that specialise the shader.
@@ -70,11 +70,11 @@ impl Kernel {
                 match blocks {
                     AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
                     AttentionBlocks::Merge { keys } => c.push(("MERGE_KEYS", f64::from(keys))),
-                    AttentionBlocks::Flash { split, width } => {
+                    AttentionBlocks::Flash { split, width, rows } => {
                         c.push(("SPLIT_KEYS", f64::from(split)));
                         c.push(("FLASH_D", f64::from(width)));
-                        c.push(("FLASH_ROWS", flash_rows(width) as f64));
-                        c.push(("FLASH_THREADS", 2.0 * flash_rows(width) as f64));
+                        c.push(("FLASH_ROWS", f64::from(rows)));
+                        c.push(("FLASH_THREADS", 2.0 * f64::from(rows)));
                     }
                     _ => {}
                 }

@@ -53,14 +53,10 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Tiled,
-        },
-        Kernel::Attention {
-            causal: true,
-            lens: true,
             blocks: AttentionBlocks::Flash {
                 split: 0,
                 width: 64,
+                rows: 64,
             },
         },
         Kernel::Attention {
@@ -69,6 +65,7 @@ fn every_kernel() -> Vec<Kernel> {
             blocks: AttentionBlocks::Flash {
                 split: 128,
                 width: 128,
+                rows: 32,
             },
         },
         Kernel::Attention {
@@ -77,6 +74,7 @@ fn every_kernel() -> Vec<Kernel> {
             blocks: AttentionBlocks::Flash {
                 split: 0,
                 width: 32,
+                rows: 16,
             },
         },
         Kernel::Attention {
@@ -427,9 +425,9 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
             | Kernel::SoftmaxCombine { narrow: true }
             | Kernel::SoftmaxRows { narrow: true, .. } => 4,
             Kernel::Attention {
-                blocks: AttentionBlocks::Flash { width, .. },
+                blocks: AttentionBlocks::Flash { rows, .. },
                 ..
-            } => 2 * flash_rows(width) as u32,
+            } => 2 * u32::from(rows),
             _ => 256,
         };
         assert!(
@@ -486,6 +484,26 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
             );
         }
     }
+}
+
+#[test]
+fn flash_rows_fit_the_workgroup_memory() {
+    use super::attention_blocks::{flash_rows, flash_workgroup_bytes};
+    assert_eq!(flash_workgroup_bytes(64, 64), 30724);
+    // Native Vulkan on NVIDIA, browsers on desktop GPUs, WebGPU's default.
+    assert_eq!(
+        [32, 64, 128].map(|w| flash_rows(w, 49152)),
+        [Some(64), Some(64), Some(32)]
+    );
+    assert_eq!(
+        [32, 64, 128].map(|w| flash_rows(w, 32768)),
+        [Some(64), Some(64), Some(16)]
+    );
+    assert_eq!(
+        [32, 64, 128].map(|w| flash_rows(w, 16384)),
+        [Some(32), Some(16), None]
+    );
+    assert_eq!(flash_rows(128, 65536), Some(64));
 }
 
 #[test]
