@@ -436,10 +436,13 @@ impl PipelineCache {
 /// comparisons with the sizes they were dispatched for, and loop a bounded number of times;
 /// without the checks the driver unrolls and schedules their inner loops, 1.4x faster at
 /// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Flash attention
-/// (`main_flash`) indexes its workgroup and private arrays with constants and invocation ids
-/// below their sizes (64 rows, 32 keys, 16 vec4 of q), reads q, k and v only at rows below sq
-/// and sk and columns below d and dv, whose extents were checked against the bindings, and its
-/// tile loop ends at the key count; with the checks its private arrays left registers. The
+/// (`main_flash`) indexes its workgroup arrays with columns below FLASH_D, rows below
+/// FLASH_ROWS, keys below its 16-key tile and invocation ids below FLASH_THREADS (the arrays
+/// are sized by the same overrides), and its private arrays only by unrolled loops below
+/// 16 FLASH_D / FLASH_THREADS (at most 64, their size); it reads q, k and v only at rows below
+/// sq and sk and columns below d and dv, whose extents were checked against the bindings,
+/// writes partials below the buffer's length (checked), and its tile loop ends at the key
+/// count; with the checks its private arrays left registers. The
 /// split decode kernels (attention_split.wgsl) index their arrays with constants, invocation
 /// ids and rows below 8, read keys and values below the rows' visible counts, and write
 /// partials below the buffer's length (b * hq * sq * chunks * (dv + 2), checked). The row

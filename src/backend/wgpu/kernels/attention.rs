@@ -126,8 +126,8 @@ impl Shared {
             );
             return self.record_split(st, binds, lens.is_some(), a, &p, split, chunks, 256);
         }
-        // Heads up to 128 wide take the flash kernel where the adapter has its workgroup memory
-        // (30 KB at widths up to 64, 35 KB up to 128), else blocks of 8 rows in 13.6 KB.
+        // Heads up to 128 wide take the flash kernel in the largest block of rows the adapter's
+        // workgroup memory holds (`flash_rows`); wider heads, or too little memory, the row kernel.
         let width = d.max(dv);
         let storage = self.limits.max_compute_workgroup_storage_size;
         let flash = flash_width(width).and_then(|w| Some((w, flash_rows(w, storage)?)));
