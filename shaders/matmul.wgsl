@@ -9,7 +9,8 @@
 // invocation holds RM rows x RN columns in registers: RM * RN / 4 vec4 accumulators, each a
 // named variable (an array indexed in a loop spilled to local memory on NVIDIA, 8x slower,
 // even with constant bounds). The k axis
-// advances TK at a time through workgroup memory: A's tile stored k-major as vec4s of four
+// advances TK at a time through workgroup memory, each tile's global loads issued into
+// registers while the tile before it is multiplied: A's tile stored k-major as vec4s of four
 // consecutive rows, B's as vec4s of four consecutive columns, so the inner loop is RM * RN / 4
 // vec4 multiply-adds per k. An invocation's columns are 64 apart (vec4 column lx + 16 j), so
 // the 16 invocations of a row read 16 consecutive vec4s of B's tile. Bounds are checked only
@@ -81,6 +82,64 @@ fn stage(v: f32) -> T {
 
 // @include matmul_epilogue
 
+// An invocation's share of a k tile, loaded into registers (`fetch`) one tile ahead of its
+// store into workgroup memory (`put`), so global loads overlap the products. A tile's element
+// e = tid + 256 i: for A, consecutive invocations take consecutive k of one row (consecutive
+// rows of one k when A is stored transposed); for B, consecutive columns (consecutive k of one
+// column when B is stored transposed, as a linear layer's weight is): coalesced either way.
+const AL: u32 = TILE_M * TK / 256u;
+const BL: u32 = TILE_N * TK / 256u;
+var<private> pa: array<f32, AL>;
+var<private> pb: array<f32, BL>;
+
+fn a_at(e: u32) -> vec2<u32> {
+    if (TRANS_A) {
+        return vec2<u32>(e % TILE_M, e / TILE_M);
+    }
+    return vec2<u32>(e / TK, e % TK);
+}
+
+fn b_at(e: u32) -> vec2<u32> {
+    if (TRANS_B) {
+        return vec2<u32>(e / TK, e % TK);
+    }
+    return vec2<u32>(e % TILE_N, e / TILE_N);
+}
+
+fn fetch(k0: u32, row0: u32, col0: u32, a_base: u32, b_base: u32, tid: u32) {
+    for (var i = 0u; i < AL; i = i + 1u) {
+        let rk = a_at(tid + i * 256u);
+        let gr = row0 + rk.x;
+        let gk = k0 + rk.y;
+        var v = 0.0;
+        if (gr < params.m && gk < params.k) {
+            v = load_a(a_base, gr, gk);
+        }
+        pa[i] = v;
+    }
+    for (var i = 0u; i < BL; i = i + 1u) {
+        let ck = b_at(tid + i * 256u);
+        let gk = k0 + ck.y;
+        let gc = col0 + ck.x;
+        var v = 0.0;
+        if (gk < params.k && gc < params.n) {
+            v = load_b(b_base, gk, gc);
+        }
+        pb[i] = v;
+    }
+}
+
+fn put(tid: u32) {
+    for (var i = 0u; i < AL; i = i + 1u) {
+        let rk = a_at(tid + i * 256u);
+        a_tile[rk.y * AV + rk.x / 4u][rk.x % 4u] = stage(pa[i]);
+    }
+    for (var i = 0u; i < BL; i = i + 1u) {
+        let ck = b_at(tid + i * 256u);
+        b_tile[ck.y * BV + ck.x / 4u][ck.x % 4u] = stage(pb[i]);
+    }
+}
+
 @compute @workgroup_size(16, 16)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -97,45 +156,14 @@ fn main(
 
     // @generate declare: acc_R_C (row R, vec4 column C) in f32; part_R_C in T when SPLIT
 
+    fetch(0u, row0, col0, a_base, b_base, tid);
     for (var k0 = 0u; k0 < k; k0 = k0 + TK) {
-        // A tile: TILE_M rows x TK; consecutive invocations read consecutive k of one row
-        // (consecutive rows of one k when A is stored transposed), so reads are coalesced.
-        for (var i = 0u; i < TILE_M * TK / 256u; i = i + 1u) {
-            let e = tid + i * 256u;
-            var r = e / TK;
-            var kk = e % TK;
-            if (TRANS_A) {
-                r = e % TILE_M;
-                kk = e / TILE_M;
-            }
-            let gr = row0 + r;
-            let gk = k0 + kk;
-            var v = 0.0;
-            if (gr < m && gk < k) {
-                v = load_a(a_base, gr, gk);
-            }
-            a_tile[kk * AV + r / 4u][r % 4u] = stage(v);
-        }
-        // B tile: TK x TILE_N columns; consecutive invocations read consecutive columns
-        // (consecutive k of one column when B is stored transposed, as a linear layer's
-        // weight is).
-        for (var i = 0u; i < TILE_N * TK / 256u; i = i + 1u) {
-            let e = tid + i * 256u;
-            var kk = e / TILE_N;
-            var c = e % TILE_N;
-            if (TRANS_B) {
-                kk = e % TK;
-                c = e / TK;
-            }
-            let gk = k0 + kk;
-            let gc = col0 + c;
-            var v = 0.0;
-            if (gk < k && gc < n) {
-                v = load_b(b_base, gk, gc);
-            }
-            b_tile[kk * BV + c / 4u][c % 4u] = stage(v);
-        }
+        put(tid);
         workgroupBarrier();
+        // The next tile's loads go out now and land while this tile's products run.
+        if (k0 + TK < k) {
+            fetch(k0 + TK, row0, col0, a_base, b_base, tid);
+        }
         // @generate zero: part_R_C = 0 when SPLIT
         for (var kk = 0u; kk < TK; kk = kk + 1u) {
             // @generate fma: b_C = b_tile[kk * BV + lid.x + 16u * C]; a_I = a_tile[kk * AV + lid.y * RV + I]; acc (or part) += a x b

@@ -432,7 +432,8 @@ impl PipelineCache {
 /// Creates a shader module. Natively, an `audited` kernel's module is created without the
 /// runtime checks naga adds for untrusted code: the clamp on every workgroup-array index and
 /// the iteration counter on every loop. The matmul kernels index workgroup memory with
-/// constants and invocation ids below the tile sizes, bound every storage access by explicit
+/// constants and invocation ids below the tile sizes (and their private prefetch arrays only
+/// in loops of constant length, their size), bound every storage access by explicit
 /// comparisons with the sizes they were dispatched for, and loop a bounded number of times;
 /// without the checks the driver unrolls and schedules their inner loops, 1.4x faster at
 /// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Flash attention
