@@ -163,24 +163,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // main_flash: flash attention on register tiles, for heads up to FLASH_D wide (32, 64 or 128;
 // d and dv at most FLASH_D). A workgroup of 2 FLASH_ROWS invocations takes FLASH_ROWS query
 // rows of one head (64, 32 or 16: the most the adapter's workgroup memory holds at the width)
-// and walks its keys in tiles of FK = 16.
+// and walks its keys in tiles of FLASH_KEYS (`flash_tile`: natively 32 where those rows still
+// fit, else 16; in the browser 16).
 // Invocation (ty, tx) of a (FLASH_ROWS / 4) x 8 grid owns query rows 4ty..4ty+3, whose values
-// it keeps in vec4s (one lane a row): their scores against keys 2tx and 2tx + 1 of each tile,
+// it keeps in vec4s (one lane a row): their scores against keys KT tx..KT tx + KT - 1 of each
+// tile (KT = FLASH_KEYS / 8: 4 or 2),
 // their running maxima and its shares of their denominators, and their output columns
 // 4 (tx + 8g)..+3 for g < FLASH_D / 32 (a mat4x4 each, one column a row). Each step of a
-// product is a register tile: a vec4 of q^T (four rows) times a vec2 of k^T, or a vec4 of P^T
-// times a vec4 of v. No private array is indexed but by unrolled loops: NVIDIA's Vulkan
+// product is a register tile: a vec4 of q^T (four rows) times a vec2 of k^T (two keys; two
+// vec2s, four keys, in 32-key tiles), or a vec4 of P^T times a vec4 of v. No private array is indexed but by unrolled loops: NVIDIA's Vulkan
 // compiler then keeps everything in registers. For each tile:
 //   1. the tile's keys go to workgroup memory transposed (k^T) and its values as rows, from
 //      registers loaded during the tile before (q^T stays there from the start); then the
 //      next tile's loads are issued;
-//   2. each invocation scores its 4 x 2 block (masked and scaled as in `main`) and shares the
+//   2. each invocation scores its 4 x KT block (masked and scaled as in `main`) and shares the
 //      rows' maxima with the row's other seven invocations;
 //   3. each takes its rows' new running maxima, turns its scores into probabilities, rescales
 //      its accumulators and its shares of the denominators, and writes the probabilities;
-//   4. each adds the tile's 16 probabilities times the value rows to its columns.
-// The eight shares of a row's denominator are added at the end. Workgroup memory: 30 KB at
-// width 64 and 64 rows, 35 KB at 128 and 32, 25.5 KB at 128 and 16 (flash_workgroup_bytes).
+//   4. each adds the tile's probabilities times the value rows to its columns.
+// The eight shares of a row's denominator are added at the end. Workgroup memory: 43 KB at
+// width 64, 64 rows and 32 keys; 30 KB at 64, 64 and 16; 35 KB at 128, 32 and 16
+// (flash_workgroup_bytes).
 //
 // With SPLIT_KEYS > 0 (a multiple of 64) a block's keys are split in chunks of SPLIT_KEYS, one
 // workgroup a (block, chunk), so that a grid of few blocks (a short prompt's few heads) still
@@ -191,13 +194,13 @@ override FLASH_D: u32 = 64u;
 override FLASH_ROWS: u32 = 64u;
 override FLASH_THREADS: u32 = 128u; // 2 FLASH_ROWS
 override SPLIT_KEYS: u32 = 0u;
+override FLASH_KEYS: u32 = 16u; // keys a tile: 16 or 32
 const FX: u32 = 8u; // invocations along a tile's keys and the output's columns
-const FK: u32 = 16u; // keys a tile
 
 var<workgroup> fq: array<vec4<f32>, FLASH_D * FLASH_ROWS / 4u>; // q^T: [e][row / 4]
-var<workgroup> fk: array<vec2<f32>, FLASH_D * FX>; // k^T: [e][key / 2], lanes key % 2
-var<workgroup> fp: array<vec4<f32>, FK * FLASH_ROWS / 4u>; // P^T: [key][row / 4], swizzled
-var<workgroup> fv: array<vec4<f32>, FK * FLASH_D / 4u>; // v: [key][col / 4]
+var<workgroup> fk: array<vec2<f32>, FLASH_D * FLASH_KEYS / 2u>; // k^T: [e][key / 2], lanes key % 2
+var<workgroup> fp: array<vec4<f32>, FLASH_KEYS * FLASH_ROWS / 4u>; // P^T: [key][row / 4], swizzled
+var<workgroup> fv: array<vec4<f32>, FLASH_KEYS * FLASH_D / 4u>; // v: [key][col / 4]
 var<workgroup> fsh: array<vec4<f32>, FLASH_ROWS * 2u>; // [row / 4][tx], lanes row % 4
 
 fn finite4(x: vec4<f32>) -> vec4<bool> {
@@ -226,16 +229,16 @@ fn scale4(o: mat4x4<f32>, s: vec4<f32>) -> mat4x4<f32> {
 var<private> kn: array<f32, 64>;
 var<private> vn: array<f32, 64>;
 
-// Loads this invocation's elements of the tile at key `tile` (below sk): k^T's (key t % FK,
-// column t / FK) and v's (key t / FLASH_D, column t % FLASH_D) for t = lid + FLASH_THREADS u.
+// Loads this invocation's elements of the tile at key `tile` (below sk): k^T's (key
+// t % FLASH_KEYS, column t / FLASH_KEYS) and v's (key t / FLASH_D, column t % FLASH_D) for t = lid + FLASH_THREADS u.
 fn flash_fetch(tile: u32, lid: u32, kb: u32, vb: u32) {
-    let n = min(FK, params.sk - tile);
-    for (var u = 0u; u < FK * FLASH_D / FLASH_THREADS; u = u + 1u) {
+    let n = min(FLASH_KEYS, params.sk - tile);
+    for (var u = 0u; u < FLASH_KEYS * FLASH_D / FLASH_THREADS; u = u + 1u) {
         let t = lid + FLASH_THREADS * u;
         var x = 0.0;
         var y = 0.0;
-        if (t % FK < n && t / FK < params.d) {
-            x = k[kb + (tile + t % FK) * params.k_ss + t / FK];
+        if (t % FLASH_KEYS < n && t / FLASH_KEYS < params.d) {
+            x = k[kb + (tile + t % FLASH_KEYS) * params.k_ss + t / FLASH_KEYS];
         }
         if (t / FLASH_D < n && t % FLASH_D < params.dv) {
             y = v[vb + (tile + t / FLASH_D) * params.v_ss + t % FLASH_D];
@@ -280,6 +283,8 @@ fn flash_row(i: u32, b: u32, h: u32, tx: u32, chunk: u32, chunks: u32, m: f32, l
 fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let groups = FLASH_ROWS / 4u;
     let d4 = FLASH_D / 4u;
+    let kt = FLASH_KEYS / FX;
+    let kh = FLASH_KEYS / 2u;
     // (Dividing by SPLIT_KEYS itself would be a division by zero in the pipeline without a
     // split, which WGSL rejects even where it is never run.)
     let split = max(SPLIT_KEYS, 1u);
@@ -319,7 +324,8 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         fq[e * groups + row / 4u][row % 4u] = x;
     }
     let visible = workgroupUniformLoad(&visible_shared);
-    // This workgroup's keys: its chunk's (a multiple of FK from its start), or all it sees.
+    // This workgroup's keys: its chunk's (a multiple of FLASH_KEYS from its start), or all it
+    // sees.
     var first = 0u;
     var keys = visible;
     if (SPLIT_KEYS > 0u) {
@@ -338,34 +344,48 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     if (first < keys) {
         flash_fetch(first, lid, k_base, v_base);
     }
-    for (var tile = first; tile < keys; tile = tile + FK) {
+    for (var tile = first; tile < keys; tile = tile + FLASH_KEYS) {
         // k^T (consecutive invocations on consecutive keys) and the value rows.
-        for (var u = 0u; u < FK * FLASH_D / FLASH_THREADS; u = u + 1u) {
+        for (var u = 0u; u < FLASH_KEYS * FLASH_D / FLASH_THREADS; u = u + 1u) {
             let t = lid + FLASH_THREADS * u;
-            fk[t / FK * FX + t % FK / 2u][t % 2u] = kn[u];
+            fk[t / FLASH_KEYS * kh + t % FLASH_KEYS / 2u][t % 2u] = kn[u];
             fv[t / FLASH_D * d4 + t % FLASH_D / 4u][t % 4u] = vn[u];
         }
         workgroupBarrier();
-        if (tile + FK < keys) {
-            flash_fetch(tile + FK, lid, k_base, v_base);
+        if (tile + FLASH_KEYS < keys) {
+            flash_fetch(tile + FLASH_KEYS, lid, k_base, v_base);
         }
 
-        // Scores of rows 4ty..+3 (lanes) against keys 2tx (sx) and 2tx + 1 (sy).
+        // Scores of rows 4ty..+3 (lanes) against keys kt tx (sx), kt tx + 1 (sy) and, in
+        // 32-key tiles, kt tx + 2 (sz) and kt tx + 3 (sw).
         var sx = vec4<f32>(0.0);
         var sy = vec4<f32>(0.0);
+        var sz = vec4<f32>(0.0);
+        var sw = vec4<f32>(0.0);
         for (var e = 0u; e < FLASH_D; e = e + 1u) {
             let qv = fq[e * groups + ty];
-            let kv = fk[e * FX + tx];
+            let kv = fk[e * kh + kt / 2u * tx];
             sx = fma(qv, vec4<f32>(kv.x), sx);
             sy = fma(qv, vec4<f32>(kv.y), sy);
+            if (FLASH_KEYS == 32u) {
+                let kw = fk[e * kh + 2u * tx + 1u];
+                sz = fma(qv, vec4<f32>(kw.x), sz);
+                sw = fma(qv, vec4<f32>(kw.y), sw);
+            }
         }
-        let j = vec4<u32>(tile + 2u * tx);
+        let j = vec4<u32>(tile + kt * tx);
         sx = scores4(sx, j < vis);
         sy = scores4(sy, j + vec4<u32>(1u) < vis);
-        fsh[ty * FX + tx] = max(sx, sy);
+        var top = max(sx, sy);
+        if (FLASH_KEYS == 32u) {
+            sz = scores4(sz, j + vec4<u32>(2u) < vis);
+            sw = scores4(sw, j + vec4<u32>(3u) < vis);
+            top = max(top, max(sz, sw));
+        }
+        fsh[ty * FX + tx] = top;
         workgroupBarrier();
 
-        var top = fsh[ty * FX];
+        top = fsh[ty * FX];
         for (var t = 1u; t < FX; t = t + 1u) {
             top = max(top, fsh[ty * FX + t]);
         }
@@ -376,8 +396,14 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         let scale = select(vec4<f32>(1.0), select(vec4<f32>(0.0), exp(m - m_new), finite4(m)), live);
         let px = select(vec4<f32>(0.0), exp(sx - m_new), live);
         let py = select(vec4<f32>(0.0), exp(sy - m_new), live);
+        var pz = vec4<f32>(0.0);
+        var pw = vec4<f32>(0.0);
+        if (FLASH_KEYS == 32u) {
+            pz = select(vec4<f32>(0.0), exp(sz - m_new), live);
+            pw = select(vec4<f32>(0.0), exp(sw - m_new), live);
+        }
         m = m_new;
-        l = l * scale + (px + py);
+        l = l * scale + ((px + py) + (pz + pw));
         o0 = scale4(o0, scale);
         if (FLASH_D > 32u) {
             o1 = scale4(o1, scale);
@@ -386,14 +412,19 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             o2 = scale4(o2, scale);
             o3 = scale4(o3, scale);
         }
-        // P^T, its vec4 slots turned by the key pair so that the eight tx write different banks.
+        // P^T, its vec4 slots turned by the keys' invocation so that the eight tx write
+        // different banks.
         let slot = (ty ^ tx) & (groups - 1u);
-        fp[2u * tx * groups + slot] = px;
-        fp[(2u * tx + 1u) * groups + slot] = py;
+        fp[kt * tx * groups + slot] = px;
+        fp[(kt * tx + 1u) * groups + slot] = py;
+        if (FLASH_KEYS == 32u) {
+            fp[(kt * tx + 2u) * groups + slot] = pz;
+            fp[(kt * tx + 3u) * groups + slot] = pw;
+        }
         workgroupBarrier();
 
-        for (var jj = 0u; jj < FK; jj = jj + 1u) {
-            let p = fp[jj * groups + ((ty ^ (jj / 2u)) & (groups - 1u))];
+        for (var jj = 0u; jj < FLASH_KEYS; jj = jj + 1u) {
+            let p = fp[jj * groups + ((ty ^ (jj / kt)) & (groups - 1u))];
             let vr = jj * d4 + tx;
             o0 = pv4(o0, p, fv[vr]);
             if (FLASH_D > 32u) {

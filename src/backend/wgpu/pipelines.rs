@@ -17,7 +17,7 @@ use std::collections::HashMap;
 mod attention_blocks;
 mod constants;
 mod layout;
-pub(crate) use attention_blocks::{flash_rows, flash_split, flash_width, AttentionBlocks};
+pub(crate) use attention_blocks::{flash_split, flash_tile, flash_width, AttentionBlocks};
 pub(crate) use layout::Layout;
 
 /// One pipeline: a kernel and its specialisation.
@@ -438,9 +438,11 @@ impl PipelineCache {
 /// without the checks the driver unrolls and schedules their inner loops, 1.4x faster at
 /// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Flash attention
 /// (`main_flash`) indexes its workgroup arrays with columns below FLASH_D, rows below
-/// FLASH_ROWS, keys below its 16-key tile and invocation ids below FLASH_THREADS (the arrays
-/// are sized by the same overrides), and its private arrays only by unrolled loops below
-/// 16 FLASH_D / FLASH_THREADS (at most 64, their size); it reads q, k and v only at rows below
+/// FLASH_ROWS, keys below its FLASH_KEYS-key tile (k^T at e FLASH_KEYS / 2 + key / 2, below
+/// FLASH_D FLASH_KEYS / 2) and invocation ids below FLASH_THREADS
+/// (the arrays are sized by the same overrides), and its private arrays only by unrolled loops
+/// below FLASH_KEYS FLASH_D / FLASH_THREADS (at most 64, their size, which `flash_tile`
+/// keeps); it reads q, k and v only at rows below
 /// sq and sk and columns below d and dv, whose extents were checked against the bindings,
 /// writes partials below the buffer's length (checked), and its tile loop ends at the key
 /// count; with the checks its private arrays left registers. The

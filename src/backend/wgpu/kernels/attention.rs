@@ -1,6 +1,6 @@
 //! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
 
-use super::super::pipelines::{flash_rows, flash_split, flash_width, AttentionBlocks};
+use super::super::pipelines::{flash_split, flash_tile, flash_width, AttentionBlocks};
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
 use super::{whole, Bind, Kernel};
 use crate::error::{Error, Result};
@@ -127,22 +127,24 @@ impl Shared {
             return self.record_split(st, binds, lens.is_some(), a, &p, split, chunks, 256);
         }
         // Heads up to 128 wide take the flash kernel in the largest block of rows the adapter's
-        // workgroup memory holds (`flash_rows`); wider heads, or too little memory, the row kernel.
+        // workgroup memory holds, in key tiles of 32 where they fit (`flash_tile`); wider heads,
+        // or too little memory, the row kernel.
         let width = d.max(dv);
         let storage = self.limits.max_compute_workgroup_storage_size;
-        let flash = flash_width(width).and_then(|w| Some((w, flash_rows(w, storage)?)));
+        let flash = flash_width(width).and_then(|w| Some((w, flash_tile(w, storage)?)));
         let blocks = match flash {
-            Some((width, rows)) if sq > 4 => {
+            Some((width, (rows, keys))) if sq > 4 => {
                 let split = flash_split(sq.div_ceil(u64::from(rows)) * hq * b, sk);
-                if split > 0 {
-                    let flash = (split, width, rows);
-                    return self.record_flash_split(st, binds, lens.is_some(), a, &p, flash);
-                }
-                AttentionBlocks::Flash {
-                    split: 0,
+                let flash = AttentionBlocks::Flash {
+                    split,
                     width,
                     rows,
+                    keys,
+                };
+                if split > 0 {
+                    return self.record_flash_split(st, binds, lens.is_some(), a, &p, flash);
                 }
+                flash
             }
             _ => AttentionBlocks::Row,
         };
@@ -161,9 +163,9 @@ impl Shared {
         )
     }
 
-    /// `main_flash` at `width` and `rows` with its blocks' keys split in chunks of `split` (a
-    /// grid too small to fill the GPU), each (block, chunk) writing partials, then
-    /// `main_merge` per row.
+    /// `main_flash` in `flash`'s blocks with their keys split in chunks of its `split` (a grid
+    /// too small to fill the GPU), each (block, chunk) writing partials, then `main_merge` per
+    /// row.
     fn record_flash_split(
         &self,
         st: &mut State,
@@ -171,18 +173,15 @@ impl Shared {
         has_lens: bool,
         a: AttentionSpec,
         p: &AttentionParams,
-        (split, width, rows): (u16, u8, u8),
+        flash: AttentionBlocks,
     ) -> Result<()> {
+        let (split, rows) = (flash.split_keys(), flash.rows());
         let [b, hq, sq, sk] = [a.batch, a.hq, a.sq, a.sk].map(|x| x as u64);
         // At most 512 / blocks chunks (`flash_split`) for fewer than 256 blocks of rows, so
         // the grid's x (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
         let chunks = sk.div_ceil(u64::from(split));
-        let grid = [
-            (sq.div_ceil(u64::from(rows)) * chunks) as u32,
-            hq as u32,
-            b as u32,
-        ];
-        let kernel = (AttentionBlocks::Flash { split, width, rows }, grid);
+        let grid = [(sq.div_ceil(rows) * chunks) as u32, hq as u32, b as u32];
+        let kernel = (flash, grid);
         self.record_split(st, binds, has_lens, a, p, kernel, chunks, split)
     }
 

@@ -7,11 +7,16 @@ pub(crate) enum AttentionBlocks {
     /// workgroup memory `Flash` needs.
     Row,
     /// `main_flash`, register tiles: heads up to `width` wide (32, 64 or 128), `rows` query
-    /// rows a workgroup (64, 32 or 16: the most the adapter's workgroup memory holds, see
-    /// [`flash_rows`]). With `split` > 0 (a multiple of 64 keys) each workgroup takes one chunk
+    /// rows a workgroup (64, 32 or 16: the most the adapter's workgroup memory holds) and
+    /// tiles of `keys` keys (32 where those rows still fit, else 16; see [`flash_tile`]). With `split` > 0 (a multiple of 64 keys) each workgroup takes one chunk
     /// of `split` keys of its block and writes partials for `Merge { keys: split }`: a grid of
     /// few blocks then fills the GPU (see [`flash_split`]).
-    Flash { split: u16, width: u8, rows: u8 },
+    Flash {
+        split: u16,
+        width: u8,
+        rows: u8,
+        keys: u8,
+    },
     /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
     /// query rows that read it (decoding: the GQA group times sq, at most 8, rounded up to
     /// `rows`, a power of two), writing partials.
@@ -29,6 +34,14 @@ impl AttentionBlocks {
             _ => 1,
         }
     }
+
+    /// The keys of a split flash grid's chunks (0: not split).
+    pub(crate) fn split_keys(self) -> u16 {
+        match self {
+            AttentionBlocks::Flash { split, .. } => split,
+            _ => 0,
+        }
+    }
 }
 
 /// The head width `main_flash` is compiled for that holds heads `width` wide (`d.max(dv)`), or
@@ -42,22 +55,43 @@ pub(crate) fn flash_width(width: u64) -> Option<u8> {
     }
 }
 
-/// The most query rows (64, 32 or 16) a `main_flash` workgroup compiled for `width` takes
-/// within `storage` bytes of workgroup memory, or None when 16 do not fit. Native Vulkan on
-/// NVIDIA (48 KB) takes 64 at widths up to 64 and 32 at 128; browsers on desktop GPUs (32 KB)
-/// 64 and 16; WebGPU's default 16 KB 32 at width 32, 16 at 64, and the row kernel at 128.
-pub(crate) fn flash_rows(width: u8, storage: u32) -> Option<u8> {
-    [64, 32, 16]
-        .into_iter()
-        .find(|&rows| flash_workgroup_bytes(width, rows) <= storage)
+/// The block of a `main_flash` workgroup compiled for `width` within `storage` bytes of
+/// workgroup memory: (rows, keys), the most query rows (64, 32 or 16), then the larger key
+/// tile (32 or 16, natively; see [`FLASH_KEYS`]) at those rows, or None when 16 rows do not
+/// fit. Native Vulkan on NVIDIA (48 KB) takes 64 rows and 32 keys at widths up to 64 and 32
+/// rows and 16 keys at 128; a native adapter with 32 KB (lavapipe) 64 and 32 at width 32, 64
+/// and 16 at 64, 16 and 16 at 128. In the browser, 48 KB (Dawn on NVIDIA) gives 64 rows at
+/// widths up to 64 and 32 at 128, 32 KB 64, 64 and 16, and WebGPU's default 16 KB 32 rows at
+/// width 32, 16 at 64, and the row kernel at 128. Rows come first: 32-key tiles halve a block's barriers (A1 4096 11% faster on an H200), while halving
+/// its rows doubles the key and value traffic.
+pub(crate) fn flash_tile(width: u8, storage: u32) -> Option<(u8, u8)> {
+    [64, 32, 16].into_iter().find_map(|rows| {
+        FLASH_KEYS
+            .iter()
+            .copied()
+            // An invocation prefetches keys x width / (2 rows) keys and as many values into
+            // private arrays of 64.
+            .find(|&keys| {
+                flash_workgroup_bytes(width, rows, keys) <= storage
+                    && u32::from(keys) * u32::from(width) <= 128 * u32::from(rows)
+            })
+            .map(|keys| (rows, keys))
+    })
 }
 
+/// The key tiles `flash_tile` tries, the larger first. The browser build takes 16 only:
+/// through Dawn (Chrome's WebGPU) on an H200, 32-key tiles made A1 (16 heads x 2048 x 64) 5-7%
+/// slower, where native Vulkan on the same GPU ran 12-16% faster with them (BENCHMARKS.md,
+/// "32-key tiles").
+const FLASH_KEYS: &[u8] = if cfg!(web) { &[16] } else { &[32, 16] };
+
 /// Workgroup memory `main_flash` declares (q^T, the key tile transposed, the probabilities,
-/// the value tile, the rows' shares and the visible count): 30 KB at width 64 and 64 rows,
-/// 35 KB at 128 and 32, 25.5 KB at 128 and 16.
-pub(crate) fn flash_workgroup_bytes(width: u8, rows: u8) -> u32 {
-    let (d, rows) = (u32::from(width), u32::from(rows));
-    (d * rows + d * 16 + 16 * rows + 16 * d + rows * 8) * 4 + 4
+/// the value tile, the rows' shares and the visible count): with 16-key tiles 30 KB at width
+/// 64 and 64 rows, 35 KB at 128 and 32, 25.5 KB at 128 and 16; with 32-key tiles 43 KB at 64
+/// and 64.
+pub(crate) fn flash_workgroup_bytes(width: u8, rows: u8, keys: u8) -> u32 {
+    let (d, rows, keys) = (u32::from(width), u32::from(rows), u32::from(keys));
+    (d * rows + 2 * keys * d + keys * rows + rows * 8) * 4 + 4
 }
 
 /// Workgroups from which `main_flash` takes its blocks whole: about two for each SM of the

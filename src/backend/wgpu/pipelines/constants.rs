@@ -70,11 +70,17 @@ impl Kernel {
                 match blocks {
                     AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
                     AttentionBlocks::Merge { keys } => c.push(("MERGE_KEYS", f64::from(keys))),
-                    AttentionBlocks::Flash { split, width, rows } => {
+                    AttentionBlocks::Flash {
+                        split,
+                        width,
+                        rows,
+                        keys,
+                    } => {
                         c.push(("SPLIT_KEYS", f64::from(split)));
                         c.push(("FLASH_D", f64::from(width)));
                         c.push(("FLASH_ROWS", f64::from(rows)));
                         c.push(("FLASH_THREADS", 2.0 * f64::from(rows)));
+                        c.push(("FLASH_KEYS", f64::from(keys)));
                     }
                     _ => {}
                 }

@@ -57,6 +57,7 @@ fn every_kernel() -> Vec<Kernel> {
                 split: 0,
                 width: 64,
                 rows: 64,
+                keys: 32,
             },
         },
         Kernel::Attention {
@@ -66,6 +67,7 @@ fn every_kernel() -> Vec<Kernel> {
                 split: 128,
                 width: 128,
                 rows: 32,
+                keys: 16,
             },
         },
         Kernel::Attention {
@@ -75,6 +77,7 @@ fn every_kernel() -> Vec<Kernel> {
                 split: 0,
                 width: 32,
                 rows: 16,
+                keys: 16,
             },
         },
         Kernel::Attention {
@@ -487,23 +490,32 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
 }
 
 #[test]
-fn flash_rows_fit_the_workgroup_memory() {
-    use super::attention_blocks::{flash_rows, flash_workgroup_bytes};
-    assert_eq!(flash_workgroup_bytes(64, 64), 30724);
-    // Native Vulkan on NVIDIA, browsers on desktop GPUs, WebGPU's default.
+#[cfg(native)]
+fn flash_tiles_fit_the_workgroup_memory() {
+    use super::attention_blocks::{flash_tile, flash_workgroup_bytes};
+    assert_eq!(flash_workgroup_bytes(64, 64, 16), 30724);
+    assert_eq!(flash_workgroup_bytes(64, 64, 32), 43012);
+    // Native Vulkan on NVIDIA, browsers on desktop GPUs, WebGPU's default: (rows, keys).
     assert_eq!(
-        [32, 64, 128].map(|w| flash_rows(w, 49152)),
-        [Some(64), Some(64), Some(32)]
+        [32, 64, 128].map(|w| flash_tile(w, 49152)),
+        [Some((64, 32)), Some((64, 32)), Some((32, 16))]
     );
     assert_eq!(
-        [32, 64, 128].map(|w| flash_rows(w, 32768)),
-        [Some(64), Some(64), Some(16)]
+        [32, 64, 128].map(|w| flash_tile(w, 32768)),
+        [Some((64, 32)), Some((64, 16)), Some((16, 16))]
     );
     assert_eq!(
-        [32, 64, 128].map(|w| flash_rows(w, 16384)),
-        [Some(32), Some(16), None]
+        [32, 64, 128].map(|w| flash_tile(w, 16384)),
+        [Some((32, 16)), Some((16, 16)), None]
     );
-    assert_eq!(flash_rows(128, 65536), Some(64));
+    assert_eq!(flash_tile(128, 65536), Some((64, 16)));
+    for w in [32, 64, 128] {
+        for storage in [16384, 32768, 49152, 65536] {
+            if let Some((rows, keys)) = flash_tile(w, storage) {
+                assert!(flash_workgroup_bytes(w, rows, keys) <= storage);
+            }
+        }
+    }
 }
 
 #[test]
