@@ -92,6 +92,7 @@ const BL: u32 = TILE_N * TK / 256u;
 var<private> pa: array<f32, AL>;
 var<private> pb: array<f32, BL>;
 
+// (row, k) in the tile of A's element e.
 fn a_at(e: u32) -> vec2<u32> {
     if (TRANS_A) {
         return vec2<u32>(e % TILE_M, e / TILE_M);
@@ -99,6 +100,7 @@ fn a_at(e: u32) -> vec2<u32> {
     return vec2<u32>(e / TK, e % TK);
 }
 
+// (column, k) in the tile of B's element e.
 fn b_at(e: u32) -> vec2<u32> {
     if (TRANS_B) {
         return vec2<u32>(e / TK, e % TK);
