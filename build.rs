@@ -4,7 +4,9 @@
 //! `shaders/include/NAME.wgsl` (which may include others); the assembled modules are what naga
 //! validates and what pipelines compile. Comments go (the browser package carries every
 //! shader's text; the comments are for people reading `shaders/`); the other marker lines
-//! (`// @...`), which the templates rewrite at run time, stay.
+//! (`// @...`), which the templates rewrite at run time, stay, except `// @native-only` and
+//! `// @native-end`: the lines between them are left out of the browser build's text (code
+//! for paths that build never takes, which its size budget need not carry).
 use std::path::Path;
 
 fn main() {
@@ -21,6 +23,7 @@ fn main() {
 }
 
 fn strip_shaders() -> std::io::Result<()> {
+    let web = std::env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "wasm32");
     let out_dir = std::env::var_os("OUT_DIR").ok_or(std::io::ErrorKind::NotFound)?;
     let out = Path::new(&out_dir).join("shaders");
     std::fs::create_dir_all(out.join("include"))?;
@@ -33,7 +36,7 @@ fn strip_shaders() -> std::io::Result<()> {
             if path.extension().is_some_and(|e| e == "wgsl") {
                 let text = assemble(&std::fs::read_to_string(&path)?, 0)?;
                 let name = path.file_name().ok_or(std::io::ErrorKind::NotFound)?;
-                std::fs::write(to.join(name), strip(&text))?;
+                std::fs::write(to.join(name), strip(&text, web)?)?;
             }
         }
     }
@@ -65,10 +68,29 @@ fn assemble(text: &str, depth: usize) -> std::io::Result<String> {
     Ok(out)
 }
 
-/// WGSL has no string literals, so `//` always starts a comment.
-fn strip(text: &str) -> String {
+/// WGSL has no string literals, so `//` always starts a comment. With `web`, the lines
+/// between `// @native-only` and `// @native-end` go too (the markers always do).
+fn strip(text: &str, web: bool) -> std::io::Result<String> {
     let mut out = String::with_capacity(text.len());
+    let mut native_only = false;
     for line in text.lines() {
+        let marker = line.trim_start();
+        let (open, close) = (
+            marker.starts_with("// @native-only"),
+            marker.starts_with("// @native-end"),
+        );
+        if open || close {
+            if open == native_only {
+                return Err(std::io::Error::other(
+                    "unpaired or nested `// @native-only` block",
+                ));
+            }
+            native_only = open;
+            continue;
+        }
+        if native_only && web {
+            continue;
+        }
         // Indentation goes too (the browser package carries the text); marker lines stay whole.
         let code = if line.trim_start().starts_with("// @") {
             line.to_string()
@@ -80,7 +102,12 @@ fn strip(text: &str) -> String {
             out.push('\n');
         }
     }
-    out
+    if native_only {
+        return Err(std::io::Error::other(
+            "`// @native-only` without `// @native-end`",
+        ));
+    }
+    Ok(out)
 }
 
 /// `line` without the spaces beside punctuation and operators (`, ; { } ( ) [ ] : =` and

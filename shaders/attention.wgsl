@@ -175,15 +175,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // compiler then keeps everything in registers. For each tile:
 //   1. the tile's keys go to workgroup memory transposed (k^T) and its values as rows, from
 //      registers loaded during the tile before (q^T stays there from the start); then the
-//      next tile's loads are issued;
+//      next tile's loads are issued (with FLASH_SHARE, see below, its keys only);
 //   2. each invocation scores its 4 x KT block (masked and scaled as in `main`) and shares the
 //      rows' maxima with the row's other seven invocations;
 //   3. each takes its rows' new running maxima, turns its scores into probabilities, rescales
 //      its accumulators and its shares of the denominators, and writes the probabilities;
 //   4. each adds the tile's probabilities times the value rows to its columns.
-// The eight shares of a row's denominator are added at the end. Workgroup memory: 43 KB at
-// width 64, 64 rows and 32 keys; 30 KB at 64, 64 and 16; 35 KB at 128, 32 and 16
-// (flash_workgroup_bytes).
+// The eight shares of a row's denominator are added at the end. With FLASH_SHARE the value
+// rows are not stored in step 1 but in step 3, over k^T (whose last reads the barrier before
+// step 3 has passed), and the next tile's values are loaded after that store, so k^T and v
+// take one tile's memory: 64 rows fit at width 128. Workgroup memory (flash_workgroup_bytes):
+// 43 KB at width 64, 64 rows and 32 keys; 30 KB at 64, 64 and 16; 47 KB at 128, 64 and 16
+// shared; 35 KB at 128, 32 and 16 unshared.
 //
 // With SPLIT_KEYS > 0 (a multiple of 64) a block's keys are split in chunks of SPLIT_KEYS, one
 // workgroup a (block, chunk), so that a grid of few blocks (a short prompt's few heads) still
@@ -195,12 +198,15 @@ override FLASH_ROWS: u32 = 64u;
 override FLASH_THREADS: u32 = 128u; // 2 FLASH_ROWS
 override SPLIT_KEYS: u32 = 0u;
 override FLASH_KEYS: u32 = 16u; // keys a tile: 16 or 32
+// 1: the value tile goes where k^T was once the tile's scores are taken (fv then unused), so
+// a block holds twice the rows or keys in the same memory; its values are loaded after them.
+override FLASH_SHARE: u32 = 0u;
 const FX: u32 = 8u; // invocations along a tile's keys and the output's columns
 
 var<workgroup> fq: array<vec4<f32>, FLASH_D * FLASH_ROWS / 4u>; // q^T: [e][row / 4]
 var<workgroup> fk: array<vec2<f32>, FLASH_D * FLASH_KEYS / 2u>; // k^T: [e][key / 2], lanes key % 2
 var<workgroup> fp: array<vec4<f32>, FLASH_KEYS * FLASH_ROWS / 4u>; // P^T: [key][row / 4], swizzled
-var<workgroup> fv: array<vec4<f32>, FLASH_KEYS * FLASH_D / 4u>; // v: [key][col / 4]
+var<workgroup> fv: array<vec4<f32>, (FLASH_KEYS * FLASH_D / 4u - 1u) * (1u - FLASH_SHARE) + 1u>; // v: [key][col / 4]
 var<workgroup> fsh: array<vec4<f32>, FLASH_ROWS * 2u>; // [row / 4][tx], lanes row % 4
 
 fn finite4(x: vec4<f32>) -> vec4<bool> {
@@ -229,23 +235,53 @@ fn scale4(o: mat4x4<f32>, s: vec4<f32>) -> mat4x4<f32> {
 var<private> kn: array<f32, 64>;
 var<private> vn: array<f32, 64>;
 
-// Loads this invocation's elements of the tile at key `tile` (below sk): k^T's (key
-// t % FLASH_KEYS, column t / FLASH_KEYS) and v's (key t / FLASH_D, column t % FLASH_D) for t = lid + FLASH_THREADS u.
-fn flash_fetch(tile: u32, lid: u32, kb: u32, vb: u32) {
+// Loads this invocation's elements of the tile at key `tile` (below sk): with bit 1 of `parts`
+// k^T's (key t % FLASH_KEYS, column t / FLASH_KEYS), with bit 2 v's (key t / FLASH_D, column
+// t % FLASH_D), for t = lid + FLASH_THREADS u.
+fn flash_fetch(tile: u32, lid: u32, kb: u32, vb: u32, parts: u32) {
     let n = min(FLASH_KEYS, params.sk - tile);
     for (var u = 0u; u < FLASH_KEYS * FLASH_D / FLASH_THREADS; u = u + 1u) {
         let t = lid + FLASH_THREADS * u;
-        var x = 0.0;
-        var y = 0.0;
-        if (t % FLASH_KEYS < n && t / FLASH_KEYS < params.d) {
-            x = k[kb + (tile + t % FLASH_KEYS) * params.k_ss + t / FLASH_KEYS];
+        if ((parts & 1u) != 0u) {
+            var x = 0.0;
+            if (t % FLASH_KEYS < n && t / FLASH_KEYS < params.d) {
+                x = k[kb + (tile + t % FLASH_KEYS) * params.k_ss + t / FLASH_KEYS];
+            }
+            kn[u] = x;
         }
-        if (t / FLASH_D < n && t % FLASH_D < params.dv) {
-            y = v[vb + (tile + t / FLASH_D) * params.v_ss + t % FLASH_D];
+        if ((parts & 2u) != 0u) {
+            var y = 0.0;
+            if (t / FLASH_D < n && t % FLASH_D < params.dv) {
+                y = v[vb + (tile + t / FLASH_D) * params.v_ss + t % FLASH_D];
+            }
+            vn[u] = y;
         }
-        kn[u] = x;
-        vn[u] = y;
     }
+}
+
+// The value rows from vn into workgroup memory: fv, or with FLASH_SHARE fk's words as vec2s.
+fn flash_put_values(lid: u32) {
+    for (var u = 0u; u < FLASH_KEYS * FLASH_D / FLASH_THREADS; u = u + 1u) {
+        let t = lid + FLASH_THREADS * u;
+// @native-only
+        if (FLASH_SHARE == 1u) {
+            fk[t / FLASH_D * (FLASH_D / 2u) + t % FLASH_D / 2u][t % 2u] = vn[u];
+            continue;
+        }
+// @native-end
+        fv[t / FLASH_D * (FLASH_D / 4u) + t % FLASH_D / 4u][t % 4u] = vn[u];
+    }
+}
+
+// Columns 4c..4c+3 of the tile's value row `key` (c < FLASH_D / 4).
+fn flash_value(key: u32, c: u32) -> vec4<f32> {
+    let i = key * (FLASH_D / 4u) + c;
+// @native-only
+    if (FLASH_SHARE == 1u) {
+        return vec4<f32>(fk[2u * i], fk[2u * i + 1u]);
+    }
+// @native-end
+    return fv[i];
 }
 
 // Row i's output columns 4 (tx + 8g)..+3 from its accumulators acc[g]: its result, or with
@@ -282,7 +318,6 @@ fn flash_row(i: u32, b: u32, h: u32, tx: u32, chunk: u32, chunks: u32, m: f32, l
 @compute @workgroup_size(FLASH_THREADS)
 fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let groups = FLASH_ROWS / 4u;
-    let d4 = FLASH_D / 4u;
     let kt = FLASH_KEYS / FX;
     let kh = FLASH_KEYS / 2u;
     // (Dividing by SPLIT_KEYS itself would be a division by zero in the pipeline without a
@@ -342,18 +377,22 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     var o2 = mat4x4<f32>();
     var o3 = mat4x4<f32>();
     if (first < keys) {
-        flash_fetch(first, lid, k_base, v_base);
+        flash_fetch(first, lid, k_base, v_base, 3u);
     }
     for (var tile = first; tile < keys; tile = tile + FLASH_KEYS) {
-        // k^T (consecutive invocations on consecutive keys) and the value rows.
+        // k^T (consecutive invocations on consecutive keys) and, unless shared, the value rows.
         for (var u = 0u; u < FLASH_KEYS * FLASH_D / FLASH_THREADS; u = u + 1u) {
             let t = lid + FLASH_THREADS * u;
             fk[t / FLASH_KEYS * kh + t % FLASH_KEYS / 2u][t % 2u] = kn[u];
-            fv[t / FLASH_D * d4 + t % FLASH_D / 4u][t % 4u] = vn[u];
+        }
+        if (FLASH_SHARE == 0u) {
+            flash_put_values(lid);
         }
         workgroupBarrier();
-        if (tile + FLASH_KEYS < keys) {
-            flash_fetch(tile + FLASH_KEYS, lid, k_base, v_base);
+        let more = tile + FLASH_KEYS < keys;
+        if (more) {
+            // The next tile's keys, and its values too unless this tile's are still in vn.
+            flash_fetch(tile + FLASH_KEYS, lid, k_base, v_base, 3u - 2u * FLASH_SHARE);
         }
 
         // Scores of rows 4ty..+3 (lanes) against keys kt tx (sx), kt tx + 1 (sy) and, in
@@ -367,21 +406,25 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
             let kv = fk[e * kh + kt / 2u * tx];
             sx = fma(qv, vec4<f32>(kv.x), sx);
             sy = fma(qv, vec4<f32>(kv.y), sy);
+// @native-only (32-key tiles)
             if (FLASH_KEYS == 32u) {
                 let kw = fk[e * kh + 2u * tx + 1u];
                 sz = fma(qv, vec4<f32>(kw.x), sz);
                 sw = fma(qv, vec4<f32>(kw.y), sw);
             }
+// @native-end
         }
         let j = vec4<u32>(tile + kt * tx);
         sx = scores4(sx, j < vis);
         sy = scores4(sy, j + vec4<u32>(1u) < vis);
         var top = max(sx, sy);
+// @native-only
         if (FLASH_KEYS == 32u) {
             sz = scores4(sz, j + vec4<u32>(2u) < vis);
             sw = scores4(sw, j + vec4<u32>(3u) < vis);
             top = max(top, max(sz, sw));
         }
+// @native-end
         fsh[ty * FX + tx] = top;
         workgroupBarrier();
 
@@ -398,10 +441,12 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         let py = select(vec4<f32>(0.0), exp(sy - m_new), live);
         var pz = vec4<f32>(0.0);
         var pw = vec4<f32>(0.0);
+// @native-only
         if (FLASH_KEYS == 32u) {
             pz = select(vec4<f32>(0.0), exp(sz - m_new), live);
             pw = select(vec4<f32>(0.0), exp(sw - m_new), live);
         }
+// @native-end
         m = m_new;
         l = l * scale + ((px + py) + (pz + pw));
         o0 = scale4(o0, scale);
@@ -417,22 +462,33 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
         let slot = (ty ^ tx) & (groups - 1u);
         fp[kt * tx * groups + slot] = px;
         fp[(kt * tx + 1u) * groups + slot] = py;
+// @native-only
         if (FLASH_KEYS == 32u) {
             fp[(kt * tx + 2u) * groups + slot] = pz;
             fp[(kt * tx + 3u) * groups + slot] = pw;
         }
+// @native-end
+// @native-only (the browser build keeps a value tile of its own)
+        if (FLASH_SHARE == 1u) {
+            // Every score is taken (the barrier above): the values go where k^T was, then the
+            // next tile's values are loaded.
+            flash_put_values(lid);
+            if (more) {
+                flash_fetch(tile + FLASH_KEYS, lid, k_base, v_base, 2u);
+            }
+        }
+// @native-end
         workgroupBarrier();
 
         for (var jj = 0u; jj < FLASH_KEYS; jj = jj + 1u) {
             let p = fp[jj * groups + ((ty ^ (jj / kt)) & (groups - 1u))];
-            let vr = jj * d4 + tx;
-            o0 = pv4(o0, p, fv[vr]);
+            o0 = pv4(o0, p, flash_value(jj, tx));
             if (FLASH_D > 32u) {
-                o1 = pv4(o1, p, fv[vr + FX]);
+                o1 = pv4(o1, p, flash_value(jj, tx + FX));
             }
             if (FLASH_D > 64u) {
-                o2 = pv4(o2, p, fv[vr + 2u * FX]);
-                o3 = pv4(o3, p, fv[vr + 3u * FX]);
+                o2 = pv4(o2, p, flash_value(jj, tx + 2u * FX));
+                o3 = pv4(o3, p, flash_value(jj, tx + 3u * FX));
             }
         }
         workgroupBarrier();

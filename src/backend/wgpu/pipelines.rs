@@ -438,8 +438,9 @@ impl PipelineCache {
 /// without the checks the driver unrolls and schedules their inner loops, 1.4x faster at
 /// 4096 on an H100 (BENCHMARKS.md, "What held the f32 kernel back"). Flash attention
 /// (`main_flash`) indexes its workgroup arrays with columns below FLASH_D, rows below
-/// FLASH_ROWS, keys below its FLASH_KEYS-key tile (k^T at e FLASH_KEYS / 2 + key / 2, below
-/// FLASH_D FLASH_KEYS / 2) and invocation ids below FLASH_THREADS
+/// FLASH_ROWS, keys below its FLASH_KEYS-key tile (k^T at e FLASH_KEYS / 2 + key / 2, and
+/// shared value rows at key FLASH_D / 2 + col / 2, both below FLASH_D FLASH_KEYS / 2) and
+/// invocation ids below FLASH_THREADS
 /// (the arrays are sized by the same overrides), and its private arrays only by unrolled loops
 /// below FLASH_KEYS FLASH_D / FLASH_THREADS (at most 64, their size, which `flash_tile`
 /// keeps); it reads q, k and v only at rows below

@@ -133,14 +133,9 @@ impl Shared {
         let storage = self.limits.max_compute_workgroup_storage_size;
         let flash = flash_width(width).and_then(|w| Some((w, flash_tile(w, storage)?)));
         let blocks = match flash {
-            Some((width, (rows, keys))) if sq > 4 => {
-                let split = flash_split(sq.div_ceil(u64::from(rows)) * hq * b, sk);
-                let flash = AttentionBlocks::Flash {
-                    split,
-                    width,
-                    rows,
-                    keys,
-                };
+            Some((width, tile)) if sq > 4 => {
+                let split = flash_split(sq.div_ceil(u64::from(tile.rows())) * hq * b, sk);
+                let flash = AttentionBlocks::Flash { split, width, tile };
                 if split > 0 {
                     return self.record_flash_split(st, binds, lens.is_some(), a, &p, flash);
                 }

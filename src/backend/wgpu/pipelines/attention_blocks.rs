@@ -6,16 +6,15 @@ pub(crate) enum AttentionBlocks {
     /// `main`, one row: a few query rows, heads over 128 wide, or adapters without the
     /// workgroup memory `Flash` needs.
     Row,
-    /// `main_flash`, register tiles: heads up to `width` wide (32, 64 or 128), `rows` query
-    /// rows a workgroup (64, 32 or 16: the most the adapter's workgroup memory holds) and
-    /// tiles of `keys` keys (32 where those rows still fit, else 16; see [`flash_tile`]). With `split` > 0 (a multiple of 64 keys) each workgroup takes one chunk
+    /// `main_flash`, register tiles: heads up to `width` wide (32, 64 or 128), in blocks of
+    /// `tile` (the most query rows the adapter's workgroup memory holds, then the larger key
+    /// tile; see [`flash_tile`]). With `split` > 0 (a multiple of 64 keys) each workgroup takes one chunk
     /// of `split` keys of its block and writes partials for `Merge { keys: split }`: a grid of
     /// few blocks then fills the GPU (see [`flash_split`]).
     Flash {
         split: u16,
         width: u8,
-        rows: u8,
-        keys: u8,
+        tile: FlashTile,
     },
     /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
     /// query rows that read it (decoding: the GQA group times sq, at most 8, rounded up to
@@ -30,7 +29,7 @@ impl AttentionBlocks {
     /// Query rows per workgroup.
     pub(crate) fn rows(self) -> u64 {
         match self {
-            AttentionBlocks::Flash { rows, .. } => u64::from(rows),
+            AttentionBlocks::Flash { tile, .. } => u64::from(tile.rows()),
             _ => 1,
         }
     }
@@ -55,28 +54,73 @@ pub(crate) fn flash_width(width: u64) -> Option<u8> {
     }
 }
 
+/// A `main_flash` workgroup's block: `rows` query rows (16, 32 or 64), tiles of `keys` keys (16
+/// or 32), and with `share` the value tile stored where the key tile was once the tile's
+/// scores are taken. Packed in one byte (rows / 16 in bits 0-2, keys / 16 in bits 3-4, share
+/// in bit 5): a `Kernel`, which every dispatch hashes and compares, then stays as small as it
+/// was, and the browser package too (a field more cost it 0.4 KB gzipped).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FlashTile(u8);
+
+impl FlashTile {
+    /// The block of `rows` and `keys` (multiples of 16: rows up to 64, keys up to 32).
+    pub(crate) const fn new(rows: u8, keys: u8, share: bool) -> FlashTile {
+        FlashTile((rows / 16) | ((keys / 16) << 3) | ((share as u8) << 5))
+    }
+
+    /// Query rows a workgroup.
+    pub(crate) const fn rows(self) -> u8 {
+        (self.0 & 7) * 16
+    }
+
+    /// Keys a tile.
+    pub(crate) const fn keys(self) -> u8 {
+        ((self.0 >> 3) & 3) * 16
+    }
+
+    /// Whether the value tile shares the key tile's memory.
+    pub(crate) const fn share(self) -> bool {
+        self.0 & 32 != 0
+    }
+}
+
+impl std::fmt::Debug for FlashTile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let share = if self.share() { " shared" } else { "" };
+        write!(f, "{}x{}{share}", self.rows(), self.keys())
+    }
+}
+
 /// The block of a `main_flash` workgroup compiled for `width` within `storage` bytes of
-/// workgroup memory: (rows, keys), the most query rows (64, 32 or 16), then the larger key
-/// tile (32 or 16, natively; see [`FLASH_KEYS`]) at those rows, or None when 16 rows do not
-/// fit. Native Vulkan on NVIDIA (48 KB) takes 64 rows and 32 keys at widths up to 64 and 32
-/// rows and 16 keys at 128; a native adapter with 32 KB (lavapipe) 64 and 32 at width 32, 64
-/// and 16 at 64, 16 and 16 at 128. In the browser, 48 KB (Dawn on NVIDIA) gives 64 rows at
-/// widths up to 64 and 32 at 128, 32 KB 64, 64 and 16, and WebGPU's default 16 KB 32 rows at
-/// width 32, 16 at 64, and the row kernel at 128. Rows come first: 32-key tiles halve a block's barriers (A1 4096 11% faster on an H200), while halving
-/// its rows doubles the key and value traffic.
-pub(crate) fn flash_tile(width: u8, storage: u32) -> Option<(u8, u8)> {
-    [64, 32, 16].into_iter().find_map(|rows| {
-        FLASH_KEYS
-            .iter()
-            .copied()
+/// workgroup memory, or None when 16 rows do not fit: the most query rows (64, 32 or 16), then
+/// the larger key tile (32 or 16, natively; see [`FLASH_KEYS`]) at those rows, each with a
+/// value tile of its own where that fits and natively, where only that fits, with the values
+/// over the key tile (`share`). Native Vulkan on NVIDIA (48 KB) takes 64 rows and 32 keys at
+/// widths up to 64 and 64 rows, 16 keys, shared, at 128; a native adapter with 32 KB
+/// (lavapipe) 64 and 32 at width 32, 64 and 16 at 64, 32 and 16 shared at 128. In the
+/// browser, 48 KB (Dawn on NVIDIA) gives 64 rows at widths up to 64 and 32 at 128, 32 KB 64,
+/// 64 and 16, and WebGPU's default 16 KB 32 rows at width 32, 16 at 64, and the row kernel at
+/// 128. Rows come first: at width 128 on an H200, 64 rows over a shared tile ran A2 (32 heads x
+/// 2048 x 128) 2.5x faster than 32 rows with a tile each, and 32 rows with 32 shared keys
+/// 1.1x slower (BENCHMARKS.md, "Values over the key tile"); 32-key tiles halve a block's
+/// barriers (A1 4096 11% faster).
+pub(crate) fn flash_tile(width: u8, storage: u32) -> Option<FlashTile> {
+    for rows in [64, 32, 16] {
+        for &keys in FLASH_KEYS {
             // An invocation prefetches keys x width / (2 rows) keys and as many values into
             // private arrays of 64.
-            .find(|&keys| {
-                flash_workgroup_bytes(width, rows, keys) <= storage
-                    && u32::from(keys) * u32::from(width) <= 128 * u32::from(rows)
-            })
-            .map(|keys| (rows, keys))
-    })
+            if u32::from(keys) * u32::from(width) > 128 * u32::from(rows) {
+                continue;
+            }
+            for &share in FLASH_SHARE {
+                let tile = FlashTile::new(rows, keys, share);
+                if flash_workgroup_bytes(width, tile) <= storage {
+                    return Some(tile);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The key tiles `flash_tile` tries, the larger first. The browser build takes 16 only:
@@ -85,13 +129,25 @@ pub(crate) fn flash_tile(width: u8, storage: u32) -> Option<(u8, u8)> {
 /// "32-key tiles").
 const FLASH_KEYS: &[u8] = if cfg!(web) { &[16] } else { &[32, 16] };
 
+/// Whether `flash_tile` tries a value tile of its own, then one over the key tile's memory.
+/// The browser build keeps its own: the shared tile (whose values are loaded later in a
+/// tile's steps) has not been measured through Dawn, whose timings moved against native
+/// Vulkan's before (see [`FLASH_KEYS`]).
+const FLASH_SHARE: &[bool] = if cfg!(web) { &[false] } else { &[false, true] };
+
 /// Workgroup memory `main_flash` declares (q^T, the key tile transposed, the probabilities,
-/// the value tile, the rows' shares and the visible count): with 16-key tiles 30 KB at width
-/// 64 and 64 rows, 35 KB at 128 and 32, 25.5 KB at 128 and 16; with 32-key tiles 43 KB at 64
-/// and 64.
-pub(crate) fn flash_workgroup_bytes(width: u8, rows: u8, keys: u8) -> u32 {
-    let (d, rows, keys) = (u32::from(width), u32::from(rows), u32::from(keys));
-    (d * rows + 2 * keys * d + keys * rows + rows * 8) * 4 + 4
+/// the value tile unless shared, the rows' shares and the visible count): with 16-key tiles
+/// 30 KB at width 64 and 64 rows, 35 KB at 128 and 32, 25.5 KB at 128 and 16; with 32-key
+/// tiles 43 KB at 64 and 64.
+pub(crate) fn flash_workgroup_bytes(width: u8, tile: FlashTile) -> u32 {
+    let (d, rows, keys) = (
+        u32::from(width),
+        u32::from(tile.rows()),
+        u32::from(tile.keys()),
+    );
+    // A shared tile leaves `fv` one vec4 long.
+    let values = if tile.share() { 4 } else { keys * d };
+    (d * rows + keys * d + values + keys * rows + rows * 8) * 4 + 4
 }
 
 /// Workgroups from which `main_flash` takes its blocks whole: about two for each SM of the

@@ -70,17 +70,13 @@ impl Kernel {
                 match blocks {
                     AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
                     AttentionBlocks::Merge { keys } => c.push(("MERGE_KEYS", f64::from(keys))),
-                    AttentionBlocks::Flash {
-                        split,
-                        width,
-                        rows,
-                        keys,
-                    } => {
+                    AttentionBlocks::Flash { split, width, tile } => {
                         c.push(("SPLIT_KEYS", f64::from(split)));
                         c.push(("FLASH_D", f64::from(width)));
-                        c.push(("FLASH_ROWS", f64::from(rows)));
-                        c.push(("FLASH_THREADS", 2.0 * f64::from(rows)));
-                        c.push(("FLASH_KEYS", f64::from(keys)));
+                        c.push(("FLASH_ROWS", f64::from(tile.rows())));
+                        c.push(("FLASH_THREADS", 2.0 * f64::from(tile.rows())));
+                        c.push(("FLASH_KEYS", f64::from(tile.keys())));
+                        c.push(("FLASH_SHARE", tile.share() as u32 as f64));
                     }
                     _ => {}
                 }

@@ -1,6 +1,7 @@
 //! Checks of the kernel table against the shaders: naga validation of every source and
 //! specialisation, and every kernel's bindings, entry point and overrides.
 
+use super::attention_blocks::FlashTile;
 use super::*;
 use crate::ops::UnaryOp;
 
@@ -56,8 +57,7 @@ fn every_kernel() -> Vec<Kernel> {
             blocks: AttentionBlocks::Flash {
                 split: 0,
                 width: 64,
-                rows: 64,
-                keys: 32,
+                tile: FlashTile::new(64, 32, false),
             },
         },
         Kernel::Attention {
@@ -66,8 +66,7 @@ fn every_kernel() -> Vec<Kernel> {
             blocks: AttentionBlocks::Flash {
                 split: 128,
                 width: 128,
-                rows: 32,
-                keys: 16,
+                tile: FlashTile::new(64, 16, true),
             },
         },
         Kernel::Attention {
@@ -76,8 +75,7 @@ fn every_kernel() -> Vec<Kernel> {
             blocks: AttentionBlocks::Flash {
                 split: 0,
                 width: 32,
-                rows: 16,
-                keys: 16,
+                tile: FlashTile::new(16, 16, false),
             },
         },
         Kernel::Attention {
@@ -428,9 +426,9 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
             | Kernel::SoftmaxCombine { narrow: true }
             | Kernel::SoftmaxRows { narrow: true, .. } => 4,
             Kernel::Attention {
-                blocks: AttentionBlocks::Flash { rows, .. },
+                blocks: AttentionBlocks::Flash { tile, .. },
                 ..
-            } => 2 * u32::from(rows),
+            } => 2 * u32::from(tile.rows()),
             _ => 256,
         };
         assert!(
@@ -493,26 +491,37 @@ fn every_kernel_names_a_real_entry_point_and_overrides() {
 #[cfg(native)]
 fn flash_tiles_fit_the_workgroup_memory() {
     use super::attention_blocks::{flash_tile, flash_workgroup_bytes};
-    assert_eq!(flash_workgroup_bytes(64, 64, 16), 30724);
-    assert_eq!(flash_workgroup_bytes(64, 64, 32), 43012);
-    // Native Vulkan on NVIDIA, browsers on desktop GPUs, WebGPU's default: (rows, keys).
+    let t = FlashTile::new;
+    assert_eq!(flash_workgroup_bytes(64, t(64, 16, false)), 30724);
+    assert_eq!(flash_workgroup_bytes(64, t(64, 32, false)), 43012);
+    assert_eq!(flash_workgroup_bytes(128, t(64, 16, true)), 47124);
+    // Native Vulkan on NVIDIA, lavapipe, a 16 KB adapter: (rows, keys, share) by width.
     assert_eq!(
         [32, 64, 128].map(|w| flash_tile(w, 49152)),
-        [Some((64, 32)), Some((64, 32)), Some((32, 16))]
+        [
+            Some(t(64, 32, false)),
+            Some(t(64, 32, false)),
+            Some(t(64, 16, true))
+        ]
     );
     assert_eq!(
         [32, 64, 128].map(|w| flash_tile(w, 32768)),
-        [Some((64, 32)), Some((64, 16)), Some((16, 16))]
+        [
+            Some(t(64, 32, false)),
+            Some(t(64, 16, false)),
+            Some(t(32, 16, true))
+        ]
     );
     assert_eq!(
         [32, 64, 128].map(|w| flash_tile(w, 16384)),
-        [Some((32, 16)), Some((16, 16)), None]
+        [Some(t(32, 32, true)), Some(t(32, 16, true)), None]
     );
-    assert_eq!(flash_tile(128, 65536), Some((64, 16)));
     for w in [32, 64, 128] {
         for storage in [16384, 32768, 49152, 65536] {
-            if let Some((rows, keys)) = flash_tile(w, storage) {
-                assert!(flash_workgroup_bytes(w, rows, keys) <= storage);
+            if let Some(tile) = flash_tile(w, storage) {
+                assert!(flash_workgroup_bytes(w, tile) <= storage);
+                // Each invocation's prefetch fits its private arrays of 64.
+                assert!(u32::from(tile.keys()) * u32::from(w) <= 128 * u32::from(tile.rows()));
             }
         }
     }
