@@ -9,7 +9,10 @@
 // In `main_split`, invocation t takes key t of the chunk: it scores it for every row (q rows
 // in workgroup memory), the rows' maxima come from two rounds over workgroup memory, its
 // probabilities go to workgroup memory, and invocations below dv add probability times value
-// for their column over the chunk's keys (and the denominators alongside). A probability of 0
+// for their column over the chunk's keys (and the denominators alongside); heads up to 128
+// wide take the keys in two halves, one a half of the invocations, added after (the value
+// rows are the chunk's wait: on an H200 A3 went from 64 to 51 us with 8 rows loaded at a time
+// instead of 4, to 41 us in halves and to 38-39 us with 16). A probability of 0
 // adds nothing, so a masked value row never reaches the sum. Partials of row g and chunk c
 // start at (g * chunks + c) * (dv + 2): m, l, then dv accumulators; a chunk a row sees nothing
 // of holds m = -inf, l = 0.
@@ -24,6 +27,8 @@ override MERGE_KEYS: u32 = 256u;
 // every loop over rows has a constant bound and its arrays stay in registers.
 override GROUP_ROWS: u32 = 8u;
 const DMAX: u32 = 256u; // widest head
+const KL: u32 = 8u; // key elements an invocation loads before their products
+const VL: u32 = 16u; // value rows an invocation loads before their products
 
 var<workgroup> q_split: array<f32, ROWS * DMAX>;
 var<workgroup> p_split: array<f32, ROWS * WG>;
@@ -68,16 +73,16 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
     var dots: array<f32, ROWS>;
     if (j < k_seen) {
-        // Eight elements loaded before any is used (a key's row is one invocation's, so its
+        // KL elements loaded before any is used (a key's row is one invocation's, so its
         // loads are what the chunk waits on), then multiplied in order.
         let kj = k_base + j * params.k_ss;
         var e = 0u;
-        for (; e + 8u <= d; e = e + 8u) {
-            var x: array<f32, 8>;
-            for (var u = 0u; u < 8u; u = u + 1u) {
+        for (; e + KL <= d; e = e + KL) {
+            var x: array<f32, KL>;
+            for (var u = 0u; u < KL; u = u + 1u) {
                 x[u] = k[kj + e + u];
             }
-            for (var u = 0u; u < 8u; u = u + 1u) {
+            for (var u = 0u; u < KL; u = u + 1u) {
                 for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
                     dots[r] = fma(q_split[r * DMAX + e + u], x[u], dots[r]);
                 }
@@ -132,19 +137,29 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     workgroupBarrier();
 
     let count = min(WG, k_seen - min(k_seen, c * WG));
-    if (lid < dv) {
-        var acc: array<f32, ROWS>;
-        var l: array<f32, ROWS>;
-        // Four value rows loaded before any is used, then added in order.
-        let vc = v_base + c * WG * params.v_ss + lid;
-        var t = 0u;
-        for (; t < count; t = t + 4u) {
-            var x: array<f32, 4>;
-            for (var u = 0u; u < 4u; u = u + 1u) {
-                x[u] = v[vc + min(t + u, count - 1u) * params.v_ss];
+    // Heads up to WG / 2 wide take the chunk's keys in two halves, one a half of the
+    // invocations (column `col` of half `half`), added through workgroup memory after.
+    var halves = 1u;
+    if (dv <= WG / 2u) {
+        halves = 2u;
+    }
+    let half = (lid / (WG / 2u)) * (halves - 1u);
+    let col = lid - half * (WG / 2u);
+    let per = (count + halves - 1u) / halves;
+    let t0 = min(count, half * per);
+    let t1 = min(count, t0 + per);
+    var acc: array<f32, ROWS>;
+    var l: array<f32, ROWS>;
+    if (col < dv) {
+        // VL value rows loaded before any is used, then added in order.
+        let vc = v_base + c * WG * params.v_ss + col;
+        for (var t = t0; t < t1; t = t + VL) {
+            var x: array<f32, VL>;
+            for (var u = 0u; u < VL; u = u + 1u) {
+                x[u] = v[vc + min(t + u, t1 - 1u) * params.v_ss];
             }
-            for (var u = 0u; u < 4u; u = u + 1u) {
-                if (t + u < count) {
+            for (var u = 0u; u < VL; u = u + 1u) {
+                if (t + u < t1) {
                     for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
                         let p = p_split[r * WG + t + u];
                         acc[r] = select(acc[r], fma(p, x[u], acc[r]), p != 0.0);
@@ -153,15 +168,35 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
                 }
             }
         }
+    }
+    if (halves == 2u) {
+        // q_split and part_split are free since the scores and the maxima.
+        if (half == 1u && col < dv) {
+            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                q_split[r * DMAX + col] = acc[r];
+                if (col == 0u) {
+                    part_split[r] = l[r];
+                }
+            }
+        }
+        workgroupBarrier();
+        if (half == 0u && col < dv) {
+            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                acc[r] = acc[r] + q_split[r * DMAX + col];
+                l[r] = l[r] + part_split[r];
+            }
+        }
+    }
+    if (half == 0u && col < dv) {
         for (var r = 0u; r < rows; r = r + 1u) {
             let hi = split_row(r, kvh);
             let g = (b * params.hq + hi.x) * params.sq + hi.y;
             let base = (g * chunks + c) * (dv + 2u);
-            if (lid == 0u) {
+            if (col == 0u) {
                 out[base] = max_split[r];
                 out[base + 1u] = l[r];
             }
-            out[base + 2u + lid] = acc[r];
+            out[base + 2u + col] = acc[r];
         }
     }
 }
