@@ -14,6 +14,11 @@
 
 // @include attention_common
 
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> k: array<f32>;
+@group(0) @binding(3) var<storage, read> v: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+
 var<workgroup> q_row: array<f32, WG>;
 var<workgroup> probs: array<f32, WG>;
 var<workgroup> scratch: array<f32, WG>;

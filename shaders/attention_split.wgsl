@@ -1,39 +1,75 @@
 // Decoding attention split along the keys (flash-decoding): a few query rows against a long
-// key/value cache. `main_split` takes one chunk of 256 keys of one KV head for every query row
-// that reads that head (the GQA group times sq, at most 8 rows), so each key and value row is
-// read once for all of them, and writes each row's partial (m, l, acc) for the chunk;
+// key/value cache. `main_split` takes one chunk of CHUNK keys of one KV head for every query
+// row that reads that head (the GQA group times sq, at most 8 rows), so each key and value row
+// is read once for all of them, and writes each row's partial (m, l, acc) for the chunk;
 // `main_merge` folds a row's partials into its output. One chunk per workgroup puts
 // chunks x KV heads x batch workgroups to work where the row kernel (`main` in attention.wgsl)
-// had one per query row and head.
+// had one per query row and head. The host takes chunks of 256 keys of an f32 cache and 128 of
+// a half-precision one (the faster of 64, 128 and 256 for each on an H200).
 //
-// In `main_split`, invocation t takes key t of the chunk: it scores it for every row (q rows
-// in workgroup memory), the rows' maxima come from two rounds over workgroup memory, its
-// probabilities go to workgroup memory, and invocations below dv add probability times value
-// for their column over the chunk's keys (and the denominators alongside); heads up to 128
-// wide take the keys in two halves, one a half of the invocations, added after (the value
-// rows are the chunk's wait: on an H200 A3 went from 64 to 51 us with 8 rows loaded at a time
-// instead of 4, to 41 us in halves and to 38-39 us with 16). A probability of 0
-// adds nothing, so a masked value row never reaches the sum. Partials of row g and chunk c
-// start at (g * chunks + c) * (dv + 2): m, l, then dv accumulators; a chunk a row sees nothing
-// of holds m = -inf, l = 0.
+// q, k, v and the output are read and written as u32 words: f32 bits (KV 0), or f16 (1) or
+// bf16 (2) two to a word as those tensors are stored, so a half-precision KV cache is read as
+// stored, at half the bytes (the host sends halves only with even widths, offsets and strides,
+// so no row starts inside a word). Partials are f32.
+//
+// In `main_split`, WG / CHUNK invocations share a key: each takes a run of the key's words
+// and its products with every row (q in workgroup memory), and the first adds the others'
+// sums. The rows' maxima come from two rounds over workgroup memory, the probabilities go to
+// workgroup memory, and the value phase gives each group of dv / (elements a word)
+// invocations a share of the chunk's keys, one word column each (16 value rows loaded before
+// their products); the groups' sums meet in workgroup memory. A probability of 0 adds nothing,
+// so a masked value row never reaches the sum. Partials of row g and chunk c start at
+// (g * chunks + c) * (dv + 2): m, l, then dv accumulators; a chunk a row sees nothing of holds
+// m = -inf, l = 0.
 
 // @include attention_common
+// @native-only
+// @include dtype
+// @native-end
 
-const ROWS: u32 = 8u; // query rows a workgroup, at most
-// Keys a partial of `main_merge` covers: WG for `main_split`'s, the split size for those of
+@group(0) @binding(1) var<storage, read> q: array<u32>;
+@group(0) @binding(2) var<storage, read> k: array<u32>;
+@group(0) @binding(3) var<storage, read> v: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<u32>;
+
+// Keys a partial of `main_merge` covers: `main_split`'s CHUNK, or the split size of
 // attention.wgsl's `main_flash` (its SPLIT_KEYS).
 override MERGE_KEYS: u32 = 256u;
+// How q, k, v and the output are stored: 0 f32, 1 f16, 2 bf16.
+override KV: u32 = 0u;
+
+// `main_split` is native only: the browser build decodes with the row kernel (attention.wgsl's
+// `main`), since the split kernel's text took its package over the size budget.
+// @native-only
+const ROWS: u32 = 8u; // query rows a workgroup, at most
 // The rows this pipeline handles: the GQA group times sq rounded up to 1, 2, 4 or 8, so that
 // every loop over rows has a constant bound and its arrays stay in registers.
 override GROUP_ROWS: u32 = 8u;
+// Keys a `main_split` workgroup takes: a power of two from 32 to 256, WG / CHUNK invocations a
+// key (the host sends 128 or 256).
+override CHUNK: u32 = 256u;
 const DMAX: u32 = 256u; // widest head
-const KL: u32 = 8u; // key elements an invocation loads before their products
+const KW: u32 = 8u; // key words an invocation loads before their products
 const VL: u32 = 16u; // value rows an invocation loads before their products
 
-var<workgroup> q_split: array<f32, ROWS * DMAX>;
-var<workgroup> p_split: array<f32, ROWS * WG>;
+// The query rows at r * DMAX, the scores and then the probabilities of key t at
+// PROBS + r * WG + t * (WG / CHUNK); at the end, the value groups' sums over all of it.
+var<workgroup> wsm: array<f32, 2u * ROWS * DMAX>;
+const PROBS: u32 = ROWS * DMAX;
 var<workgroup> part_split: array<f32, ROWS * 32u>;
 var<workgroup> max_split: array<f32, ROWS>;
+
+// Element `e` (0 or 1) of word `w`: its f32 bits, or its low or high half widened.
+fn elem(w: u32, e: u32) -> f32 {
+    if (KV != 0u) {
+        let h = (w >> (16u * e)) & 0xffffu;
+        if (KV == 2u) {
+            return bf16_to_f32(h);
+        }
+        return f16_to_f32(h);
+    }
+    return bitcast<f32>(w);
+}
 
 // Query row r of a KV head's group: its head and position.
 fn split_row(r: u32, kvh: u32) -> vec2<u32> {
@@ -46,7 +82,8 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let c = wid.x; // chunk
     let kvh = wid.y;
     let b = wid.z;
-    let chunks = (params.sk + WG - 1u) / WG;
+    let epw = select(1u, 2u, KV != 0u); // elements a word
+    let chunks = (params.sk + CHUNK - 1u) / CHUNK;
     let rows = (params.hq / params.hkv) * params.sq;
     let d = params.d;
     let dv = params.dv;
@@ -56,13 +93,18 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     for (var t = lid; t < rows * d; t = t + WG) {
         let r = t / d;
         let hi = split_row(r, kvh);
-        q_split[r * DMAX + t % d] = q[q_row_at(b, hi.x, hi.y) + t % d];
+        let i = q_row_at(b, hi.x, hi.y) + t % d;
+        wsm[r * DMAX + t % d] = elem(q[i / epw], i % epw);
     }
     workgroupBarrier();
 
-    // Scores of key j for every row (-inf where the row does not see it). Each element of
-    // the key is loaded once and multiplied into all the rows' dot products.
-    let j = c * WG + lid;
+    // Invocation `part` of key j takes words [w0, w1) of the key's row: its share of the
+    // products with every row (-inf where the row does not see the key). Each element is
+    // loaded once and multiplied into all the rows' dot products.
+    let parts = WG / CHUNK;
+    let key = lid / parts;
+    let part = lid % parts;
+    let j = c * CHUNK + key;
     var seen: array<u32, ROWS>;
     var k_seen = 0u; // the most keys any row sees
     for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
@@ -73,47 +115,71 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     }
     var dots: array<f32, ROWS>;
     if (j < k_seen) {
-        // KL elements loaded before any is used (a key's row is one invocation's, so its
-        // loads are what the chunk waits on), then multiplied in order.
-        let kj = k_base + j * params.k_ss;
-        var e = 0u;
-        for (; e + KL <= d; e = e + KL) {
-            var x: array<f32, KL>;
-            for (var u = 0u; u < KL; u = u + 1u) {
-                x[u] = k[kj + e + u];
+        let words = d / epw;
+        let share = (words + parts - 1u) / parts;
+        let w0 = min(words, part * share);
+        let w1 = min(words, w0 + share);
+        let kj = (k_base + j * params.k_ss) / epw;
+        // KW words loaded before any is used (a key's row is a few invocations', so its loads
+        // are what the chunk waits on), then multiplied in order.
+        var w = w0;
+        for (; w + KW <= w1; w = w + KW) {
+            var x: array<u32, KW>;
+            for (var u = 0u; u < KW; u = u + 1u) {
+                x[u] = k[kj + w + u];
             }
-            for (var u = 0u; u < KL; u = u + 1u) {
-                for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-                    dots[r] = fma(q_split[r * DMAX + e + u], x[u], dots[r]);
+            for (var u = 0u; u < KW; u = u + 1u) {
+                for (var h = 0u; h < epw; h = h + 1u) {
+                    let e = (w + u) * epw + h;
+                    let xe = elem(x[u], h);
+                    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                        dots[r] = fma(wsm[r * DMAX + e], xe, dots[r]);
+                    }
                 }
             }
         }
-        for (; e < d; e = e + 1u) {
-            let x = k[kj + e];
-            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-                dots[r] = fma(q_split[r * DMAX + e], x, dots[r]);
+        for (; w < w1; w = w + 1u) {
+            let x = k[kj + w];
+            for (var h = 0u; h < epw; h = h + 1u) {
+                let xe = elem(x, h);
+                for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                    dots[r] = fma(wsm[r * DMAX + w * epw + h], xe, dots[r]);
+                }
             }
         }
     }
-    var s: array<f32, ROWS>;
     for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-        s[r] = neg_inf;
-        if (j < seen[r]) {
-            s[r] = score(dots[r]);
-        }
-        p_split[r * WG + lid] = s[r];
+        wsm[PROBS + r * WG + lid] = dots[r];
     }
     workgroupBarrier();
-    // Each row's maximum over the chunk: 32 invocations a row take 8 scores each, then one
-    // invocation a row takes the 32.
+    // The key's first invocation adds the other parts' sums and keeps the scores, in its own
+    // slot (which only it reads).
+    var s: array<f32, ROWS>;
+    if (part == 0u) {
+        for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+            var dot = dots[r];
+            for (var p = 1u; p < parts; p = p + 1u) {
+                dot = dot + wsm[PROBS + r * WG + lid + p];
+            }
+            s[r] = neg_inf;
+            if (j < seen[r]) {
+                s[r] = score(dot);
+            }
+            wsm[PROBS + r * WG + lid] = s[r];
+        }
+    }
+    workgroupBarrier();
+    // Each row's maximum over the chunk: 32 invocations a row take CHUNK / 32 scores each,
+    // then one invocation a row takes the 32.
     {
         let r = lid / 32u;
-        let part = lid % 32u;
+        let part32 = lid % 32u;
+        let each = CHUNK / 32u;
         var m = neg_inf;
-        for (var t = 0u; t < 8u; t = t + 1u) {
-            m = max(m, p_split[r * WG + part * 8u + t]);
+        for (var t = 0u; t < each; t = t + 1u) {
+            m = max(m, wsm[PROBS + r * WG + (part32 * each + t) * parts]);
         }
-        part_split[r * 32u + part] = m;
+        part_split[r * 32u + part32] = m;
     }
     workgroupBarrier();
     if (lid < GROUP_ROWS) {
@@ -126,92 +192,119 @@ fn main_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     workgroupBarrier();
     // Probabilities against the chunk's maximum; a row whose maximum is not finite keeps zeros
     // (-inf: nothing seen; +inf: its merge gives NaN).
-    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-        let m = max_split[r];
-        var p = 0.0;
-        if (is_finite(m) && bitcast<u32>(s[r]) != neg_inf_bits) {
-            p = exp(s[r] - m);
+    if (part == 0u) {
+        for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+            let m = max_split[r];
+            var p = 0.0;
+            if (is_finite(m) && bitcast<u32>(s[r]) != neg_inf_bits) {
+                p = exp(s[r] - m);
+            }
+            wsm[PROBS + r * WG + lid] = p;
         }
-        p_split[r * WG + lid] = p;
     }
     workgroupBarrier();
 
-    let count = min(WG, k_seen - min(k_seen, c * WG));
-    // Heads up to WG / 2 wide take the chunk's keys in two halves, one a half of the
-    // invocations (column `col` of half `half`), added through workgroup memory after.
-    var halves = 1u;
-    if (dv <= WG / 2u) {
-        halves = 2u;
-    }
-    let half = (lid / (WG / 2u)) * (halves - 1u);
-    let col = lid - half * (WG / 2u);
-    let per = (count + halves - 1u) / halves;
-    let t0 = min(count, half * per);
+    // Groups of `cols` invocations (one a word column of the values) take the chunk's keys in
+    // `groups` shares.
+    let count = min(CHUNK, k_seen - min(k_seen, c * CHUNK));
+    let cols = max(1u, dv / epw);
+    let groups = min(32u, max(1u, WG / cols));
+    let g = lid / cols;
+    let col = lid % cols;
+    let per = (count + groups - 1u) / groups;
+    let t0 = min(count, g * per);
     let t1 = min(count, t0 + per);
-    var acc: array<f32, ROWS>;
+    var acc: array<vec2<f32>, ROWS>;
     var l: array<f32, ROWS>;
-    if (col < dv) {
-        // VL value rows loaded before any is used, then added in order.
-        let vc = v_base + c * WG * params.v_ss + col;
-        for (var t = t0; t < t1; t = t + VL) {
-            var x: array<f32, VL>;
+    if (g < groups) {
+        let vc = (v_base + c * CHUNK * params.v_ss) / epw + col;
+        let stride = params.v_ss / epw;
+        var t = t0;
+        for (; t + VL <= t1; t = t + VL) {
+            var x: array<u32, VL>;
             for (var u = 0u; u < VL; u = u + 1u) {
-                x[u] = v[vc + min(t + u, t1 - 1u) * params.v_ss];
+                x[u] = v[vc + (t + u) * stride];
             }
             for (var u = 0u; u < VL; u = u + 1u) {
-                if (t + u < t1) {
-                    for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-                        let p = p_split[r * WG + t + u];
-                        acc[r] = select(acc[r], fma(p, x[u], acc[r]), p != 0.0);
-                        l[r] = l[r] + p;
+                for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                    let p = wsm[PROBS + r * WG + (t + u) * parts];
+                    acc[r].x = select(acc[r].x, fma(p, elem(x[u], 0u), acc[r].x), p != 0.0);
+                    if (epw == 2u) {
+                        acc[r].y = select(acc[r].y, fma(p, elem(x[u], 1u), acc[r].y), p != 0.0);
                     }
+                    l[r] = l[r] + p;
                 }
             }
         }
-    }
-    if (halves == 2u) {
-        // q_split and part_split are free since the scores and the maxima.
-        if (half == 1u && col < dv) {
+        for (; t < t1; t = t + 1u) {
+            let x = v[vc + t * stride];
             for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-                q_split[r * DMAX + col] = acc[r];
-                if (col == 0u) {
-                    part_split[r] = l[r];
+                let p = wsm[PROBS + r * WG + t * parts];
+                acc[r].x = select(acc[r].x, fma(p, elem(x, 0u), acc[r].x), p != 0.0);
+                if (epw == 2u) {
+                    acc[r].y = select(acc[r].y, fma(p, elem(x, 1u), acc[r].y), p != 0.0);
                 }
-            }
-        }
-        workgroupBarrier();
-        if (half == 0u && col < dv) {
-            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
-                acc[r] = acc[r] + q_split[r * DMAX + col];
-                l[r] = l[r] + part_split[r];
+                l[r] = l[r] + p;
             }
         }
     }
-    if (half == 0u && col < dv) {
+    // The other groups' sums to the first through workgroup memory, free once every group has
+    // read its probabilities: ((g - 1) cols + col) epw + h < WG epw, times ROWS rows.
+    workgroupBarrier();
+    if (g >= 1u && g < groups) {
+        for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+            let at = (((g - 1u) * cols + col) * epw) * ROWS + r;
+            wsm[at] = acc[r].x;
+            if (epw == 2u) {
+                wsm[at + ROWS] = acc[r].y;
+            }
+            if (col == 0u) {
+                part_split[g * ROWS + r] = l[r];
+            }
+        }
+    }
+    workgroupBarrier();
+    if (g == 0u && col * epw < dv) {
+        for (var o = 1u; o < groups; o = o + 1u) {
+            for (var r = 0u; r < GROUP_ROWS; r = r + 1u) {
+                let at = (((o - 1u) * cols + col) * epw) * ROWS + r;
+                acc[r].x = acc[r].x + wsm[at];
+                if (epw == 2u) {
+                    acc[r].y = acc[r].y + wsm[at + ROWS];
+                }
+                l[r] = l[r] + part_split[o * ROWS + r];
+            }
+        }
         for (var r = 0u; r < rows; r = r + 1u) {
             let hi = split_row(r, kvh);
-            let g = (b * params.hq + hi.x) * params.sq + hi.y;
-            let base = (g * chunks + c) * (dv + 2u);
+            let gi = (b * params.hq + hi.x) * params.sq + hi.y;
+            let base = (gi * chunks + c) * (dv + 2u);
             if (col == 0u) {
-                out[base] = max_split[r];
-                out[base + 1u] = l[r];
+                out[base] = bitcast<u32>(max_split[r]);
+                out[base + 1u] = bitcast<u32>(l[r]);
             }
-            out[base + 2u + col] = acc[r];
+            out[base + 2u + col * epw] = bitcast<u32>(acc[r].x);
+            if (epw == 2u) {
+                out[base + 3u + col * epw] = bitcast<u32>(acc[r].y);
+            }
         }
     }
 }
+// @native-end
 
-// `main_merge`: one workgroup per query row (position, head, batch entry), invocation e < dv
-// for column e. The partials (bound as q) of the row's chunks rescale to their largest
-// maximum: out = sum acc_c e^(m_c - M) / sum l_c e^(m_c - M). No visible key gives zeros; a
-// maximum that is not finite (a NaN or +inf score, or only -inf scores) gives NaN.
+// `main_merge`: one workgroup per query row (position, head, batch entry), invocation `col`
+// for the word column col of the output (columns col * epw ..). The partials (bound as q) of
+// the row's chunks rescale to their largest maximum: out = sum acc_c e^(m_c - M) /
+// sum l_c e^(m_c - M). No visible key gives zeros; a maximum that is not finite (a NaN or
+// +inf score, or only -inf scores) gives NaN.
 @compute @workgroup_size(256)
 fn main_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = wid.x;
     let h = wid.y;
     let b = wid.z;
     let dv = params.dv;
-    if (lid >= dv) {
+    let epw = select(1u, 2u, KV != 0u); // elements a word
+    if (lid * epw >= dv) {
         return;
     }
     let chunks = (params.sk + MERGE_KEYS - 1u) / MERGE_KEYS;
@@ -219,24 +312,41 @@ fn main_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     let first = g * chunks * (dv + 2u);
     var m = bitcast<f32>(neg_inf_bits);
     for (var c = 0u; c < chunks; c = c + 1u) {
-        m = max(m, q[first + c * (dv + 2u)]);
+        m = max(m, bitcast<f32>(q[first + c * (dv + 2u)]));
     }
     var l = 0.0;
-    var acc = 0.0;
+    var acc = vec2<f32>(0.0);
     if (is_finite(m)) {
         for (var c = 0u; c < chunks; c = c + 1u) {
             let base = first + c * (dv + 2u);
-            let mc = q[base];
+            let mc = bitcast<f32>(q[base]);
             if (bitcast<u32>(mc) != neg_inf_bits) {
                 let w = exp(mc - m);
-                l = l + q[base + 1u] * w;
-                acc = acc + q[base + 2u + lid] * w;
+                l = l + bitcast<f32>(q[base + 1u]) * w;
+                acc.x = acc.x + bitcast<f32>(q[base + 2u + lid * epw]) * w;
+                // @native-only
+                if (epw == 2u) {
+                    acc.y = acc.y + bitcast<f32>(q[base + 3u + lid * epw]) * w;
+                }
+                // @native-end
             }
         }
     }
-    var r = 0.0;
+    var r = vec2<f32>(0.0);
     if (visible_keys(i, b) > 0u) {
-        r = select(bitcast<f32>(nan_bits), acc / l, is_finite(m));
+        let nan = bitcast<f32>(nan_bits);
+        r = select(vec2<f32>(nan), acc / l, is_finite(m));
     }
-    out[out_row_at(b, h, i) + lid] = r;
+    let o = out_row_at(b, h, i) + lid * epw;
+    // @native-only
+    if (KV != 0u) {
+        var bits = vec2<u32>(f32_to_f16(r.x), f32_to_f16(r.y));
+        if (KV == 2u) {
+            bits = vec2<u32>(f32_to_bf16(r.x), f32_to_bf16(r.y));
+        }
+        out[o / 2u] = bits.x | (bits.y << 16u);
+        return;
+    }
+    // @native-end
+    out[o] = bitcast<u32>(r.x);
 }

@@ -1,6 +1,6 @@
 // What the attention shaders share (attention.wgsl, attention_split.wgsl): the parameters and
-// bindings, where a row of q, k, v or the output starts, scores with NaN made +inf, and the
-// keys a query row sees.
+// the lengths' binding, where a row of q, k, v or the output starts, scores with NaN made
+// +inf, and the keys a query row sees.
 
 // Infinity and NaN bits live in private variables: WGSL has no constant for them, and Chrome's
 // compiler rejects a bitcast of constant bits that would give one.
@@ -61,12 +61,10 @@ fn out_row_at(b: u32, h: u32, i: u32) -> u32 {
     return ((b * params.hq + h) * params.sq + i) * params.dv;
 }
 
+// q, k, v (bindings 1-3) and the output (5) are each shader's own: f32 elements in
+// attention.wgsl, u32 words in attention_split.wgsl (f32 bits, or two halves).
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> k: array<f32>;
-@group(0) @binding(3) var<storage, read> v: array<f32>;
 @group(0) @binding(4) var<storage, read> lens: array<u32>;
-@group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
 // How many keys query row i sees (0 for a row past the end).
 fn visible_keys(i: u32, b: u32) -> u32 {

@@ -121,23 +121,26 @@ impl BackendImpl {
         }
     }
 
-    /// Whether attention takes q, k and v of `dtype` (f16 or bf16) as stored, with the output
-    /// in that dtype: the tensor-core kernel on CUDA (see
-    /// `CudaBackend::attention_takes_halves` for the shapes it takes). Elsewhere half-precision
+    /// Whether attention of `dims` (batch, hq, hkv, sq, sk, d, dv) takes q, k and v of `dtype`
+    /// (f16 or bf16) as stored, with the output in that dtype: the tensor-core kernel on CUDA
+    /// (see `CudaBackend::attention_takes_halves` for the shapes it takes), the split decode
+    /// kernel on wgpu (`WgpuBackend::attention_takes_halves`). Elsewhere half-precision
     /// operands are converted around the f32 kernels.
     pub(crate) fn attention_stores_halves(
         &self,
         dtype: crate::DType,
-        rows: (usize, usize, usize),
-        widths: (usize, usize),
+        dims: crate::ops::attention::Dims,
         strides: [crate::ops::attention::RowStrides; 3],
     ) -> bool {
         #[cfg(cuda)]
         if let Some(c) = self.cuda() {
-            return c.attention_takes_halves(dtype, rows, widths, strides);
+            let (b, hq, _, sq, _, d, dv) = dims;
+            return c.attention_takes_halves(dtype, (b, hq, sq), (d, dv), strides);
         }
-        let _ = (dtype, rows, widths, strides);
-        false
+        match self {
+            BackendImpl::Wgpu(w) => w.attention_takes_halves(dtype, dims, strides),
+            _ => false,
+        }
     }
 
     /// Whether products longer than [`WGPU_MAX_K`](crate::ops::matmul::WGPU_MAX_K) are split

@@ -151,7 +151,7 @@ fn rerun_options<'a>(
 pub const MAX_HEAD_DIM: usize = 256;
 
 /// Sizes of one call, before the strides: `(b, hq, hkv, sq, sk, d, dv)`.
-type Dims = (usize, usize, usize, usize, usize, usize, usize);
+pub(crate) type Dims = (usize, usize, usize, usize, usize, usize, usize);
 
 impl Tensor {
     /// `softmax(q k^T * scale + mask) v` with `self` as q. In the default layout
@@ -217,10 +217,11 @@ impl Tensor {
         if let (Some(half), Some(rows)) = (rounded, strides_all(strides)) {
             let all_f32 = [self, k, v].iter().all(|t| t.dtype() == DType::F32);
             if all_f32
-                && self
-                    .device()
-                    .backend()
-                    .attention_stores_halves(half, (b, hq, sq), (d, dv), rows)
+                && self.device().backend().attention_stores_halves(
+                    half,
+                    (b, hq, hkv, sq, sk, d, dv),
+                    rows,
+                )
             {
                 let exact = AttentionOptions {
                     precision: Precision::F32,
@@ -235,9 +236,11 @@ impl Tensor {
             let halves = dtype.size() == 2
                 && [self, k, v].iter().all(|t| t.dtype() == dtype)
                 && rows.is_some_and(|r| {
-                    self.device()
-                        .backend()
-                        .attention_stores_halves(dtype, (b, hq, sq), (d, dv), r)
+                    self.device().backend().attention_stores_halves(
+                        dtype,
+                        (b, hq, hkv, sq, sk, d, dv),
+                        r,
+                    )
                 });
             // An f32 query over keys and values of one half dtype (a decoder's f16 cache):
             // where the backend reads those as stored, the query is rounded to their dtype
@@ -247,9 +250,11 @@ impl Tensor {
                 && kv.size() == 2
                 && v.dtype() == kv
                 && rows.is_some_and(|r| {
-                    self.device()
-                        .backend()
-                        .attention_stores_halves(kv, (b, hq, sq), (d, dv), r)
+                    self.device().backend().attention_stores_halves(
+                        kv,
+                        (b, hq, hkv, sq, sk, d, dv),
+                        r,
+                    )
                 })
             {
                 return self.cast(kv)?.attention(k, v, options)?.cast(DType::F32);
@@ -330,8 +335,7 @@ impl Tensor {
                 && self.is_contiguous()
                 && self.device().backend().attention_stores_halves(
                     dtype,
-                    (b, heads, s),
-                    (d, d),
+                    (b, heads, kv_heads, s, s, d, d),
                     strides,
                 );
             if !halves {

@@ -17,7 +17,9 @@ use std::collections::HashMap;
 mod attention_blocks;
 mod constants;
 mod layout;
-pub(crate) use attention_blocks::{flash_split, flash_tile, flash_width, AttentionBlocks};
+pub(crate) use attention_blocks::{
+    flash_split, flash_tile, flash_width, kv_code, split_chunk, AttentionBlocks,
+};
 pub(crate) use layout::Layout;
 
 /// One pipeline: a kernel and its specialisation.
@@ -447,9 +449,13 @@ impl PipelineCache {
 /// sq and sk and columns below d and dv, whose extents were checked against the bindings,
 /// writes partials below the buffer's length (checked), and its tile loop ends at the key
 /// count; with the checks its private arrays left registers. The
-/// split decode kernels (attention_split.wgsl) index their arrays with constants, invocation
-/// ids and rows below 8, read keys and values below the rows' visible counts, and write
-/// partials below the buffer's length (b * hq * sq * chunks * (dv + 2), checked). The row
+/// split decode kernels (attention_split.wgsl) index their arrays with constants, rows below 8,
+/// columns below d and dv (at most 256), invocation ids (a key's parts: key * parts + p <
+/// WG), value groups' sums at ((g - 1) cols + col) epw + h < 2 WG rows and the groups' counts
+/// below 32; they read words of q, k and v below the rows' visible counts and widths (halves
+/// only with even widths and strides, so a row's words lie inside its extent), and write
+/// partials below the buffer's length (b * hq * sq * chunks * (dv + 2), checked) and output
+/// words below its binding. The row
 /// kernel (`main`) indexes its arrays of 256 with invocation ids, columns below d and dv (at
 /// most 256, checked by the ops layer) and keys below 256, and loops to the visible key count.
 /// The quantized GEMV and dequantisation (quant.wgsl) index their array of 256 with invocation

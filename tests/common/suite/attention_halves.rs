@@ -26,7 +26,7 @@ pub async fn attention_halves(dev: &Device) {
         bool,
         bool,
     );
-    let cases: [Case; 11] = [
+    let cases: [Case; 13] = [
         (1, 2, 1, 130, 150, 64, true, None, false, false),
         (
             2,
@@ -47,6 +47,21 @@ pub async fn attention_halves(dev: &Device) {
         (1, 1, 1, 17, 9, 128, true, None, false, false),
         (2, 2, 2, 3, 129, 32, false, Some(vec![65, 129]), true, true),
         (1, 6, 2, 1, 1000, 256, false, Some(vec![999]), true, false),
+        // The split decode kernel reads halves as stored (chunks of 128 keys, two invocations
+        // a key): grouped rows with device lengths, and a batch of 4 with a length of 1 and 0.
+        (2, 8, 2, 2, 700, 64, true, Some(vec![700, 513]), true, false),
+        (
+            4,
+            8,
+            8,
+            1,
+            4100,
+            16,
+            false,
+            Some(vec![4100, 1, 2000, 0]),
+            false,
+            true,
+        ),
         (2, 16, 4, 520, 520, 64, true, None, false, true),
         (
             2,
@@ -224,6 +239,38 @@ pub async fn attention_halves(dev: &Device) {
                 );
             }
         }
+        // The same through the split decode kernel (600 keys, 4 heads over 1): NaN in one
+        // query head and +inf in another make their rows NaN, the others stay finite.
+        {
+            let (d, sk) = (64usize, 600usize);
+            let mut rng = Rng::new(9910);
+            let mut q: Vec<f32> = rng.vec(4 * d, 0.1, 1.0).into_iter().map(round).collect();
+            let k: Vec<f32> = rng.vec(sk * d, 0.1, 1.0).into_iter().map(round).collect();
+            let v: Vec<f32> = rng.vec(sk * d, -1.0, 1.0).into_iter().map(round).collect();
+            q[d] = f32::NAN;
+            q[2 * d] = f32::INFINITY;
+            let half = |x: &[f32], h: usize, s: usize| {
+                dev.tensor(x, &[1, h, s, d]).unwrap().cast(dtype).unwrap()
+            };
+            let got = half(&q, 4, 1)
+                .attention(
+                    &half(&k, 1, sk),
+                    &half(&v, 1, sk),
+                    AttentionOptions::default(),
+                )
+                .unwrap()
+                .read()
+                .await
+                .unwrap();
+            for (h, row) in got.chunks(d).enumerate() {
+                let nan = h == 1 || h == 2;
+                assert!(
+                    row.iter()
+                        .all(|x| if nan { x.is_nan() } else { x.is_finite() }),
+                    "{dtype:?} split decode, head {h}: {row:?}"
+                );
+            }
+        }
         attention_growing(dev, dtype, round, tol).await;
         attention_scales(dev, dtype, round, tol).await;
         if dtype != DType::F32 {
@@ -377,10 +424,17 @@ async fn attention_precision(dev: &Device, dtype: gpukit::DType, tol: Tol) {
 
 /// An f32 query over a half-precision KV cache (keys and values side by side in one
 /// sequence-first tensor, as a decoder keeps them, read through slices): the result is f32 and
-/// matches f64 on the rounded keys and values, for decode rows (1 and 4) and a prompt block.
+/// matches f64 on the rounded keys and values, for decode rows (1 and 4), a prompt block and two
+/// rows over 600 keys (the split kernel).
 async fn attention_mixed(dev: &Device, dtype: gpukit::DType, round: impl Fn(f32) -> f32, tol: Tol) {
-    let (hq, hkv, cap, d) = (8usize, 2usize, 90usize, 64usize);
-    for (ci, (sq, sk)) in [(1usize, 70usize), (4, 83), (9, 9)].into_iter().enumerate() {
+    let (hq, hkv, d) = (8usize, 2usize, 64usize);
+    // The last case decodes over enough keys for the split kernel, which reads halves as
+    // stored (the query rounded to them).
+    for (ci, (sq, sk)) in [(1usize, 70usize), (4, 83), (9, 9), (2, 600)]
+        .into_iter()
+        .enumerate()
+    {
+        let cap = sk + 7;
         let seed = 9950 + ci as u64;
         let mut rng = Rng::new(seed);
         let q = rng.vec(hq * sq * d, -1.0, 1.0);

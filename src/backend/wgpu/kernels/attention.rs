@@ -1,14 +1,31 @@
 //! Fused attention: the tiled kernels by head width (see ARCHITECTURE.md, Kernels).
 
-use super::super::pipelines::{flash_split, flash_tile, flash_width, AttentionBlocks};
+use super::super::pipelines::{
+    flash_split, flash_tile, flash_width, kv_code, split_chunk, AttentionBlocks,
+};
 use super::super::{Shared, State, WgpuBackend, WgpuStorage};
 use super::{whole, Bind, Kernel};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::attention::AttentionSpec;
+use crate::ops::attention::{AttentionSpec, Dims, RowStrides};
 use bytemuck::{Pod, Zeroable};
 
 /// Keys from which a few query rows take the split kernel rather than the row kernel.
 const SPLIT_MIN_KEYS: u64 = 512;
+
+/// Whether attention of `dims` decodes over many keys: a few query rows (the GQA group times
+/// sq at most 8) over 512 keys or more, heads up to 256 wide, which the split kernel takes.
+/// Natively only: the browser build leaves the split kernel's text out (its package's size
+/// budget) and decodes with the row kernel.
+fn split_decode((_, hq, hkv, sq, sk, d, dv): Dims) -> bool {
+    cfg!(native)
+        && sq <= 4
+        && hkv > 0
+        && (hq / hkv) * sq <= 8
+        && sk as u64 >= SPLIT_MIN_KEYS
+        && d <= 256
+        && dv <= 256
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -26,6 +43,29 @@ struct AttentionParams {
 }
 
 impl WgpuBackend {
+    /// Whether attention of `dims` takes q, k and v of `dtype` (f16 or bf16) as stored: the
+    /// split decode kernel (native only, see [`split_decode`]), which reads them two to a
+    /// word, so widths, offsets and strides must be even (no row starts inside a word). Other
+    /// shapes convert around the f32 kernels.
+    pub(crate) fn attention_takes_halves(
+        &self,
+        dtype: DType,
+        dims: Dims,
+        strides: [RowStrides; 3],
+    ) -> bool {
+        let even = |s: RowStrides| {
+            [s.offset, s.batch, s.head, s.seq]
+                .iter()
+                .all(|x| x.is_multiple_of(2))
+        };
+        let (.., d, dv) = dims;
+        matches!(dtype, DType::F16 | DType::BF16)
+            && split_decode(dims)
+            && d.is_multiple_of(2)
+            && dv.is_multiple_of(2)
+            && strides.into_iter().all(even)
+    }
+
     pub(super) fn encode_attention(
         &self,
         q: &WgpuStorage,
@@ -38,7 +78,8 @@ impl WgpuBackend {
         let qkv = [q.buffer()?, k.buffer()?, v.buffer()?];
         let lens = lens.map(WgpuStorage::buffer).transpose()?;
         let mut st = s.state();
-        let out = s.alloc(&mut st, (a.batch * a.hq * a.sq * a.dv) as u64 * 4)?;
+        let n = (a.batch * a.hq * a.sq * a.dv) as u64;
+        let out = s.alloc(&mut st, (n * a.storage.size() as u64).next_multiple_of(4))?;
         s.record_attention(&mut st, qkv, lens, &out, a)?;
         Ok(s.storage(out))
     }
@@ -62,14 +103,19 @@ impl Shared {
             return Ok(());
         }
         let extent = |s, h, seq, dim| AttentionSpec::extent(s, a.batch, h, seq, dim) as u64;
-        let q_len = extent(a.q, a.hq, a.sq, a.d);
-        let k_len = extent(a.k, a.hkv, a.sk, a.d);
-        let v_len = extent(a.v, a.hkv, a.sk, a.dv);
+        // Operands and the output are bound in u32 words: an element each for f32, two
+        // halves otherwise.
+        let kv = kv_code(a.storage);
+        let words = |len: u64| if kv == 0 { len } else { len.div_ceil(2) };
+        let q_len = words(extent(a.q, a.hq, a.sq, a.d));
+        let k_len = words(extent(a.k, a.hkv, a.sk, a.d));
+        let v_len = words(extent(a.v, a.hkv, a.sk, a.dv));
+        let n_words = words(n);
         for (what, len) in [
             ("attention's q", q_len),
             ("attention's k", k_len),
             ("attention's v", v_len),
-            ("attention's output", n),
+            ("attention's output", n_words),
         ] {
             self.check_binding(what, len)?;
         }
@@ -101,15 +147,18 @@ impl Shared {
             whole(kb, k_len.max(1)),
             whole(vb, v_len.max(1)),
             lens.map_or(whole(qb, q_len.max(1)), |l| whole(l, b)),
-            whole(out, n),
+            whole(out, n_words),
         ];
         // Heads up to 128 wide take blocks of query rows (one load of a key serves the block);
         // a few rows (decoding) take the row kernel, which scores 256 keys at a time instead
         // of walking tiles for a block of rows it mostly does not have.
-        // Decoding over many keys: chunks of 256 keys of a KV head, each for every query row
-        // that reads the head, then a merge per row (see attention_split.wgsl).
-        if sq <= 4 && (hq / hkv) * sq <= 8 && sk >= SPLIT_MIN_KEYS && d <= 256 && dv <= 256 {
-            let chunks = sk.div_ceil(256);
+        // Decoding over many keys: chunks of a KV head's keys, each for every query row that
+        // reads the head, then a merge per row (see attention_split.wgsl). Half-precision
+        // operands come here only (`attention_takes_halves`).
+        let dims = (a.batch, a.hq, a.hkv, a.sq, a.sk, a.d, a.dv);
+        if split_decode(dims) {
+            let chunk = u64::from(split_chunk(kv));
+            let chunks = sk.div_ceil(chunk);
             if let Some(&over) = [chunks, hkv].iter().find(|&&g| g > max) {
                 return Err(Error::LimitExceeded {
                     what: "attention's key chunks or KV heads".into(),
@@ -120,11 +169,24 @@ impl Shared {
             }
             // The rows rounded up to 1, 2, 4 or 8: one pipeline each.
             let rows = ((hq / hkv) * sq).next_power_of_two() as u8;
-            let split = (
-                AttentionBlocks::Split { rows },
-                [chunks as u32, hkv as u32, b as u32],
+            let split = AttentionBlocks::split(rows, kv);
+            let grid = [chunks as u32, hkv as u32, b as u32];
+            return self.record_split(
+                st,
+                binds,
+                lens.is_some(),
+                a,
+                &p,
+                (split, grid),
+                chunks,
+                chunk as u16,
             );
-            return self.record_split(st, binds, lens.is_some(), a, &p, split, chunks, 256);
+        }
+        if kv != 0 {
+            return Err(Error::InvalidArgument {
+                op: "attention",
+                reason: "internal error: half-precision operands outside the split kernel".into(),
+            });
         }
         // Heads up to 128 wide take the flash kernel in the largest block of rows the adapter's
         // workgroup memory holds, in key tiles of 32 where they fit (`flash_tile`); wider heads,
@@ -216,7 +278,7 @@ impl Shared {
         )?;
         let mut merge_binds = binds;
         merge_binds[0] = whole(&partials, partials_len);
-        let merge = kernel(AttentionBlocks::Merge { keys });
+        let merge = kernel(AttentionBlocks::merge(keys, kv_code(a.storage)));
         let rows = [sq as u32, hq as u32, b as u32];
         self.dispatch_grid(st, merge, bytemuck::bytes_of(p), &merge_binds, rows)?;
         st.retire(partials);

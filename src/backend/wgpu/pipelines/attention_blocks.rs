@@ -16,16 +16,34 @@ pub(crate) enum AttentionBlocks {
         width: u8,
         tile: FlashTile,
     },
-    /// `main_split` (attention_split.wgsl): a chunk of 256 keys of one KV head for all the
-    /// query rows that read it (decoding: the GQA group times sq, at most 8, rounded up to
-    /// `rows`, a power of two), writing partials.
-    Split { rows: u8 },
-    /// `main_merge`: a row's partials folded into its output, each partial covering `keys`
-    /// keys (256 for `Split`'s, the split for `Flash`'s).
-    Merge { keys: u16 },
+    /// `main_split` (attention_split.wgsl): a chunk of keys ([`split_chunk`]) of one KV head
+    /// for all the query rows that read it (decoding: the GQA group times sq, at most 8,
+    /// rounded up to rows, a power of two), writing partials; q, k and v stored as kv
+    /// ([`kv_code`]). Made by [`AttentionBlocks::split`], which packs both in one byte (rows
+    /// in bits 0-3, kv in 4-5): a field more in `Kernel` costs the browser package about
+    /// 0.2-0.4 KB gzipped (see [`FlashTile`]).
+    Split { rows_kv: u8 },
+    /// `main_merge`: a row's partials folded into its output (stored as kv), each partial
+    /// covering keys keys (`Split`'s chunk, or `Flash`'s split; a multiple of 64). Made by
+    /// [`AttentionBlocks::merge`]: kv in bits 0-1.
+    Merge { keys_kv: u16 },
 }
 
 impl AttentionBlocks {
+    /// `Split` over `rows` query rows (1, 2, 4 or 8) stored as `kv`.
+    pub(crate) fn split(rows: u8, kv: u8) -> AttentionBlocks {
+        AttentionBlocks::Split {
+            rows_kv: rows | (kv << 4),
+        }
+    }
+
+    /// `Merge` of partials of `keys` keys (a multiple of 64) into an output stored as `kv`.
+    pub(crate) fn merge(keys: u16, kv: u8) -> AttentionBlocks {
+        AttentionBlocks::Merge {
+            keys_kv: keys | u16::from(kv),
+        }
+    }
+
     /// Query rows per workgroup.
     pub(crate) fn rows(self) -> u64 {
         match self {
@@ -40,6 +58,33 @@ impl AttentionBlocks {
             AttentionBlocks::Flash { split, .. } => split,
             _ => 0,
         }
+    }
+}
+
+/// attention_split.wgsl's KV override for operands stored as `dtype`: 0 f32, 1 f16, 2 bf16.
+/// Always 0 in the browser build, whose split kernel is left out (its merge then writes f32
+/// only), so that build's code for halves folds away.
+pub(crate) fn kv_code(dtype: crate::DType) -> u8 {
+    if cfg!(web) {
+        return 0;
+    }
+    match dtype {
+        crate::DType::F16 => 1,
+        crate::DType::BF16 => 2,
+        _ => 0,
+    }
+}
+
+/// Keys a `Split` workgroup takes, by how the cache is stored (`kv`): 256 of f32 (a key an
+/// invocation), 128 of halves (two invocations a key). On an H200, A3 (32 heads over 8 KV
+/// heads x 4096 x 128) took 35-36 us in f32 with 256, 37-38 with 128 and 45 with 64, and
+/// 40 us in f16 with 128, 47-49 with 256 or 64 (BENCHMARKS.md, "Split decode attention over
+/// halves as stored").
+pub(crate) fn split_chunk(kv: u8) -> u16 {
+    if kv == 0 {
+        256
+    } else {
+        128
     }
 }
 

@@ -1,6 +1,6 @@
 //! The override constants that specialise each kernel's shader.
 
-use super::{AttentionBlocks, Kernel};
+use super::{split_chunk, AttentionBlocks, Kernel};
 
 impl Kernel {
     /// The override constants that specialise the shader.
@@ -68,8 +68,16 @@ impl Kernel {
                     ("HAS_LENS", lens as u32 as f64),
                 ];
                 match blocks {
-                    AttentionBlocks::Split { rows } => c.push(("GROUP_ROWS", f64::from(rows))),
-                    AttentionBlocks::Merge { keys } => c.push(("MERGE_KEYS", f64::from(keys))),
+                    AttentionBlocks::Split { rows_kv } => {
+                        let kv = rows_kv >> 4;
+                        c.push(("GROUP_ROWS", f64::from(rows_kv & 15)));
+                        c.push(("CHUNK", f64::from(split_chunk(kv))));
+                        c.push(("KV", f64::from(kv)));
+                    }
+                    AttentionBlocks::Merge { keys_kv } => {
+                        c.push(("MERGE_KEYS", f64::from(keys_kv & !3)));
+                        c.push(("KV", f64::from(keys_kv & 3)));
+                    }
                     AttentionBlocks::Flash { split, width, tile } => {
                         c.push(("SPLIT_KEYS", f64::from(split)));
                         c.push(("FLASH_D", f64::from(width)));

@@ -81,17 +81,22 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Split { rows: 4 },
+            blocks: AttentionBlocks::split(4, 1),
         },
         Kernel::Attention {
             causal: false,
             lens: false,
-            blocks: AttentionBlocks::Merge { keys: 256 },
+            blocks: AttentionBlocks::split(8, 0),
+        },
+        Kernel::Attention {
+            causal: false,
+            lens: false,
+            blocks: AttentionBlocks::merge(256, 2),
         },
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Merge { keys: 64 },
+            blocks: AttentionBlocks::merge(64, 0),
         },
     ]);
     for activation in [
