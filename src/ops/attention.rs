@@ -90,6 +90,14 @@ impl RowStrides {
         })
     }
 
+    /// Whether the offset and every stride are multiples of `n` elements (rows that start on
+    /// an `n`-element boundary, as kernels reading whole words or vectors need).
+    pub(crate) fn aligned(self, n: usize) -> bool {
+        [self.offset, self.batch, self.head, self.seq]
+            .iter()
+            .all(|x| x.is_multiple_of(n))
+    }
+
     /// Where row `(b, h, i)` starts.
     pub(crate) fn at(self, b: usize, h: usize, i: usize) -> usize {
         self.offset + b * self.batch + h * self.head + i * self.seq

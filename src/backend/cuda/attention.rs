@@ -293,16 +293,11 @@ impl CudaBackend {
         (d, dv): (usize, usize),
         strides: [RowStrides; 3],
     ) -> bool {
-        let aligned = |s: RowStrides| {
-            [s.offset, s.batch, s.head, s.seq]
-                .iter()
-                .all(|x| x.is_multiple_of(8))
-        };
         self.mma
             && matches!(dtype, DType::F16 | DType::BF16)
             && d == dv
             && matches!(d, 32 | 64 | 128)
-            && strides.into_iter().all(aligned)
+            && strides.iter().all(|s| s.aligned(8))
             && mma_shared(d) <= self.shared_optin as usize
             && batch.saturating_mul(hq) <= 65535
             && sq.div_ceil(MMA_ROWS) <= i32::MAX as usize

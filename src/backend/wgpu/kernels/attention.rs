@@ -53,17 +53,12 @@ impl WgpuBackend {
         dims: Dims,
         strides: [RowStrides; 3],
     ) -> bool {
-        let even = |s: RowStrides| {
-            [s.offset, s.batch, s.head, s.seq]
-                .iter()
-                .all(|x| x.is_multiple_of(2))
-        };
         let (.., d, dv) = dims;
         matches!(dtype, DType::F16 | DType::BF16)
             && split_decode(dims)
             && d.is_multiple_of(2)
             && dv.is_multiple_of(2)
-            && strides.into_iter().all(even)
+            && strides.iter().all(|s| s.aligned(2))
     }
 
     pub(super) fn encode_attention(
@@ -169,7 +164,7 @@ impl Shared {
             }
             // The rows rounded up to 1, 2, 4 or 8: one pipeline each.
             let rows = ((hq / hkv) * sq).next_power_of_two() as u8;
-            let split = AttentionBlocks::split(rows, kv);
+            let split = AttentionBlocks::Split { rows, kv };
             let grid = [chunks as u32, hkv as u32, b as u32];
             return self.record_split(
                 st,
@@ -278,7 +273,10 @@ impl Shared {
         )?;
         let mut merge_binds = binds;
         merge_binds[0] = whole(&partials, partials_len);
-        let merge = kernel(AttentionBlocks::merge(keys, kv_code(a.storage)));
+        let merge = kernel(AttentionBlocks::Merge {
+            keys,
+            kv: kv_code(a.storage),
+        });
         let rows = [sq as u32, hq as u32, b as u32];
         self.dispatch_grid(st, merge, bytemuck::bytes_of(p), &merge_binds, rows)?;
         st.retire(partials);

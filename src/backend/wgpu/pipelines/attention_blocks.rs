@@ -18,32 +18,15 @@ pub(crate) enum AttentionBlocks {
     },
     /// `main_split` (attention_split.wgsl): a chunk of keys ([`split_chunk`]) of one KV head
     /// for all the query rows that read it (decoding: the GQA group times sq, at most 8,
-    /// rounded up to rows, a power of two), writing partials; q, k and v stored as kv
-    /// ([`kv_code`]). Made by [`AttentionBlocks::split`], which packs both in one byte (rows
-    /// in bits 0-3, kv in 4-5): a field more in `Kernel` costs the browser package about
-    /// 0.2-0.4 KB gzipped (see [`FlashTile`]).
-    Split { rows_kv: u8 },
-    /// `main_merge`: a row's partials folded into its output (stored as kv), each partial
-    /// covering keys keys (`Split`'s chunk, or `Flash`'s split; a multiple of 64). Made by
-    /// [`AttentionBlocks::merge`]: kv in bits 0-1.
-    Merge { keys_kv: u16 },
+    /// rounded up to `rows`, a power of two), writing partials; q, k and v stored as `kv`
+    /// ([`kv_code`]).
+    Split { rows: u8, kv: u8 },
+    /// `main_merge`: a row's partials folded into its output (stored as `kv`), each partial
+    /// covering `keys` keys (`Split`'s chunk, or `Flash`'s split).
+    Merge { keys: u16, kv: u8 },
 }
 
 impl AttentionBlocks {
-    /// `Split` over `rows` query rows (1, 2, 4 or 8) stored as `kv`.
-    pub(crate) fn split(rows: u8, kv: u8) -> AttentionBlocks {
-        AttentionBlocks::Split {
-            rows_kv: rows | (kv << 4),
-        }
-    }
-
-    /// `Merge` of partials of `keys` keys (a multiple of 64) into an output stored as `kv`.
-    pub(crate) fn merge(keys: u16, kv: u8) -> AttentionBlocks {
-        AttentionBlocks::Merge {
-            keys_kv: keys | u16::from(kv),
-        }
-    }
-
     /// Query rows per workgroup.
     pub(crate) fn rows(self) -> u64 {
         match self {

@@ -68,15 +68,14 @@ impl Kernel {
                     ("HAS_LENS", lens as u32 as f64),
                 ];
                 match blocks {
-                    AttentionBlocks::Split { rows_kv } => {
-                        let kv = rows_kv >> 4;
-                        c.push(("GROUP_ROWS", f64::from(rows_kv & 15)));
+                    AttentionBlocks::Split { rows, kv } => {
+                        c.push(("GROUP_ROWS", f64::from(rows)));
                         c.push(("CHUNK", f64::from(split_chunk(kv))));
                         c.push(("KV", f64::from(kv)));
                     }
-                    AttentionBlocks::Merge { keys_kv } => {
-                        c.push(("MERGE_KEYS", f64::from(keys_kv & !3)));
-                        c.push(("KV", f64::from(keys_kv & 3)));
+                    AttentionBlocks::Merge { keys, kv } => {
+                        c.push(("MERGE_KEYS", f64::from(keys)));
+                        c.push(("KV", f64::from(kv)));
                     }
                     AttentionBlocks::Flash { split, width, tile } => {
                         c.push(("SPLIT_KEYS", f64::from(split)));

@@ -81,22 +81,22 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::split(4, 1),
+            blocks: AttentionBlocks::Split { rows: 4, kv: 1 },
         },
         Kernel::Attention {
             causal: false,
             lens: false,
-            blocks: AttentionBlocks::split(8, 0),
+            blocks: AttentionBlocks::Split { rows: 8, kv: 0 },
         },
         Kernel::Attention {
             causal: false,
             lens: false,
-            blocks: AttentionBlocks::merge(256, 2),
+            blocks: AttentionBlocks::Merge { keys: 256, kv: 2 },
         },
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::merge(64, 0),
+            blocks: AttentionBlocks::Merge { keys: 64, kv: 0 },
         },
     ]);
     for activation in [
