@@ -18,7 +18,7 @@ mod attention_blocks;
 mod constants;
 mod layout;
 pub(crate) use attention_blocks::{
-    flash_split, flash_tile, flash_width, kv_code, split_chunk, AttentionBlocks,
+    flash_split, flash_tile, flash_width, kv_code, split_chunk, split_key_words, AttentionBlocks,
 };
 pub(crate) use layout::Layout;
 

@@ -67,7 +67,7 @@ pub async fn attention(dev: &Device) {
     // up to 128 on blocks of 8, wider ones a row at a time: the cases cover all four, partial blocks and key tiles, d not
     // a multiple of the dot product's parts, and rows without a visible key. CUDA's flash kernel
     // takes 64 query rows and 64 keys at a time: several of each, partial, causal and not.
-    let cases: [Case; 26] = [
+    let cases: [Case; 27] = [
         (2, 4, 2, 5, 7, 16, 12, false, None),
         (1, 2, 2, 9, 9, 8, 8, true, None),
         (1, 3, 1, 3, 10, 8, 5, true, None),
@@ -92,6 +92,9 @@ pub async fn attention(dev: &Device) {
         // widths, a length of 1 and of 513.
         (4, 8, 8, 1, 4100, 9, 7, true, Some(vec![4100, 3000, 513, 1])),
         (4, 16, 8, 1, 2100, 16, 16, false, None),
+        // Key rows at 16-byte multiples load 4 words at a time (here 16 of 20, then 4 a word
+        // at a time); the 9-wide rows above a word at a time throughout.
+        (1, 4, 2, 1, 600, 20, 12, true, None),
         // Decoding (CUDA splits the keys of up to 4 query rows across blocks): grouped heads
         // with a length, a long causal row in many splits, wide heads, two rows and a batch.
         (1, 9, 3, 1, 257, 64, 64, false, Some(vec![200])),

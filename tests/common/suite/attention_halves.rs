@@ -26,7 +26,7 @@ pub async fn attention_halves(dev: &Device) {
         bool,
         bool,
     );
-    let cases: [Case; 13] = [
+    let cases: [Case; 15] = [
         (1, 2, 1, 130, 150, 64, true, None, false, false),
         (
             2,
@@ -62,6 +62,10 @@ pub async fn attention_halves(dev: &Device) {
             false,
             true,
         ),
+        // Key rows at 16-byte multiples load 4 words at a time, the two invocations of a key
+        // taking 8 and 4 of its 12 words; rows 10 halves wide (5 words) a word at a time.
+        (1, 4, 2, 1, 600, 24, false, Some(vec![555]), true, false),
+        (1, 4, 2, 2, 600, 10, true, None, false, true),
         (2, 16, 4, 520, 520, 64, true, None, false, true),
         (
             2,

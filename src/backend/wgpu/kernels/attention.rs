@@ -164,7 +164,11 @@ impl Shared {
             }
             // The rows rounded up to 1, 2, 4 or 8: one pipeline each.
             let rows = ((hq / hkv) * sq).next_power_of_two() as u8;
-            let split = AttentionBlocks::Split { rows, kv };
+            // Key rows at multiples of 4 words load a vec4 at a time (the offset is in
+            // elements, the binding at 0).
+            let epw = if kv == 0 { 1 } else { 2 };
+            let k_vec4 = a.k.aligned(4 * epw);
+            let split = AttentionBlocks::Split { rows, kv, k_vec4 };
             let grid = [chunks as u32, hkv as u32, b as u32];
             return self.record_split(
                 st,

@@ -19,8 +19,9 @@ pub(crate) enum AttentionBlocks {
     /// `main_split` (attention_split.wgsl): a chunk of keys ([`split_chunk`]) of one KV head
     /// for all the query rows that read it (decoding: the GQA group times sq, at most 8,
     /// rounded up to `rows`, a power of two), writing partials; q, k and v stored as `kv`
-    /// ([`kv_code`]).
-    Split { rows: u8, kv: u8 },
+    /// ([`kv_code`]). With `k_vec4` every key row starts at a multiple of 16 bytes and the
+    /// kernel loads keys 4 words at a time.
+    Split { rows: u8, kv: u8, k_vec4: bool },
     /// `main_merge`: a row's partials folded into its output (stored as `kv`), each partial
     /// covering `keys` keys (`Split`'s chunk, or `Flash`'s split).
     Merge { keys: u16, kv: u8 },
@@ -68,6 +69,18 @@ pub(crate) fn split_chunk(kv: u8) -> u16 {
         256
     } else {
         128
+    }
+}
+
+/// Key words a `Split` invocation loads before their products, by how the cache is stored
+/// (`kv`): 16 of f32, 8 of halves. On an H200 with key rows at 16-byte multiples (vec4 loads),
+/// A3 took 23.7-23.9 us in f32 with 16 and 24.8-26.1 with 8, and 34.1-34.5 us in f16 with 8
+/// and 42.5-43.2 with 16 (BENCHMARKS.md, "Split decode attention: vector key loads").
+pub(crate) fn split_key_words(kv: u8) -> u8 {
+    if kv == 0 {
+        16
+    } else {
+        8
     }
 }
 

@@ -1,6 +1,6 @@
 //! The override constants that specialise each kernel's shader.
 
-use super::{split_chunk, AttentionBlocks, Kernel};
+use super::{split_chunk, split_key_words, AttentionBlocks, Kernel};
 
 impl Kernel {
     /// The override constants that specialise the shader.
@@ -68,10 +68,12 @@ impl Kernel {
                     ("HAS_LENS", lens as u32 as f64),
                 ];
                 match blocks {
-                    AttentionBlocks::Split { rows, kv } => {
+                    AttentionBlocks::Split { rows, kv, k_vec4 } => {
                         c.push(("GROUP_ROWS", f64::from(rows)));
                         c.push(("CHUNK", f64::from(split_chunk(kv))));
                         c.push(("KV", f64::from(kv)));
+                        c.push(("K_VEC4", k_vec4 as u32 as f64));
+                        c.push(("KW", f64::from(split_key_words(kv))));
                     }
                     AttentionBlocks::Merge { keys, kv } => {
                         c.push(("MERGE_KEYS", f64::from(keys)));

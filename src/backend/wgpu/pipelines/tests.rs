@@ -81,12 +81,20 @@ fn every_kernel() -> Vec<Kernel> {
         Kernel::Attention {
             causal: true,
             lens: true,
-            blocks: AttentionBlocks::Split { rows: 4, kv: 1 },
+            blocks: AttentionBlocks::Split {
+                rows: 4,
+                kv: 1,
+                k_vec4: true,
+            },
         },
         Kernel::Attention {
             causal: false,
             lens: false,
-            blocks: AttentionBlocks::Split { rows: 8, kv: 0 },
+            blocks: AttentionBlocks::Split {
+                rows: 8,
+                kv: 0,
+                k_vec4: false,
+            },
         },
         Kernel::Attention {
             causal: false,
