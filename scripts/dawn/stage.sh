@@ -85,4 +85,6 @@ if [ "${GPU_WEB_MODELS:-0}" = 1 ]; then
     echo "gpu-web: no transformers.js peer in $peers (run make bench-tjs once): not staged" >&2
   fi
 fi
-du -shL .gpu/web .gpu/bin .gpu/debs .gpu/models/* 2>/dev/null | awk '{print "staged " $2 ": " $1}'
+# (The model folders exist only with GPU_WEB_MODELS=1; du fails on a missing path.)
+du -shL .gpu/web .gpu/bin .gpu/debs $(ls -d .gpu/models/* 2>/dev/null) |
+  awk '{print "staged " $2 ": " $1}'
