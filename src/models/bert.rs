@@ -487,7 +487,10 @@ fn forward(
     let linear = |x: &Tensor, l: &[&Tensor], i: usize, act: Option<Activation>| {
         let (weight, bias) = ([0, 2, 6, 8][i], [1, 3, 7, 9][i]);
         match l.get(PER_LAYER + i) {
-            Some(packed) if rows > crate::backend::cpu::CpuBackend::FEW_ROWS => {
+            Some(packed)
+                if rows > crate::backend::cpu::CpuBackend::FEW_ROWS
+                    || crate::backend::cpu::CpuBackend::few_rows_by_kn() =>
+            {
                 let options = crate::ops::matmul::MatmulOptions {
                     bias: Some(l[bias]),
                     activation: act,

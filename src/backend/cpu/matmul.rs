@@ -68,6 +68,13 @@ pub(super) fn sgemm(
         super::matmul_rows::product(m, n, k, a.data, a.rs, b.data, b.cs, c, ldc, accumulate);
         return Ok(());
     }
+    #[cfg(target_arch = "x86_64")]
+    if m <= super::matmul_rows::MAX_ROWS && a.cs == 1 && b.cs == 1 && super::matmul_kn::available()
+    {
+        // A few rows by a weight stored [k, n]: outer products from the weight as stored.
+        super::matmul_kn::product(m, n, k, a.data, a.rs, b.data, b.rs, c, ldc, accumulate);
+        return Ok(());
+    }
     #[cfg(web)]
     {
         // The SIMD128 kernels run exactly when this module was built with simd128, so a

@@ -16,6 +16,8 @@ mod embedding;
 mod fused;
 mod layout;
 mod matmul;
+#[cfg(target_arch = "x86_64")]
+mod matmul_kn;
 mod matmul_rows;
 #[cfg(target_arch = "x86_64")]
 mod matmul_rows_avx2;
@@ -91,6 +93,21 @@ impl CpuBackend {
     /// `[k, n]` makes a contiguous copy instead of a strided gather. Read by the models.
     #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) const FEW_ROWS: usize = matmul_rows::MAX_ROWS;
+
+    /// Whether a product of a few rows by a weight stored `[k, n]` runs from the weight as
+    /// stored (`matmul_kn`, AVX-512), faster than by the same weight stored `[n, k]`;
+    /// elsewhere gemm would pack it on every call. Read by the models.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn few_rows_by_kn() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            matmul_kn::available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
 
     /// Whether an `m x k` by half-precision `[n, k]` weight product runs with the weight as
     /// stored (`matmul_rows::product_half`, on every CPU).

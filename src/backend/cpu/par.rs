@@ -50,6 +50,22 @@ pub(super) fn chunks_mut<T: Send>(
     }
 }
 
+/// Calls `f(i)` for every `i` of `items`, on several threads natively when there are at
+/// least two.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) fn for_each(
+    items: impl ExactSizeIterator<Item = usize>,
+    f: impl Fn(usize) + Send + Sync,
+) {
+    #[cfg(native)]
+    if items.len() >= 2 && threads() > 1 {
+        use rayon::prelude::*;
+        items.collect::<Vec<_>>().into_par_iter().for_each(f);
+        return;
+    }
+    items.for_each(f);
+}
+
 /// [`chunks_mut`] with a fallible `f`: the first error any chunk returns (the other chunks
 /// still run).
 pub(super) fn try_chunks_mut<T: Send, E: Send>(

@@ -242,6 +242,57 @@ pub async fn matmul_options(dev: &Device) {
             );
         }
     }
+    // A few rows against a weight stored [k, n] (on an AVX-512 CPU, `matmul_kn`'s tiles of 8
+    // rows by 48 columns): every count of rows in a last tile, columns just short of and past
+    // a panel, a weight column slice (a view at an offset), every epilogue.
+    for (ci, (m, k, n)) in [
+        (1usize, 130usize, 49usize),
+        (7, 33, 48),
+        (15, 384, 47),
+        (32, 9, 100),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rng = Rng::new(8450 + ci as u64);
+        let (x, w, c) = (
+            rng.vec(m * k, -1.0, 1.0),
+            rng.vec(k * (n + 5), -1.0, 1.0),
+            rng.vec(n, -1.0, 1.0),
+        );
+        let tx = dev.tensor(&x, &[m, k]).unwrap();
+        let whole = dev.tensor(&w, &[k, n + 5]).unwrap();
+        // Columns 3..n + 3 of the wider weight.
+        let tw = whole.slice(1, 3..n + 3).unwrap();
+        let wn: Vec<f32> = (0..k * n)
+            .map(|i| w[(i / n) * (n + 5) + 3 + i % n])
+            .collect();
+        let tc = dev.tensor(&c, &[n]).unwrap();
+        for (ai, act) in acts.into_iter().enumerate() {
+            let with_bias = ai % 2 == 0;
+            let options = MatmulOptions {
+                bias: with_bias.then_some(&tc),
+                activation: act,
+                ..Default::default()
+            };
+            let y = tx.matmul_with(&tw, options).unwrap();
+            assert_eq!(y.shape(), &[m, n]);
+            let want = oracle::matmul_with(
+                &x,
+                &wn,
+                (m, k, n),
+                (false, false),
+                with_bias.then_some(&c[..]),
+                act.map(|a| a.as_unary()),
+            );
+            check(
+                &format!("[{m}, {k}] x [{k}, {n}] (a column slice) bias={with_bias} act={act:?}"),
+                &|i| format!("out[{}][{}]", i / n, i % n),
+                &y.read().await.unwrap(),
+                &want,
+            );
+        }
+    }
     // A bias of the wrong length names both shapes.
     let e = dev.tensor(&a, &[m, k]).unwrap().matmul_with(
         &dev.tensor(&b, &[k, n]).unwrap(),
