@@ -2,11 +2,11 @@
 //! transposed copy of a linear weight) on AVX-512: the outer-product form that gemm's kernels
 //! use, without gemm's packing of the weight on every call. Each tile keeps 8 rows by 48
 //! columns (24 accumulators) in registers; every step loads 48 weights of one row of `b` and
-//! multiplies them by 8 broadcast elements of `a`, so no output ends in a sum across lanes
-//! (the cost that holds the `[n, k]` dot products of `matmul_rows` back at short rows). The
-//! rows of `a` are first copied transposed per tile (`m x k` elements, once a call), so each
-//! step's 8 elements are adjacent. The first tile of rows over each column panel asks for the
-//! weight rows a few steps ahead; the other tiles find the panel in the core's L2.
+//! multiplies them by one broadcast element of each of the 8 rows of `a`, so no output ends in
+//! a sum across lanes (the cost that holds the `[n, k]` dot products of `matmul_rows` back at
+//! short rows). The first tile of rows over a column panel reads it from memory and asks for
+//! the weight rows a few steps ahead; the later tiles find the panel in the core's L2 and ask
+//! for the next panel meanwhile, so the memory never idles.
 
 use std::arch::x86_64::*;
 
@@ -62,19 +62,7 @@ pub(super) fn product(
     if m == 0 || n == 0 {
         return;
     }
-    // The rows of `a` transposed, per tile of ROWS: tile `t` at `t * ROWS * k`, `[k][rows]`.
     let tiles = m.div_ceil(ROWS);
-    let mut xt = vec![0.0f32; m * k];
-    for t in 0..tiles {
-        let (r0, rows) = (t * ROWS, ROWS.min(m - t * ROWS));
-        let dst = &mut xt[r0 * k..(r0 + rows) * k];
-        for r in 0..rows {
-            let src = &a[(r0 + r) * ars..(r0 + r) * ars + k];
-            for (e, &v) in src.iter().enumerate() {
-                dst[e * rows + r] = v;
-            }
-        }
-    }
     // Panels start where the weight's rows are 64-byte aligned, when every row is aligned
     // alike (a row stride of whole lines): a row of 48 weights then spans three lines, not
     // four. Host buffers start 16 bytes into a line (the allocator's alignment), so the first
@@ -94,7 +82,6 @@ pub(super) fn product(
     // One task per thread, in whole panels.
     let per = panels.div_ceil(par::threads().max(1)).max(1);
     let out = Out(c.as_mut_ptr());
-    let xt = &xt;
     let task = move |p0: usize| {
         for p in p0..(p0 + per).min(panels) {
             let j = start(p);
@@ -109,15 +96,20 @@ pub(super) fn product(
             });
             for t in 0..tiles {
                 let (r0, rows) = (t * ROWS, ROWS.min(m - t * ROWS));
-                // SAFETY: the caller checked the extents of `a`, `b` and `c`; `xt` holds
-                // `rows * k` elements from `r0 * k`; lanes past `cols` are masked off; this
-                // task alone writes columns `j..j + cols`.
+                // SAFETY: the caller checked the extents of `a`, `b` and `c`; lanes past
+                // `cols` are masked off; this task alone writes columns `j..j + cols`.
                 unsafe {
-                    let x = xt.as_ptr().add(r0 * k);
+                    let x = a.as_ptr().add(r0 * ars);
                     let dst = out.get().add(r0 * ldc + j);
                     let w = b.as_ptr().add(j);
+                    let next = if p + 1 < (p0 + per).min(panels) {
+                        start(p + 1) - j
+                    } else {
+                        0
+                    };
                     let run = Tile {
                         x,
+                        ars,
                         w,
                         brs,
                         k,
@@ -125,11 +117,12 @@ pub(super) fn product(
                         dst,
                         ldc,
                         accumulate,
+                        next,
                     };
-                    if t == 0 {
-                        run.rows::<true>(rows)
-                    } else {
-                        run.rows::<false>(rows)
+                    match (t, next) {
+                        (0, _) => run.rows::<AHEAD_ROWS>(rows),
+                        (_, 1..) => run.rows::<NEXT_PANEL>(rows),
+                        _ => run.rows::<NONE>(rows),
                     }
                 }
             }
@@ -138,10 +131,11 @@ pub(super) fn product(
     par::for_each((0..panels).step_by(per), task);
 }
 
-/// One tile's operands: `rows` rows of `a` transposed at `x` (`[k][rows]`), the weight's
-/// columns from `w` (row stride `brs`), the output's from `dst` (row stride `ldc`).
+/// One tile's operands: rows of `a` from `x` (row stride `ars`), the weight's columns from
+/// `w` (row stride `brs`), the output's from `dst` (row stride `ldc`).
 struct Tile {
     x: *const f32,
+    ars: usize,
     w: *const f32,
     brs: usize,
     k: usize,
@@ -149,14 +143,25 @@ struct Tile {
     dst: *mut f32,
     ldc: usize,
     accumulate: bool,
+    /// Elements from `w` to the next panel this task runs, if any.
+    next: usize,
 }
+
+/// What a tile asks the caches for as it goes: nothing, ...
+const NONE: u8 = 0;
+/// ... the weight rows [`AHEAD`] steps on, into L1 (the first tile of rows over a panel,
+/// which reads the panel from memory), ...
+const AHEAD_ROWS: u8 = 1;
+/// ... or the next panel's row of the same step, into L2 (the later tiles, which find their
+/// own panel in L2 and would leave the memory idle).
+const NEXT_PANEL: u8 = 2;
 
 impl Tile {
     /// Runs the tile's kernel for its number of rows (1 to [`ROWS`]).
     ///
     /// # Safety
     /// As [`Tile::run`].
-    unsafe fn rows<const FETCH: bool>(&self, rows: usize) {
+    unsafe fn rows<const FETCH: u8>(&self, rows: usize) {
         // SAFETY: the caller's contract, and AVX-512F is present (`available`).
         unsafe {
             match rows {
@@ -172,27 +177,33 @@ impl Tile {
         }
     }
 
-    /// `dst[i * ldc + j] (+)= sum_e x[e * R + i] * w[e * brs + j]` for `i < R` and the
+    /// `dst[i * ldc + j] (+)= sum_e x[i * ars + e] * w[e * brs + j]` for `i < R` and the
     /// columns the masks keep.
     ///
     /// # Safety
-    /// AVX-512F must be present; `x` holds `k * R` elements, every masked-in lane of the `k`
-    /// weight rows and of the `R` output rows lies inside its allocation.
+    /// AVX-512F must be present; `R` rows of `k` elements readable from `x`; every masked-in
+    /// lane of the `k` weight rows and of the `R` output rows inside its allocation.
     #[target_feature(enable = "avx512f")]
     #[inline(never)]
-    unsafe fn run<const R: usize, const FETCH: bool>(&self) {
+    unsafe fn run<const R: usize, const FETCH: u8>(&self) {
         let mut acc = [[_mm512_setzero_ps(); 3]; R];
-        let (mut x, mut w) = (self.x, self.w);
+        let xs: [*const f32; R] = std::array::from_fn(|i| self.x.wrapping_add(i * self.ars));
+        let mut w = self.w;
         let [m0, m1, m2] = self.masks;
-        for _ in 0..self.k {
+        for e in 0..self.k {
             // SAFETY: this function's contract; a prefetch of any address is harmless, so
             // the rows ahead are computed with wrapping arithmetic.
             unsafe {
-                if FETCH {
+                if FETCH == AHEAD_ROWS {
                     let ahead = w.wrapping_add(AHEAD * self.brs) as *const i8;
                     _mm_prefetch::<_MM_HINT_T0>(ahead);
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
                     _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128));
+                } else if FETCH == NEXT_PANEL {
+                    let next = w.wrapping_add(self.next) as *const i8;
+                    _mm_prefetch::<_MM_HINT_T1>(next);
+                    _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(64));
+                    _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(128));
                 }
                 let wv = [
                     _mm512_maskz_loadu_ps(m0, w),
@@ -200,12 +211,11 @@ impl Tile {
                     _mm512_maskz_loadu_ps(m2, w.wrapping_add(32)),
                 ];
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    let xv = _mm512_set1_ps(*x.add(i));
+                    let xv = _mm512_set1_ps(*xs[i].add(e));
                     for (a, wv) in acc.iter_mut().zip(wv) {
                         *a = _mm512_fmadd_ps(xv, wv, *a);
                     }
                 }
-                x = x.add(R);
                 w = w.wrapping_add(self.brs);
             }
         }
