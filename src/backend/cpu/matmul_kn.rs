@@ -1,27 +1,60 @@
 //! Products of a few rows by a weight stored `[k, n]` (a plain `matmul`, or a model's
-//! transposed copy of a linear weight) on AVX-512: the outer-product form that gemm's kernels
-//! use, without gemm's packing of the weight on every call. Each tile keeps 8 rows by 48
-//! columns (24 accumulators) in registers; every step loads 48 weights of one row of `b` and
-//! multiplies them by one broadcast element of each of the 8 rows of `a`, so no output ends in
-//! a sum across lanes (the cost that holds the `[n, k]` dot products of `matmul_rows` back at
-//! short rows). The first tile of rows over a column panel reads it from memory and asks for
-//! the weight rows a few steps ahead; the later tiles find the panel in the core's L2 and ask
-//! for the next panel meanwhile, so the memory never idles.
+//! transposed copy of a linear weight) on x86-64 with AVX-512 or AVX2 + FMA: the outer-product
+//! form that gemm's kernels use, without gemm's packing of the weight on every call. With
+//! AVX-512 each tile keeps 8 rows by 48 columns (24 accumulators) in registers; every step
+//! loads 48 weights of one row of `b` and multiplies them by one broadcast element of each of
+//! the 8 rows of `a`, so no output ends in a sum across lanes (the cost that holds the `[n, k]`
+//! dot products of `matmul_rows` back at short rows). AVX2 has 16 registers of 8 lanes: tiles
+//! of 6 rows by 16 columns (12 accumulators). The first tile of rows over a column panel reads
+//! it from memory and asks for the weight rows a few steps ahead; the later tiles find the
+//! panel in the core's L2 and ask for the next panel meanwhile, so the memory never idles.
 
 use std::arch::x86_64::*;
 
 use super::par;
 
-/// Rows of `a` per tile.
-const ROWS: usize = 8;
-/// Columns per tile: three vectors of 16.
-const COLS: usize = 48;
 /// Weight rows ahead that the first tile of rows asks for.
 const AHEAD: usize = 32;
 
+/// A tile kernel: its rows and columns, and the function running one tile of `rows` (at most
+/// `rows`) with a fetch mode ([`NONE`], [`AHEAD_ROWS`] or [`NEXT_PANEL`]).
+#[derive(Clone, Copy)]
+struct Kernel {
+    rows: usize,
+    cols: usize,
+    /// # Safety
+    /// As [`Tile`] describes, with the kernel's instructions present.
+    run: unsafe fn(&Tile, usize, u8),
+}
+
+/// 8 x 48 in AVX-512.
+const AVX512: Kernel = Kernel {
+    rows: 8,
+    cols: 48,
+    run: avx512::tile,
+};
+
+/// 6 x 16 in AVX2 + FMA.
+const AVX2: Kernel = Kernel {
+    rows: 6,
+    cols: 16,
+    run: avx2::tile,
+};
+
+/// The kernel this CPU runs: AVX-512 unless `GPUKIT_CPU_AVX2=1` asks for the AVX2 paths.
+fn kernel() -> Option<Kernel> {
+    if is_x86_feature_detected!("avx512f") && !super::forced_avx2() {
+        Some(AVX512)
+    } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        Some(AVX2)
+    } else {
+        None
+    }
+}
+
 /// Whether this CPU runs [`product`].
 pub(super) fn available() -> bool {
-    is_x86_feature_detected!("avx512f") && !super::forced_avx2()
+    kernel().is_some()
 }
 
 /// The rows of an output tile, a raw pointer shared by the tasks: each writes only its own
@@ -59,10 +92,35 @@ pub(super) fn product(
     ldc: usize,
     accumulate: bool,
 ) {
+    if let Some(kernel) = kernel() {
+        product_with(kernel, m, n, k, a, ars, b, brs, c, ldc, accumulate);
+    }
+}
+
+/// [`product`] with a given kernel, which the CPU must run.
+#[allow(clippy::too_many_arguments)]
+fn product_with(
+    kernel: Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    ars: usize,
+    b: &[f32],
+    brs: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
     if m == 0 || n == 0 {
         return;
     }
-    let tiles = m.div_ceil(ROWS);
+    let Kernel {
+        rows: tile_rows,
+        cols: panel_cols,
+        run,
+    } = kernel;
+    let tiles = m.div_ceil(tile_rows);
     // Panels start where the weight's rows are 64-byte aligned, when every row is aligned
     // alike (a row stride of whole lines): a row of 48 weights then spans three lines, not
     // four. Host buffers start 16 bytes into a line (the allocator's alignment), so the first
@@ -75,10 +133,10 @@ pub(super) fn product(
         if p == 0 {
             0
         } else {
-            lead + (p - usize::from(lead > 0)) * COLS
+            lead + (p - usize::from(lead > 0)) * panel_cols
         }
     };
-    let panels = usize::from(lead > 0) + (n - lead).div_ceil(COLS);
+    let panels = usize::from(lead > 0) + (n - lead).div_ceil(panel_cols);
     // One task per thread, in whole panels.
     let per = panels.div_ceil(par::threads().max(1)).max(1);
     let out = Out(c.as_mut_ptr());
@@ -88,42 +146,37 @@ pub(super) fn product(
             let cols = if p == 0 && lead > 0 {
                 lead
             } else {
-                COLS.min(n - j)
+                panel_cols.min(n - j)
             };
-            let masks: [__mmask16; 3] = std::array::from_fn(|v| {
-                let live = cols.saturating_sub(16 * v).min(16);
-                ((1u32 << live) - 1) as __mmask16
-            });
+            let next = if p + 1 < (p0 + per).min(panels) {
+                start(p + 1) - j
+            } else {
+                0
+            };
             for t in 0..tiles {
-                let (r0, rows) = (t * ROWS, ROWS.min(m - t * ROWS));
-                // SAFETY: the caller checked the extents of `a`, `b` and `c`; lanes past
-                // `cols` are masked off; this task alone writes columns `j..j + cols`.
+                let (r0, rows) = (t * tile_rows, tile_rows.min(m - t * tile_rows));
+                // SAFETY: the caller checked the extents of `a`, `b` and `c` and that the CPU
+                // runs the kernel; lanes past `cols` are masked off; this task alone writes
+                // columns `j..j + cols`.
                 unsafe {
-                    let x = a.as_ptr().add(r0 * ars);
-                    let dst = out.get().add(r0 * ldc + j);
-                    let w = b.as_ptr().add(j);
-                    let next = if p + 1 < (p0 + per).min(panels) {
-                        start(p + 1) - j
-                    } else {
-                        0
-                    };
-                    let run = Tile {
-                        x,
+                    let tile = Tile {
+                        x: a.as_ptr().add(r0 * ars),
                         ars,
-                        w,
+                        w: b.as_ptr().add(j),
                         brs,
                         k,
-                        masks,
-                        dst,
+                        cols,
+                        dst: out.get().add(r0 * ldc + j),
                         ldc,
                         accumulate,
                         next,
                     };
-                    match (t, next) {
-                        (0, _) => run.rows::<AHEAD_ROWS>(rows),
-                        (_, 1..) => run.rows::<NEXT_PANEL>(rows),
-                        _ => run.rows::<NONE>(rows),
-                    }
+                    let fetch = match (t, next) {
+                        (0, _) => AHEAD_ROWS,
+                        (_, 1..) => NEXT_PANEL,
+                        _ => NONE,
+                    };
+                    run(&tile, rows, fetch)
                 }
             }
         }
@@ -131,15 +184,18 @@ pub(super) fn product(
     par::for_each((0..panels).step_by(per), task);
 }
 
-/// One tile's operands: rows of `a` from `x` (row stride `ars`), the weight's columns from
-/// `w` (row stride `brs`), the output's from `dst` (row stride `ldc`).
+/// One tile's operands: rows of `a` from `x` (row stride `ars`), `cols` columns of the weight
+/// from `w` (row stride `brs`) and of the output from `dst` (row stride `ldc`). Safety
+/// contract of a kernel's `run`: `rows` rows of `k` elements readable from `x`, every
+/// column up to `cols` of the `k` weight rows and of the `rows` output rows inside its
+/// allocation.
 struct Tile {
     x: *const f32,
     ars: usize,
     w: *const f32,
     brs: usize,
     k: usize,
-    masks: [__mmask16; 3],
+    cols: usize,
     dst: *mut f32,
     ldc: usize,
     accumulate: bool,
@@ -156,75 +212,106 @@ const AHEAD_ROWS: u8 = 1;
 /// own panel in L2 and would leave the memory idle).
 const NEXT_PANEL: u8 = 2;
 
-impl Tile {
-    /// Runs the tile's kernel for its number of rows (1 to [`ROWS`]).
+/// Asks for the `lines` cache lines from `p` (any address: a prefetch never faults), into L1
+/// (`T0`) or L2.
+///
+/// # Safety
+/// SSE must be present (every x86-64 CPU).
+#[inline(always)]
+unsafe fn prefetch<const T0: bool>(p: *const f32, lines: usize) {
+    for l in 0..lines {
+        let at = (p as *const i8).wrapping_add(64 * l);
+        // SAFETY: a prefetch reads nothing architecturally.
+        unsafe {
+            if T0 {
+                _mm_prefetch::<_MM_HINT_T0>(at);
+            } else {
+                _mm_prefetch::<_MM_HINT_T1>(at);
+            }
+        }
+    }
+}
+
+mod avx512 {
+    use super::*;
+
+    /// Runs a tile of `rows` (1 to 8) rows.
     ///
     /// # Safety
-    /// As [`Tile::run`].
-    unsafe fn rows<const FETCH: u8>(&self, rows: usize) {
-        // SAFETY: the caller's contract, and AVX-512F is present (`available`).
+    /// AVX-512F must be present; [`Tile`]'s contract.
+    pub(super) unsafe fn tile(t: &Tile, rows: usize, fetch: u8) {
+        // SAFETY: the caller's contract.
         unsafe {
-            match rows {
-                1 => self.run::<1, FETCH>(),
-                2 => self.run::<2, FETCH>(),
-                3 => self.run::<3, FETCH>(),
-                4 => self.run::<4, FETCH>(),
-                5 => self.run::<5, FETCH>(),
-                6 => self.run::<6, FETCH>(),
-                7 => self.run::<7, FETCH>(),
-                _ => self.run::<8, FETCH>(),
+            match fetch {
+                AHEAD_ROWS => by_rows::<AHEAD_ROWS>(t, rows),
+                NEXT_PANEL => by_rows::<NEXT_PANEL>(t, rows),
+                _ => by_rows::<NONE>(t, rows),
             }
         }
     }
 
-    /// `dst[i * ldc + j] (+)= sum_e x[i * ars + e] * w[e * brs + j]` for `i < R` and the
-    /// columns the masks keep.
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn by_rows<const FETCH: u8>(t: &Tile, rows: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match rows {
+                1 => run::<1, FETCH>(t),
+                2 => run::<2, FETCH>(t),
+                3 => run::<3, FETCH>(t),
+                4 => run::<4, FETCH>(t),
+                5 => run::<5, FETCH>(t),
+                6 => run::<6, FETCH>(t),
+                7 => run::<7, FETCH>(t),
+                _ => run::<8, FETCH>(t),
+            }
+        }
+    }
+
+    /// `dst[i * ldc + j] (+)= sum_e x[i * ars + e] * w[e * brs + j]` for `i < R`, `j < cols`.
     ///
     /// # Safety
-    /// AVX-512F must be present; `R` rows of `k` elements readable from `x`; every masked-in
-    /// lane of the `k` weight rows and of the `R` output rows inside its allocation.
+    /// As [`tile`].
     #[target_feature(enable = "avx512f")]
     #[inline(never)]
-    unsafe fn run<const R: usize, const FETCH: u8>(&self) {
+    unsafe fn run<const R: usize, const FETCH: u8>(t: &Tile) {
         let mut acc = [[_mm512_setzero_ps(); 3]; R];
-        let xs: [*const f32; R] = std::array::from_fn(|i| self.x.wrapping_add(i * self.ars));
-        let mut w = self.w;
-        let [m0, m1, m2] = self.masks;
-        for e in 0..self.k {
-            // SAFETY: this function's contract; a prefetch of any address is harmless, so
-            // the rows ahead are computed with wrapping arithmetic.
+        let xs: [*const f32; R] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ars));
+        let masks: [__mmask16; 3] = std::array::from_fn(|v| {
+            let live = t.cols.saturating_sub(16 * v).min(16);
+            ((1u32 << live) - 1) as __mmask16
+        });
+        let [m0, m1, m2] = masks;
+        let mut w = t.w;
+        for e in 0..t.k {
+            // SAFETY: this function's contract; the rows ahead are computed with wrapping
+            // arithmetic, as a prefetch may point past the weight.
             unsafe {
                 if FETCH == AHEAD_ROWS {
-                    let ahead = w.wrapping_add(AHEAD * self.brs) as *const i8;
-                    _mm_prefetch::<_MM_HINT_T0>(ahead);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(128));
+                    prefetch::<true>(w.wrapping_add(AHEAD * t.brs), 3);
                 } else if FETCH == NEXT_PANEL {
-                    let next = w.wrapping_add(self.next) as *const i8;
-                    _mm_prefetch::<_MM_HINT_T1>(next);
-                    _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(64));
-                    _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(128));
+                    prefetch::<false>(w.wrapping_add(t.next), 3);
                 }
                 let wv = [
                     _mm512_maskz_loadu_ps(m0, w),
                     _mm512_maskz_loadu_ps(m1, w.wrapping_add(16)),
                     _mm512_maskz_loadu_ps(m2, w.wrapping_add(32)),
                 ];
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let xv = _mm512_set1_ps(*xs[i].add(e));
+                for (acc, x) in acc.iter_mut().zip(xs) {
+                    let xv = _mm512_set1_ps(*x.add(e));
                     for (a, wv) in acc.iter_mut().zip(wv) {
                         *a = _mm512_fmadd_ps(xv, wv, *a);
                     }
                 }
-                w = w.wrapping_add(self.brs);
+                w = w.wrapping_add(t.brs);
             }
         }
         for (i, acc) in acc.iter().enumerate() {
-            for (v, (&a, mask)) in acc.iter().zip(self.masks).enumerate() {
+            for (v, (&a, mask)) in acc.iter().zip(masks).enumerate() {
                 // SAFETY: this function's contract: the masked-in lanes of row `i`.
                 unsafe {
-                    let d = self.dst.wrapping_add(i * self.ldc + 16 * v);
-                    let r = if self.accumulate {
+                    let d = t.dst.wrapping_add(i * t.ldc + 16 * v);
+                    let r = if t.accumulate {
                         _mm512_add_ps(a, _mm512_maskz_loadu_ps(mask, d))
                     } else {
                         a
@@ -236,75 +323,190 @@ impl Tile {
     }
 }
 
-#[cfg(test)]
-mod tests {
+mod avx2 {
     use super::*;
 
-    /// Against an f64 product: every row count of a tile (and two and four tiles), panels
-    /// cut at every alignment of the weight (the narrower first panel included), columns past
-    /// a whole panel, strided rows of `a`, `b` and `c`, accumulating onto `c`, and NaN and
-    /// infinity reaching exactly their row or column.
-    #[test]
-    fn matches_f64_product() {
-        if !available() {
-            eprintln!("matmul_kn: this CPU lacks AVX-512F; the kernel is not used here");
-            return;
+    /// Runs a tile of `rows` (1 to 6) rows; a panel narrower than 16 columns takes masked
+    /// loads and stores, a whole one plain ones.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be present; [`Tile`]'s contract.
+    pub(super) unsafe fn tile(t: &Tile, rows: usize, fetch: u8) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match (fetch, t.cols >= 16) {
+                (AHEAD_ROWS, true) => by_rows::<AHEAD_ROWS, false>(t, rows),
+                (NEXT_PANEL, true) => by_rows::<NEXT_PANEL, false>(t, rows),
+                (_, true) => by_rows::<NONE, false>(t, rows),
+                (AHEAD_ROWS, false) => by_rows::<AHEAD_ROWS, true>(t, rows),
+                (NEXT_PANEL, false) => by_rows::<NEXT_PANEL, true>(t, rows),
+                (_, false) => by_rows::<NONE, true>(t, rows),
+            }
         }
-        let value = |i: usize, s: usize| ((i * 37 + s * 11) % 101) as f32 / 50.0 - 1.0;
-        let mut cases = 0;
-        for (m, n, k) in [
-            (1, 1, 1),
-            (3, 47, 5),
-            (7, 48, 130),
-            (8, 49, 64),
-            (9, 100, 33),
-            (15, 96, 40),
-            (17, 160, 7),
-            (32, 200, 20),
-        ] {
-            for off in [0usize, 1, 4, 12] {
-                for (ars, brs, ldc) in [(k, n, n), (k + 3, n + 16, n + 5)] {
-                    for accumulate in [false, true] {
-                        let a: Vec<f32> = (0..m * ars).map(|i| value(i, 1)).collect();
-                        let mut b: Vec<f32> = (0..off + k * brs).map(|i| value(i, 2)).collect();
-                        if m > 4 && n > 3 && k > 2 {
-                            b[off + 2 * brs + 3] = f32::NAN;
-                        }
-                        let b = &b[off..];
-                        let c0: Vec<f32> = (0..m * ldc).map(|i| value(i, 3)).collect();
-                        let mut c = c0.clone();
-                        product(m, n, k, &a, ars, b, brs, &mut c, ldc, accumulate);
-                        for i in 0..m {
-                            for j in 0..n {
-                                let mut want = if accumulate {
-                                    f64::from(c0[i * ldc + j])
-                                } else {
-                                    0.0
-                                };
-                                let mut scale = want.abs();
-                                for e in 0..k {
-                                    let p = f64::from(a[i * ars + e]) * f64::from(b[e * brs + j]);
-                                    want += p;
-                                    scale += p.abs();
-                                }
-                                let got = f64::from(c[i * ldc + j]);
-                                let ok = if want.is_nan() {
-                                    got.is_nan()
-                                } else {
-                                    (got - want).abs() <= 1e-5 * scale.max(1.0)
-                                };
-                                assert!(ok, "{m}x{n}x{k} off {off} strides ({ars}, {brs}, {ldc}) acc {accumulate}: c[{i}][{j}] {got} want {want}");
-                            }
-                            // Past `n`, a row of `c` is untouched.
-                            for j in n..ldc {
-                                assert_eq!(c[i * ldc + j].to_bits(), c0[i * ldc + j].to_bits());
-                            }
-                        }
-                        cases += 1;
+    }
+
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn by_rows<const FETCH: u8, const MASKED: bool>(t: &Tile, rows: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match rows {
+                1 => run::<1, FETCH, MASKED>(t),
+                2 => run::<2, FETCH, MASKED>(t),
+                3 => run::<3, FETCH, MASKED>(t),
+                4 => run::<4, FETCH, MASKED>(t),
+                5 => run::<5, FETCH, MASKED>(t),
+                _ => run::<6, FETCH, MASKED>(t),
+            }
+        }
+    }
+
+    /// `dst[i * ldc + j] (+)= sum_e x[i * ars + e] * w[e * brs + j]` for `i < R`, `j < cols`.
+    ///
+    /// # Safety
+    /// As [`tile`]; without `MASKED`, `cols` >= 16.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline(never)]
+    unsafe fn run<const R: usize, const FETCH: u8, const MASKED: bool>(t: &Tile) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let xs: [*const f32; R] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ars));
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let masks: [__m256i; 2] = std::array::from_fn(|v| {
+            let live = t.cols.saturating_sub(8 * v).min(8) as i32;
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lanes)
+        });
+        let load = |p: *const f32, v: usize| {
+            // SAFETY: this function's contract: without MASKED, 16 columns readable.
+            unsafe {
+                if MASKED {
+                    _mm256_maskload_ps(p, masks[v])
+                } else {
+                    _mm256_loadu_ps(p)
+                }
+            }
+        };
+        let mut w = t.w;
+        for e in 0..t.k {
+            // SAFETY: as in the AVX-512 kernel.
+            unsafe {
+                if FETCH == AHEAD_ROWS {
+                    prefetch::<true>(w.wrapping_add(AHEAD * t.brs), 1);
+                } else if FETCH == NEXT_PANEL {
+                    prefetch::<false>(w.wrapping_add(t.next), 1);
+                }
+                let wv = [load(w, 0), load(w.wrapping_add(8), 1)];
+                for (acc, x) in acc.iter_mut().zip(xs) {
+                    let xv = _mm256_broadcast_ss(&*x.add(e));
+                    for (a, wv) in acc.iter_mut().zip(wv) {
+                        *a = _mm256_fmadd_ps(xv, wv, *a);
+                    }
+                }
+                w = w.wrapping_add(t.brs);
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for (v, &a) in acc.iter().enumerate() {
+                // SAFETY: this function's contract: the masked-in lanes of row `i`.
+                unsafe {
+                    let d = t.dst.wrapping_add(i * t.ldc + 8 * v);
+                    let r = if t.accumulate {
+                        _mm256_add_ps(a, load(d, v))
+                    } else {
+                        a
+                    };
+                    if MASKED {
+                        _mm256_maskstore_ps(d, masks[v], r);
+                    } else {
+                        _mm256_storeu_ps(d, r);
                     }
                 }
             }
         }
-        assert_eq!(cases, 8 * 4 * 2 * 2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against an f64 product, each kernel this CPU runs: every row count of a last tile
+    /// (8-row and 6-row tiles), panels cut at every alignment of the weight (the narrower first
+    /// panel included), columns past a whole panel, strided rows of `a`, `b` and `c`,
+    /// accumulating onto `c`, a NaN weight reaching exactly its column, and `c` untouched past
+    /// `n`.
+    #[test]
+    fn matches_f64_product() {
+        let mut kernels = Vec::new();
+        if is_x86_feature_detected!("avx512f") {
+            kernels.push(("AVX-512", AVX512));
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            kernels.push(("AVX2", AVX2));
+        }
+        if kernels.is_empty() {
+            eprintln!("matmul_kn: this CPU has neither AVX-512F nor AVX2 + FMA; not used here");
+            return;
+        }
+        for (name, kernel) in kernels {
+            let value = |i: usize, s: usize| ((i * 37 + s * 11) % 101) as f32 / 50.0 - 1.0;
+            let mut cases = 0;
+            for (m, n, k) in [
+                (1, 1, 1),
+                (3, 47, 5),
+                (7, 48, 130),
+                (8, 49, 64),
+                (9, 100, 33),
+                (15, 96, 40),
+                (17, 160, 7),
+                (32, 200, 20),
+                (4, 20, 9),
+                (12, 33, 17),
+            ] {
+                for off in [0usize, 1, 4, 12] {
+                    for (ars, brs, ldc) in [(k, n, n), (k + 3, n + 16, n + 5)] {
+                        for accumulate in [false, true] {
+                            let a: Vec<f32> = (0..m * ars).map(|i| value(i, 1)).collect();
+                            let mut b: Vec<f32> = (0..off + k * brs).map(|i| value(i, 2)).collect();
+                            if m > 4 && n > 3 && k > 2 {
+                                b[off + 2 * brs + 3] = f32::NAN;
+                            }
+                            let b = &b[off..];
+                            let c0: Vec<f32> = (0..m * ldc).map(|i| value(i, 3)).collect();
+                            let mut c = c0.clone();
+                            product_with(kernel, m, n, k, &a, ars, b, brs, &mut c, ldc, accumulate);
+                            for i in 0..m {
+                                for j in 0..n {
+                                    let mut want = if accumulate {
+                                        f64::from(c0[i * ldc + j])
+                                    } else {
+                                        0.0
+                                    };
+                                    let mut scale = want.abs();
+                                    for e in 0..k {
+                                        let p =
+                                            f64::from(a[i * ars + e]) * f64::from(b[e * brs + j]);
+                                        want += p;
+                                        scale += p.abs();
+                                    }
+                                    let got = f64::from(c[i * ldc + j]);
+                                    let ok = if want.is_nan() {
+                                        got.is_nan()
+                                    } else {
+                                        (got - want).abs() <= 1e-5 * scale.max(1.0)
+                                    };
+                                    assert!(ok, "{name} {m}x{n}x{k} off {off} strides ({ars}, {brs}, {ldc}) acc {accumulate}: c[{i}][{j}] {got} want {want}");
+                                }
+                                // Past `n`, a row of `c` is untouched.
+                                for j in n..ldc {
+                                    assert_eq!(c[i * ldc + j].to_bits(), c0[i * ldc + j].to_bits());
+                                }
+                            }
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+            assert_eq!(cases, 10 * 4 * 2 * 2);
+        }
     }
 }

@@ -95,7 +95,7 @@ impl CpuBackend {
     pub(crate) const FEW_ROWS: usize = matmul_rows::MAX_ROWS;
 
     /// Whether a product of a few rows by a weight stored `[k, n]` runs from the weight as
-    /// stored (`matmul_kn`, AVX-512), faster than by the same weight stored `[n, k]`;
+    /// stored (`matmul_kn`, AVX-512 or AVX2), faster than by the same weight stored `[n, k]`;
     /// elsewhere gemm would pack it on every call. Read by the models.
     #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn few_rows_by_kn() -> bool {
