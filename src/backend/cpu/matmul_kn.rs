@@ -140,19 +140,16 @@ fn product_with(
     // One task per thread, in whole panels.
     let per = panels.div_ceil(par::threads().max(1)).max(1);
     let out = Out(c.as_mut_ptr());
-    let task = move |p0: usize| {
-        for p in p0..(p0 + per).min(panels) {
+    let task = move |i: usize| {
+        let (p0, end) = (i * per, ((i + 1) * per).min(panels));
+        for p in p0..end {
             let j = start(p);
             let cols = if p == 0 && lead > 0 {
                 lead
             } else {
                 panel_cols.min(n - j)
             };
-            let next = if p + 1 < (p0 + per).min(panels) {
-                start(p + 1) - j
-            } else {
-                0
-            };
+            let next = if p + 1 < end { start(p + 1) - j } else { 0 };
             for t in 0..tiles {
                 let (r0, rows) = (t * tile_rows, tile_rows.min(m - t * tile_rows));
                 // SAFETY: the caller checked the extents of `a`, `b` and `c` and that the CPU
@@ -181,7 +178,7 @@ fn product_with(
             }
         }
     };
-    par::for_each((0..panels).step_by(per), task);
+    par::for_each(panels.div_ceil(per), task);
 }
 
 /// One tile's operands: rows of `a` from `x` (row stride `ars`), `cols` columns of the weight

@@ -50,20 +50,17 @@ pub(super) fn chunks_mut<T: Send>(
     }
 }
 
-/// Calls `f(i)` for every `i` of `items`, on several threads natively when there are at
-/// least two.
+/// Calls `f(i)` for every `i < count`, on several threads natively when there are at least
+/// two.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(super) fn for_each(
-    items: impl ExactSizeIterator<Item = usize>,
-    f: impl Fn(usize) + Send + Sync,
-) {
+pub(super) fn for_each(count: usize, f: impl Fn(usize) + Send + Sync) {
     #[cfg(native)]
-    if items.len() >= 2 && threads() > 1 {
+    if count >= 2 && threads() > 1 {
         use rayon::prelude::*;
-        items.collect::<Vec<_>>().into_par_iter().for_each(f);
+        (0..count).into_par_iter().for_each(f);
         return;
     }
-    items.for_each(f);
+    (0..count).for_each(f);
 }
 
 /// [`chunks_mut`] with a fallible `f`: the first error any chunk returns (the other chunks
