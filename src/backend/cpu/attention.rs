@@ -142,7 +142,7 @@ fn head(
         };
         // Extents are exact by construction; an error here would be a gpukit bug, and the
         // rows it leaves unwritten stay zero.
-        let _ = sgemm(r, n, d, qv, kb, &mut s, n, false, 1);
+        let _ = sgemm(r, n, d, qv, kb, &mut s, n, false, 1, None);
         let mut sums = [0.0f32; BLOCK];
         for (t, row) in s.chunks_exact_mut(n).enumerate() {
             sums[t] = weights(row, visible(i0 + t), a.scale);
@@ -159,7 +159,7 @@ fn head(
             rs: n,
             cs: 1,
         };
-        let _ = sgemm(r, dv, n, pv, vb, o, dv, false, 1);
+        let _ = sgemm(r, dv, n, pv, vb, o, dv, false, 1, None);
         for (t, ot) in o.chunks_exact_mut(dv.max(1)).enumerate() {
             if visible(i0 + t) == 0 {
                 ot.fill(0.0);

@@ -41,7 +41,18 @@ pub(super) fn conv2d(x: &[f32], w: &[f32], bias: Option<&[f32]>, s: ConvSpec) ->
                     rs: s.h * s.w,
                     cs: 1,
                 };
-                sgemm(og, plane, depth, wg, xg, out_g, plane, true, par::threads())?;
+                sgemm(
+                    og,
+                    plane,
+                    depth,
+                    wg,
+                    xg,
+                    out_g,
+                    plane,
+                    true,
+                    par::threads(),
+                    None,
+                )?;
                 continue;
             }
             for oy0 in (0..s.oh).step_by(tile_rows) {
@@ -56,7 +67,18 @@ pub(super) fn conv2d(x: &[f32], w: &[f32], bias: Option<&[f32]>, s: ConvSpec) ->
                     cs: 1,
                 };
                 let dst = &mut out_g[oy0 * s.ow..];
-                sgemm(og, width, depth, wg, cv, dst, plane, true, par::threads())?;
+                sgemm(
+                    og,
+                    width,
+                    depth,
+                    wg,
+                    cv,
+                    dst,
+                    plane,
+                    true,
+                    par::threads(),
+                    None,
+                )?;
             }
         }
     }

@@ -8,6 +8,7 @@ use super::par;
 use crate::error::{Error, Result};
 use crate::info::Backend;
 use crate::ops::matmul::{MatmulSpec, Precision};
+use crate::ops::UnaryOp;
 
 /// A strided matrix: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -31,8 +32,8 @@ pub(super) fn internal(what: &str) -> Error {
     }
 }
 
-/// `c = a b` (or `c += a b` with `accumulate`), `a` of `m x k`, `b` of `k x n`, `c` row-major
-/// with row stride `ldc`. `threads` > 1 lets gemm split the work.
+/// `c = act(a b)` (or `c = act(c + a b)` with `accumulate`), `a` of `m x k`, `b` of `k x n`,
+/// `c` row-major with row stride `ldc`. `threads` > 1 lets gemm split the work.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn sgemm(
     m: usize,
@@ -44,6 +45,7 @@ pub(super) fn sgemm(
     ldc: usize,
     accumulate: bool,
     threads: usize,
+    act: Option<UnaryOp>,
 ) -> Result<()> {
     if m == 0 || n == 0 {
         return Ok(());
@@ -51,12 +53,14 @@ pub(super) fn sgemm(
     if (m - 1) * ldc + n > c.len() || n > ldc {
         return Err(internal("matmul output extent"));
     }
+    let c = &mut c[..(m - 1) * ldc + n];
     if k == 0 {
         if !accumulate {
-            for row in c.chunks_mut(ldc).take(m) {
+            for row in c.chunks_mut(ldc) {
                 row[..n].fill(0.0);
             }
         }
+        finish(c, n, ldc, act);
         return Ok(());
     }
     if !a.fits(m, k) || !b.fits(k, n) {
@@ -66,13 +70,15 @@ pub(super) fn sgemm(
     {
         // A few rows by a weight stored [n, k]: dot products of contiguous rows, unpacked.
         super::matmul_rows::product(m, n, k, a.data, a.rs, b.data, b.cs, c, ldc, accumulate);
+        finish(c, n, ldc, act);
         return Ok(());
     }
     #[cfg(target_arch = "x86_64")]
     if m <= super::matmul_rows::MAX_ROWS && a.cs == 1 && b.cs == 1 && super::matmul_kn::available()
     {
-        // A few rows by a weight stored [k, n]: outer products from the weight as stored.
-        super::matmul_kn::product(m, n, k, a.data, a.rs, b.data, b.rs, c, ldc, accumulate);
+        // A few rows by a weight stored [k, n]: outer products from the weight as stored, the
+        // activation applied to each column panel as it is done.
+        super::matmul_kn::product(m, n, k, a.data, a.rs, b.data, b.rs, c, ldc, accumulate, act);
         return Ok(());
     }
     #[cfg(web)]
@@ -118,7 +124,21 @@ pub(super) fn sgemm(
             parallelism,
         );
     }
+    finish(c, n, ldc, act);
     Ok(())
+}
+
+/// Applies `act` to the `n` leading columns of every row (stride `ldc`) of `c`: in one run
+/// over threads when the rows are contiguous.
+fn finish(c: &mut [f32], n: usize, ldc: usize, act: Option<UnaryOp>) {
+    let Some(op) = act else { return };
+    if ldc == n {
+        unary_in_place(op, c);
+    } else {
+        for row in c.chunks_mut(ldc) {
+            unary_in_place(op, &mut row[..n]);
+        }
+    }
 }
 
 /// Rounds `v` in place as `precision` reads a product's inputs (f16 or bf16 and back; f32
@@ -167,10 +187,7 @@ pub(super) fn matmul_half_weight(
     {
         return Err(internal("half-weight matmul shape"));
     }
-    let mut out = vec![0.0f32; d.m * d.n];
-    if let Some(bias) = bias {
-        fill_rows(&mut out, bias, d.n);
-    }
+    let mut out = accumulators(d.m, d.n, bias)?;
     if d.m * d.n > 0 {
         let bf16 = spec.weight == crate::DType::BF16;
         super::matmul_rows::product_half(
@@ -193,14 +210,20 @@ pub(super) fn matmul_half_weight(
     Ok(out)
 }
 
-/// Every `n`-wide row of `out` set to `bias` (the accumulator the product adds to).
-fn fill_rows(out: &mut [f32], bias: &[f32], n: usize) {
-    if n == 0 {
-        return;
-    }
-    for row in out.chunks_exact_mut(n) {
-        row.copy_from_slice(&bias[..n]);
-    }
+/// `rows` rows of `n` values that a product adds to: `bias` in every row (written once, with
+/// no zeroing first), or zeros.
+fn accumulators(rows: usize, n: usize, bias: Option<&[f32]>) -> Result<Vec<f32>> {
+    Ok(match bias {
+        Some(bias) => {
+            let row = bias.get(..n).ok_or_else(|| internal("bias length"))?;
+            let mut out = Vec::with_capacity(rows * n);
+            for _ in 0..rows {
+                out.extend_from_slice(row);
+            }
+            out
+        }
+        None => vec![0.0; rows * n],
+    })
 }
 
 /// `[batch, m, n]` products with the bias and activation of `spec`.
@@ -216,13 +239,11 @@ pub(super) fn matmul(
     let (ars, acs) = if spec.transpose_a { (1, d.m) } else { (d.k, 1) };
     let (brs, bcs) = if spec.transpose_b { (1, d.k) } else { (d.n, 1) };
     let mn = d.m * d.n;
-    let mut out = vec![0.0f32; d.batch * mn];
+    let mut out = accumulators(d.batch * d.m, d.n, bias)?;
     if mn == 0 {
         return Ok(out);
     }
-    if let Some(bias) = bias {
-        fill_rows(&mut out, bias, d.n);
-    }
+    let act = spec.activation.map(|a| a.as_unary());
     let entry = |e: usize, c: &mut [f32], threads: usize| {
         let va = View {
             data: a.get(e * d.a_stride..).unwrap_or(&[]),
@@ -234,7 +255,7 @@ pub(super) fn matmul(
             rs: brs,
             cs: bcs,
         };
-        sgemm(d.m, d.n, d.k, va, vb, c, d.n, bias.is_some(), threads)
+        sgemm(d.m, d.n, d.k, va, vb, c, d.n, bias.is_some(), threads, act)
     };
     // Many small products: one per thread task. Otherwise gemm threads each product.
     let small = d.m * d.n * d.k < 1 << 18;
@@ -244,9 +265,6 @@ pub(super) fn matmul(
         for (e, c) in out.chunks_exact_mut(mn).enumerate() {
             entry(e, c, par::threads())?;
         }
-    }
-    if let Some(act) = spec.activation {
-        unary_in_place(act.as_unary(), &mut out);
     }
     Ok(out)
 }

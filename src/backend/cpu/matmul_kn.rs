@@ -11,7 +11,9 @@
 
 use std::arch::x86_64::*;
 
+use super::elementwise::unary_in_place;
 use super::par;
+use crate::ops::UnaryOp;
 
 /// Weight rows ahead that the first tile of rows asks for.
 const AHEAD: usize = 32;
@@ -75,7 +77,8 @@ impl Out {
 }
 
 /// `c[i * ldc + j] (+)= sum_e a[i * ars + e] * b[e * brs + j]` for `i < m`, `j < n`, `e < k`;
-/// `accumulate` adds to `c` (the bias already there).
+/// `accumulate` adds to `c` (the bias already there), and `act` then applies to each column
+/// panel by the thread that made it, while it is in that core's cache.
 ///
 /// The caller has checked [`available`], that every row of `a` (`k` long) and of `b` (`n`
 /// long) lies inside its slice, and that `c` holds `m` rows of `ldc >= n`.
@@ -91,9 +94,10 @@ pub(super) fn product(
     c: &mut [f32],
     ldc: usize,
     accumulate: bool,
+    act: Option<UnaryOp>,
 ) {
     if let Some(kernel) = kernel() {
-        product_with(kernel, m, n, k, a, ars, b, brs, c, ldc, accumulate);
+        product_with(kernel, m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
     }
 }
 
@@ -111,6 +115,7 @@ fn product_with(
     c: &mut [f32],
     ldc: usize,
     accumulate: bool,
+    act: Option<UnaryOp>,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -174,6 +179,15 @@ fn product_with(
                         _ => NONE,
                     };
                     run(&tile, rows, fetch)
+                }
+            }
+            if let Some(op) = act {
+                for r in 0..m {
+                    // SAFETY: row `r`'s columns `j..j + cols` lie inside `c` (the caller's
+                    // contract), and only this task touches them.
+                    let row =
+                        unsafe { std::slice::from_raw_parts_mut(out.get().add(r * ldc + j), cols) };
+                    unary_in_place(op, row);
                 }
             }
         }
@@ -429,8 +443,8 @@ mod tests {
     /// Against an f64 product, each kernel this CPU runs: every row count of a last tile
     /// (8-row and 6-row tiles), panels cut at every alignment of the weight (the narrower first
     /// panel included), columns past a whole panel, strided rows of `a`, `b` and `c`,
-    /// accumulating onto `c`, a NaN weight reaching exactly its column, and `c` untouched past
-    /// `n`.
+    /// accumulating onto `c`, an activation over the panels, a NaN weight reaching exactly its
+    /// column, and `c` untouched past `n`.
     #[test]
     fn matches_f64_product() {
         let mut kernels = Vec::new();
@@ -470,7 +484,12 @@ mod tests {
                             let b = &b[off..];
                             let c0: Vec<f32> = (0..m * ldc).map(|i| value(i, 3)).collect();
                             let mut c = c0.clone();
-                            product_with(kernel, m, n, k, &a, ars, b, brs, &mut c, ldc, accumulate);
+                            // Half the cases with an activation applied to the panels.
+                            let relu = off % 2 == 1;
+                            let act = relu.then_some(UnaryOp::Relu);
+                            product_with(
+                                kernel, m, n, k, &a, ars, b, brs, &mut c, ldc, accumulate, act,
+                            );
                             for i in 0..m {
                                 for j in 0..n {
                                     let mut want = if accumulate {
@@ -485,13 +504,16 @@ mod tests {
                                         want += p;
                                         scale += p.abs();
                                     }
+                                    if relu && want < 0.0 {
+                                        want = 0.0;
+                                    }
                                     let got = f64::from(c[i * ldc + j]);
                                     let ok = if want.is_nan() {
                                         got.is_nan()
                                     } else {
                                         (got - want).abs() <= 1e-5 * scale.max(1.0)
                                     };
-                                    assert!(ok, "{name} {m}x{n}x{k} off {off} strides ({ars}, {brs}, {ldc}) acc {accumulate}: c[{i}][{j}] {got} want {want}");
+                                    assert!(ok, "{name} {m}x{n}x{k} off {off} strides ({ars}, {brs}, {ldc}) acc {accumulate} relu {relu}: c[{i}][{j}] {got} want {want}");
                                 }
                                 // Past `n`, a row of `c` is untouched.
                                 for j in n..ldc {

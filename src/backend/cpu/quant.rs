@@ -71,7 +71,7 @@ pub(super) fn matmul_quant(
             rs: 1,
             cs: k,
         };
-        sgemm(rows, m, k, wv, xv, dst, m, false, 1)
+        sgemm(rows, m, k, wv, xv, dst, m, false, 1, None)
     })?;
     let mut out = vec![0.0f32; m * n];
     for (j, col) in out_t.chunks_exact(m.max(1)).enumerate() {
