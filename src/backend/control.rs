@@ -98,9 +98,10 @@ impl BackendImpl {
 
     /// Whether the matmul takes a weight of `dtype` (f16 or bf16) as stored under f32 rows
     /// and output: on wgpu every shape (the tiled and GEMV kernels widen it as they read it,
-    /// on every adapter: no shader-f16 needed); on the CPU the few-row product (rows up to 32,
-    /// k at least 128, the weight `[n, k]` and read transposed, one product), on every CPU.
-    /// Elsewhere the weight is converted to f32 for the product.
+    /// on every adapter: no shader-f16 needed); on the CPU the few-row products (rows up to
+    /// 32, one product): a weight `[n, k]` read transposed with k at least 128 on every CPU,
+    /// a weight `[k, n]` where AVX-512 runs. Elsewhere the weight is converted to f32 for the
+    /// product.
     pub(crate) fn matmul_takes_half_weights(
         &self,
         dtype: crate::DType,
@@ -113,9 +114,8 @@ impl BackendImpl {
             BackendImpl::Wgpu(_) => half,
             BackendImpl::Cpu(_) => {
                 half && !transpose_a
-                    && transpose_b
                     && dims.batch == 1
-                    && super::cpu::CpuBackend::takes_half_weights(dims.m, dims.k)
+                    && super::cpu::CpuBackend::takes_half_weights(dims.m, dims.k, transpose_b)
             }
             _ => false,
         }

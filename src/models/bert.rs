@@ -413,12 +413,18 @@ impl Inputs {
     }
 }
 
-/// `layers` with a `[k, n]` copy of each linear weight where that makes the products faster:
-/// natively on the CPU, for f32 weights. gemm packs a weight on every call; from a weight
-/// stored `[n, k]` and read transposed that packing is a strided gather, which made 32
-/// sentences 10% slower on a 2-core EPYC (BENCHMARKS.md). The copies double the linear
-/// weights' memory (42 MB more for all-MiniLM-L6-v2); half-precision weights, kept to save
-/// memory, and other devices keep one copy.
+/// `layers` with a `[k, n]` copy of each linear weight where that makes the products faster,
+/// natively on the CPU:
+/// - f32 weights: gemm packs a weight on every call; from a weight stored `[n, k]` and read
+///   transposed that packing is a strided gather, which made 32 sentences 10% slower on a
+///   2-core EPYC (BENCHMARKS.md), and a few rows by a `[k, n]` weight run from it as stored
+///   (`matmul_kn`). The copies double the linear weights' memory (42 MB more for
+///   all-MiniLM-L6-v2).
+/// - f16 and bf16 weights, where the CPU runs the few-row product by a `[k, n]` half-precision
+///   weight (AVX-512): that product, for up to 32 rows. Both copies together take the memory
+///   of the one f32 copy.
+///
+/// Other devices keep one copy.
 fn prepacked(device: &Device, mut layers: Vec<Layer>) -> Result<Vec<Layer>> {
     let cpu = cfg!(native) && matches!(device.backend(), crate::backend::BackendImpl::Cpu(_));
     if !cpu {
@@ -426,8 +432,23 @@ fn prepacked(device: &Device, mut layers: Vec<Layer>) -> Result<Vec<Layer>> {
     }
     for l in &mut layers {
         let ws = [&l.qkv_w, &l.out_w, &l.ff1_w, &l.ff2_w];
-        if ws.iter().any(|w| w.dtype() != DType::F32) {
+        let dtype = ws[0].dtype();
+        if ws.iter().any(|w| w.dtype() != dtype) {
             continue;
+        }
+        if dtype != DType::F32 {
+            let dims = crate::ops::matmul::MatmulDims {
+                batch: 1,
+                m: 1,
+                k: ws[0].shape()[1],
+                n: ws[0].shape()[0],
+                a_stride: 0,
+                b_stride: 0,
+            };
+            let backend = device.backend();
+            if !backend.matmul_takes_half_weights(dtype, &dims, false, false) {
+                continue;
+            }
         }
         let t = |w: &Tensor| w.transpose(0, 1)?.contiguous();
         l.packed = Some([t(ws[0])?, t(ws[1])?, t(ws[2])?, t(ws[3])?]);
@@ -482,15 +503,18 @@ fn forward(
     }
     let rows = b * s;
     // Linear layer `i` (query-key-value, output, FFN up, FFN down) of layer weights `l`: the
-    // weight `[n, k]` read transposed, or its `[k, n]` copy for more rows than the CPU's
-    // unpacked product takes.
+    // weight `[n, k]` read transposed, or its `[k, n]` copy (`prepacked`): in f32 for more
+    // rows than the CPU's unpacked product takes, or for every row count where a few rows run
+    // from it as stored; in f16 or bf16 for a few rows.
+    let few = rows <= crate::backend::cpu::CpuBackend::FEW_ROWS;
     let linear = |x: &Tensor, l: &[&Tensor], i: usize, act: Option<Activation>| {
         let (weight, bias) = ([0, 2, 6, 8][i], [1, 3, 7, 9][i]);
+        let kn = |p: &Tensor| match p.dtype() {
+            DType::F32 => !few || crate::backend::cpu::CpuBackend::few_rows_by_kn(),
+            _ => few,
+        };
         match l.get(PER_LAYER + i) {
-            Some(packed)
-                if rows > crate::backend::cpu::CpuBackend::FEW_ROWS
-                    || crate::backend::cpu::CpuBackend::few_rows_by_kn() =>
-            {
+            Some(packed) if kn(packed) => {
                 let options = crate::ops::matmul::MatmulOptions {
                     bias: Some(l[bias]),
                     activation: act,

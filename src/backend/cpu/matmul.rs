@@ -168,8 +168,8 @@ pub(super) fn rounded(precision: Precision, v: &[f32]) -> std::borrow::Cow<'_, [
     }
 }
 
-/// `[m, n]` = `a [m, k]` times the f16 or bf16 weight `[n, k]` (packed two to a word)
-/// transposed, with the bias and activation of `spec`: the shapes
+/// `[m, n]` = `a [m, k]` times the f16 or bf16 weight `[n, k]` transposed or `[k, n]` (packed
+/// two to a word), with the bias and activation of `spec`: the shapes
 /// `BackendImpl::matmul_takes_half_weights` admits.
 pub(super) fn matmul_half_weight(
     a: &[f32],
@@ -179,17 +179,16 @@ pub(super) fn matmul_half_weight(
 ) -> Result<Vec<f32>> {
     let d = spec.dims;
     let halves: &[u16] = bytemuck::cast_slice(w);
-    if d.batch != 1
-        || spec.transpose_a
-        || !spec.transpose_b
-        || a.len() < d.m * d.k
-        || halves.len() < d.n * d.k
-    {
+    if d.batch != 1 || spec.transpose_a || a.len() < d.m * d.k || halves.len() < d.n * d.k {
         return Err(internal("half-weight matmul shape"));
     }
     let mut out = accumulators(d.m, d.n, bias)?;
-    if d.m * d.n > 0 {
-        let bf16 = spec.weight == crate::DType::BF16;
+    let bf16 = spec.weight == crate::DType::BF16;
+    let act = spec.activation.map(|a| a.as_unary());
+    if d.m * d.n == 0 {
+        return Ok(out);
+    }
+    if spec.transpose_b {
         super::matmul_rows::product_half(
             d.m,
             d.n,
@@ -203,11 +202,19 @@ pub(super) fn matmul_half_weight(
             d.n,
             bias.is_some(),
         );
+        finish(&mut out, d.n, d.n, act);
+        return Ok(out);
     }
-    if let Some(act) = spec.activation {
-        unary_in_place(act.as_unary(), &mut out);
+    #[cfg(target_arch = "x86_64")]
+    if super::matmul_kn::half_available() {
+        let acc = bias.is_some();
+        let (m, n, k) = (d.m, d.n, d.k);
+        super::matmul_kn::product_half(m, n, k, a, k, halves, n, bf16, &mut out, n, acc, act);
+        return Ok(out);
     }
-    Ok(out)
+    Err(internal(
+        "half-weight matmul by a [k, n] weight without AVX-512",
+    ))
 }
 
 /// `rows` rows of `n` values that a product adds to: `bias` in every row (written once, with

@@ -12,41 +12,54 @@
 use std::arch::x86_64::*;
 
 use super::elementwise::unary_in_place;
+use super::matmul_rows_avx512::{Bf16, Weight, F16};
 use super::par;
 use crate::ops::UnaryOp;
 
 /// Weight rows ahead that the first tile of rows asks for.
 const AHEAD: usize = 32;
 
-/// A tile kernel: its rows and columns, and the function running one tile of `rows` (at most
-/// `rows`) with a fetch mode ([`NONE`], [`AHEAD_ROWS`] or [`NEXT_PANEL`]).
+/// A tile kernel over weights of `W`: its rows and columns, and the function running one
+/// tile of `rows` (at most `rows`) with a fetch mode ([`NONE`], [`AHEAD_ROWS`] or
+/// [`NEXT_PANEL`]).
 #[derive(Clone, Copy)]
-struct Kernel {
+struct Kernel<W> {
     rows: usize,
     cols: usize,
     /// # Safety
     /// As [`Tile`] describes, with the kernel's instructions present.
-    run: unsafe fn(&Tile, usize, u8),
+    run: unsafe fn(&Tile<W>, usize, u8),
 }
 
-/// 8 x 48 in AVX-512.
-const AVX512: Kernel = Kernel {
-    rows: 8,
-    cols: 48,
-    run: avx512::tile,
-};
+/// 8 x 48 in AVX-512 (with BW and VL, for the masked loads of 16-bit weights).
+fn avx512<W: Weight>() -> Kernel<W> {
+    Kernel {
+        rows: 8,
+        cols: 48,
+        run: avx512::tile::<W>,
+    }
+}
 
-/// 6 x 16 in AVX2 + FMA.
-const AVX2: Kernel = Kernel {
+/// 6 x 16 in AVX2 + FMA, f32 weights.
+const AVX2: Kernel<f32> = Kernel {
     rows: 6,
     cols: 16,
     run: avx2::tile,
 };
 
-/// The kernel this CPU runs: AVX-512 unless `GPUKIT_CPU_AVX2=1` asks for the AVX2 paths.
-fn kernel() -> Option<Kernel> {
-    if is_x86_feature_detected!("avx512f") && !super::forced_avx2() {
-        Some(AVX512)
+/// Whether the AVX-512 kernels run here (and `GPUKIT_CPU_AVX2=1` does not ask for the AVX2
+/// paths).
+fn has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && !super::forced_avx2()
+}
+
+/// The f32 kernel this CPU runs.
+fn kernel() -> Option<Kernel<f32>> {
+    if has_avx512() {
+        Some(avx512())
     } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         Some(AVX2)
     } else {
@@ -57,6 +70,12 @@ fn kernel() -> Option<Kernel> {
 /// Whether this CPU runs [`product`].
 pub(super) fn available() -> bool {
     kernel().is_some()
+}
+
+/// Whether this CPU runs [`product_half`] (AVX-512 only: elsewhere half-precision weights
+/// keep their `[n, k]` dot products).
+pub(super) fn half_available() -> bool {
+    has_avx512()
 }
 
 /// The rows of an output tile, a raw pointer shared by the tasks: each writes only its own
@@ -101,16 +120,49 @@ pub(super) fn product(
     }
 }
 
-/// [`product`] with a given kernel, which the CPU must run.
+/// [`product`] by f16 weights (or bf16 with `bf16`) stored `[k, n]` as their bits, widened as
+/// they are loaded: half the bytes of an f32 weight streamed. The caller has checked
+/// [`half_available`] and the extents as for [`product`].
 #[allow(clippy::too_many_arguments)]
-fn product_with(
-    kernel: Kernel,
+pub(super) fn product_half(
     m: usize,
     n: usize,
     k: usize,
     a: &[f32],
     ars: usize,
-    b: &[f32],
+    b: &[u16],
+    brs: usize,
+    bf16: bool,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+    act: Option<UnaryOp>,
+) {
+    if !half_available() {
+        return;
+    }
+    // SAFETY: F16 and Bf16 are transparent over u16.
+    unsafe {
+        if bf16 {
+            let b: &[Bf16] = std::slice::from_raw_parts(b.as_ptr().cast(), b.len());
+            product_with(avx512(), m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
+        } else {
+            let b: &[F16] = std::slice::from_raw_parts(b.as_ptr().cast(), b.len());
+            product_with(avx512(), m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
+        }
+    }
+}
+
+/// [`product`] with a given kernel, which the CPU must run.
+#[allow(clippy::too_many_arguments)]
+fn product_with<W: Weight + Sync>(
+    kernel: Kernel<W>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    ars: usize,
+    b: &[W],
     brs: usize,
     c: &mut [f32],
     ldc: usize,
@@ -130,9 +182,10 @@ fn product_with(
     // alike (a row stride of whole lines): a row of 48 weights then spans three lines, not
     // four. Host buffers start 16 bytes into a line (the allocator's alignment), so the first
     // panel is narrower.
-    let lead = match (b.as_ptr() as usize % 64, (brs * 4) % 64) {
+    let size = std::mem::size_of::<W>();
+    let lead = match (b.as_ptr() as usize % 64, (brs * size) % 64) {
         (0, _) | (_, 1..) => 0,
-        (off, 0) => ((64 - off) / 4).min(n),
+        (off, 0) => ((64 - off) / size).min(n),
     };
     let start = |p: usize| {
         if p == 0 {
@@ -200,10 +253,10 @@ fn product_with(
 /// contract of a kernel's `run`: `rows` rows of `k` elements readable from `x`, every
 /// column up to `cols` of the `k` weight rows and of the `rows` output rows inside its
 /// allocation.
-struct Tile {
+struct Tile<W> {
     x: *const f32,
     ars: usize,
-    w: *const f32,
+    w: *const W,
     brs: usize,
     k: usize,
     cols: usize,
@@ -229,7 +282,7 @@ const NEXT_PANEL: u8 = 2;
 /// # Safety
 /// SSE must be present (every x86-64 CPU).
 #[inline(always)]
-unsafe fn prefetch<const T0: bool>(p: *const f32, lines: usize) {
+unsafe fn prefetch<const T0: bool, W>(p: *const W, lines: usize) {
     for l in 0..lines {
         let at = (p as *const i8).wrapping_add(64 * l);
         // SAFETY: a prefetch reads nothing architecturally.
@@ -249,32 +302,52 @@ mod avx512 {
     /// Runs a tile of `rows` (1 to 8) rows.
     ///
     /// # Safety
-    /// AVX-512F must be present; [`Tile`]'s contract.
-    pub(super) unsafe fn tile(t: &Tile, rows: usize, fetch: u8) {
+    /// AVX-512F, BW and VL must be present; [`Tile`]'s contract.
+    pub(super) unsafe fn tile<W: Weight>(t: &Tile<W>, rows: usize, fetch: u8) {
         // SAFETY: the caller's contract.
         unsafe {
             match fetch {
-                AHEAD_ROWS => by_rows::<AHEAD_ROWS>(t, rows),
-                NEXT_PANEL => by_rows::<NEXT_PANEL>(t, rows),
-                _ => by_rows::<NONE>(t, rows),
+                AHEAD_ROWS => by_rows::<W, AHEAD_ROWS>(t, rows),
+                NEXT_PANEL => by_rows::<W, NEXT_PANEL>(t, rows),
+                _ => by_rows::<W, NONE>(t, rows),
             }
         }
     }
 
     /// # Safety
     /// As [`tile`].
-    unsafe fn by_rows<const FETCH: u8>(t: &Tile, rows: usize) {
+    unsafe fn by_rows<W: Weight, const FETCH: u8>(t: &Tile<W>, rows: usize) {
         // SAFETY: the caller's contract.
         unsafe {
             match rows {
-                1 => run::<1, FETCH>(t),
-                2 => run::<2, FETCH>(t),
-                3 => run::<3, FETCH>(t),
-                4 => run::<4, FETCH>(t),
-                5 => run::<5, FETCH>(t),
-                6 => run::<6, FETCH>(t),
-                7 => run::<7, FETCH>(t),
-                _ => run::<8, FETCH>(t),
+                1 => run::<W, 1, FETCH>(t),
+                2 => run::<W, 2, FETCH>(t),
+                3 => run::<W, 3, FETCH>(t),
+                4 => run::<W, 4, FETCH>(t),
+                5 => run::<W, 5, FETCH>(t),
+                6 => run::<W, 6, FETCH>(t),
+                7 => run::<W, 7, FETCH>(t),
+                _ => run::<W, 8, FETCH>(t),
+            }
+        }
+    }
+
+    /// The lanes of `mask` of 16 weights from `p` as f32 (the others 0).
+    ///
+    /// # Safety
+    /// AVX-512F, BW and VL must be present; the masked-in elements readable.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn load<W: Weight>(mask: __mmask16, p: *const W) -> __m512 {
+        // SAFETY: the caller's contract; f16 and bf16 elements are 2 bytes, f32 ones 4, and
+        // a masked-off element is not read.
+        unsafe {
+            match W::KIND {
+                0 => _mm512_maskz_loadu_ps(mask, p.cast()),
+                1 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p.cast())),
+                _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm256_maskz_loadu_epi16(mask, p.cast()),
+                ))),
             }
         }
     }
@@ -283,9 +356,11 @@ mod avx512 {
     ///
     /// # Safety
     /// As [`tile`].
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline(never)]
-    unsafe fn run<const R: usize, const FETCH: u8>(t: &Tile) {
+    unsafe fn run<W: Weight, const R: usize, const FETCH: u8>(t: &Tile<W>) {
+        // A weight row's 48 values span 3 lines in f32, 2 (or 3, unaligned) in f16 or bf16.
+        let lines = if W::KIND == 0 { 3 } else { 2 };
         let mut acc = [[_mm512_setzero_ps(); 3]; R];
         let xs: [*const f32; R] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ars));
         let masks: [__mmask16; 3] = std::array::from_fn(|v| {
@@ -299,14 +374,14 @@ mod avx512 {
             // arithmetic, as a prefetch may point past the weight.
             unsafe {
                 if FETCH == AHEAD_ROWS {
-                    prefetch::<true>(w.wrapping_add(AHEAD * t.brs), 3);
+                    prefetch::<true, W>(w.wrapping_add(AHEAD * t.brs), lines);
                 } else if FETCH == NEXT_PANEL {
-                    prefetch::<false>(w.wrapping_add(t.next), 3);
+                    prefetch::<false, W>(w.wrapping_add(t.next), lines);
                 }
                 let wv = [
-                    _mm512_maskz_loadu_ps(m0, w),
-                    _mm512_maskz_loadu_ps(m1, w.wrapping_add(16)),
-                    _mm512_maskz_loadu_ps(m2, w.wrapping_add(32)),
+                    load(m0, w),
+                    load(m1, w.wrapping_add(16)),
+                    load(m2, w.wrapping_add(32)),
                 ];
                 for (acc, x) in acc.iter_mut().zip(xs) {
                     let xv = _mm512_set1_ps(*x.add(e));
@@ -342,7 +417,7 @@ mod avx2 {
     ///
     /// # Safety
     /// AVX2 and FMA must be present; [`Tile`]'s contract.
-    pub(super) unsafe fn tile(t: &Tile, rows: usize, fetch: u8) {
+    pub(super) unsafe fn tile(t: &Tile<f32>, rows: usize, fetch: u8) {
         // SAFETY: the caller's contract.
         unsafe {
             match (fetch, t.cols >= 16) {
@@ -358,7 +433,7 @@ mod avx2 {
 
     /// # Safety
     /// As [`tile`].
-    unsafe fn by_rows<const FETCH: u8, const MASKED: bool>(t: &Tile, rows: usize) {
+    unsafe fn by_rows<const FETCH: u8, const MASKED: bool>(t: &Tile<f32>, rows: usize) {
         // SAFETY: the caller's contract.
         unsafe {
             match rows {
@@ -378,7 +453,7 @@ mod avx2 {
     /// As [`tile`]; without `MASKED`, `cols` >= 16.
     #[target_feature(enable = "avx2,fma")]
     #[inline(never)]
-    unsafe fn run<const R: usize, const FETCH: u8, const MASKED: bool>(t: &Tile) {
+    unsafe fn run<const R: usize, const FETCH: u8, const MASKED: bool>(t: &Tile<f32>) {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let xs: [*const f32; R] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ars));
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -401,9 +476,9 @@ mod avx2 {
             // SAFETY: as in the AVX-512 kernel.
             unsafe {
                 if FETCH == AHEAD_ROWS {
-                    prefetch::<true>(w.wrapping_add(AHEAD * t.brs), 1);
+                    prefetch::<true, f32>(w.wrapping_add(AHEAD * t.brs), 1);
                 } else if FETCH == NEXT_PANEL {
-                    prefetch::<false>(w.wrapping_add(t.next), 1);
+                    prefetch::<false, f32>(w.wrapping_add(t.next), 1);
                 }
                 let wv = [load(w, 0), load(w.wrapping_add(8), 1)];
                 for (acc, x) in acc.iter_mut().zip(xs) {
@@ -440,92 +515,101 @@ mod avx2 {
 mod tests {
     use super::*;
 
-    /// Against an f64 product, each kernel this CPU runs: every row count of a last tile
-    /// (8-row and 6-row tiles), panels cut at every alignment of the weight (the narrower first
-    /// panel included), columns past a whole panel, strided rows of `a`, `b` and `c`,
-    /// accumulating onto `c`, an activation over the panels, a NaN weight reaching exactly its
-    /// column, and `c` untouched past `n`.
+    /// Against an f64 product, each kernel this CPU runs (f32, and f16 and bf16 weights with
+    /// AVX-512): every row count of a last tile (8-row and 6-row tiles), panels cut at every
+    /// alignment of the weight (the narrower first panel included), columns past a whole
+    /// panel, strided rows of `a`, `b` and `c`, accumulating onto `c`, an activation over the
+    /// panels, a NaN weight reaching exactly its column, and `c` untouched past `n`.
     #[test]
     fn matches_f64_product() {
-        let mut kernels = Vec::new();
-        if is_x86_feature_detected!("avx512f") {
-            kernels.push(("AVX-512", AVX512));
+        let mut ran = 0;
+        if has_avx512() {
+            check("AVX-512 f32", avx512::<f32>(), |v| v);
+            check("AVX-512 f16", avx512::<F16>(), |v| {
+                F16(half::f16::from_f32(v).to_bits())
+            });
+            check("AVX-512 bf16", avx512::<Bf16>(), |v| {
+                Bf16(half::bf16::from_f32(v).to_bits())
+            });
+            ran += 1;
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            kernels.push(("AVX2", AVX2));
+            check("AVX2 f32", AVX2, |v| v);
+            ran += 1;
         }
-        if kernels.is_empty() {
-            eprintln!("matmul_kn: this CPU has neither AVX-512F nor AVX2 + FMA; not used here");
-            return;
+        if ran == 0 {
+            eprintln!("matmul_kn: this CPU has neither AVX-512 nor AVX2 + FMA; not used here");
         }
-        for (name, kernel) in kernels {
-            let value = |i: usize, s: usize| ((i * 37 + s * 11) % 101) as f32 / 50.0 - 1.0;
-            let mut cases = 0;
-            for (m, n, k) in [
-                (1, 1, 1),
-                (3, 47, 5),
-                (7, 48, 130),
-                (8, 49, 64),
-                (9, 100, 33),
-                (15, 96, 40),
-                (17, 160, 7),
-                (32, 200, 20),
-                (4, 20, 9),
-                (12, 33, 17),
-            ] {
-                for off in [0usize, 1, 4, 12] {
-                    for (ars, brs, ldc) in [(k, n, n), (k + 3, n + 16, n + 5)] {
-                        for accumulate in [false, true] {
-                            let a: Vec<f32> = (0..m * ars).map(|i| value(i, 1)).collect();
-                            let mut b: Vec<f32> = (0..off + k * brs).map(|i| value(i, 2)).collect();
-                            if m > 4 && n > 3 && k > 2 {
-                                b[off + 2 * brs + 3] = f32::NAN;
-                            }
-                            let b = &b[off..];
-                            let c0: Vec<f32> = (0..m * ldc).map(|i| value(i, 3)).collect();
-                            let mut c = c0.clone();
-                            // Half the cases with an activation applied to the panels.
-                            let relu = off % 2 == 1;
-                            let act = relu.then_some(UnaryOp::Relu);
-                            product_with(
-                                kernel, m, n, k, &a, ars, b, brs, &mut c, ldc, accumulate, act,
-                            );
-                            for i in 0..m {
-                                for j in 0..n {
-                                    let mut want = if accumulate {
-                                        f64::from(c0[i * ldc + j])
-                                    } else {
-                                        0.0
-                                    };
-                                    let mut scale = want.abs();
-                                    for e in 0..k {
-                                        let p =
-                                            f64::from(a[i * ars + e]) * f64::from(b[e * brs + j]);
-                                        want += p;
-                                        scale += p.abs();
-                                    }
-                                    if relu && want < 0.0 {
-                                        want = 0.0;
-                                    }
-                                    let got = f64::from(c[i * ldc + j]);
-                                    let ok = if want.is_nan() {
-                                        got.is_nan()
-                                    } else {
-                                        (got - want).abs() <= 1e-5 * scale.max(1.0)
-                                    };
-                                    assert!(ok, "{name} {m}x{n}x{k} off {off} strides ({ars}, {brs}, {ldc}) acc {accumulate} relu {relu}: c[{i}][{j}] {got} want {want}");
-                                }
-                                // Past `n`, a row of `c` is untouched.
-                                for j in n..ldc {
-                                    assert_eq!(c[i * ldc + j].to_bits(), c0[i * ldc + j].to_bits());
-                                }
-                            }
-                            cases += 1;
+    }
+
+    /// [`matches_f64_product`] for one kernel, its weights made by `to_w`.
+    fn check<W: Weight + Sync>(name: &str, kernel: Kernel<W>, to_w: impl Fn(f32) -> W) {
+        let value = |i: usize, s: usize| ((i * 37 + s * 11) % 101) as f32 / 50.0 - 1.0;
+        let mut cases = 0;
+        for (m, n, k) in [
+            (1, 1, 1),
+            (3, 47, 5),
+            (7, 48, 130),
+            (8, 49, 64),
+            (9, 100, 33),
+            (15, 96, 40),
+            (17, 160, 7),
+            (32, 200, 20),
+            (4, 20, 9),
+            (12, 33, 17),
+        ] {
+            for off in [0usize, 1, 4, 12] {
+                for (ars, brs, ldc) in [(k, n, n), (k + 3, n + 16, n + 5)] {
+                    for accumulate in [false, true] {
+                        let a: Vec<f32> = (0..m * ars).map(|i| value(i, 1)).collect();
+                        let mut b: Vec<W> = (0..off + k * brs).map(|i| to_w(value(i, 2))).collect();
+                        if m > 4 && n > 3 && k > 2 {
+                            b[off + 2 * brs + 3] = to_w(f32::NAN);
                         }
+                        let b = &b[off..];
+                        let c0: Vec<f32> = (0..m * ldc).map(|i| value(i, 3)).collect();
+                        let mut c = c0.clone();
+                        // Half the cases with an activation applied to the panels.
+                        let relu = off % 2 == 1;
+                        let act = relu.then_some(UnaryOp::Relu);
+                        product_with(
+                            kernel, m, n, k, &a, ars, b, brs, &mut c, ldc, accumulate, act,
+                        );
+                        for i in 0..m {
+                            for j in 0..n {
+                                let mut want = if accumulate {
+                                    f64::from(c0[i * ldc + j])
+                                } else {
+                                    0.0
+                                };
+                                let mut scale = want.abs();
+                                for e in 0..k {
+                                    let w = f64::from(b[e * brs + j].value());
+                                    let p = f64::from(a[i * ars + e]) * w;
+                                    want += p;
+                                    scale += p.abs();
+                                }
+                                if relu && want < 0.0 {
+                                    want = 0.0;
+                                }
+                                let got = f64::from(c[i * ldc + j]);
+                                let ok = if want.is_nan() {
+                                    got.is_nan()
+                                } else {
+                                    (got - want).abs() <= 1e-5 * scale.max(1.0)
+                                };
+                                assert!(ok, "{name} {m}x{n}x{k} off {off} strides ({ars}, {brs}, {ldc}) acc {accumulate} relu {relu}: c[{i}][{j}] {got} want {want}");
+                            }
+                            // Past `n`, a row of `c` is untouched.
+                            for j in n..ldc {
+                                assert_eq!(c[i * ldc + j].to_bits(), c0[i * ldc + j].to_bits());
+                            }
+                        }
+                        cases += 1;
                     }
                 }
             }
-            assert_eq!(cases, 10 * 4 * 2 * 2);
         }
+        assert_eq!(cases, 10 * 4 * 2 * 2);
     }
 }

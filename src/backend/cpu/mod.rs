@@ -109,10 +109,22 @@ impl CpuBackend {
         }
     }
 
-    /// Whether an `m x k` by half-precision `[n, k]` weight product runs with the weight as
-    /// stored (`matmul_rows::product_half`, on every CPU).
-    pub(crate) fn takes_half_weights(m: usize, k: usize) -> bool {
-        m <= matmul_rows::MAX_ROWS && k >= matmul_rows::MIN_K
+    /// Whether an `m x k` product by a half-precision weight runs with the weight as stored:
+    /// stored `[n, k]` and read transposed (`transpose_b`) on every CPU
+    /// (`matmul_rows::product_half`), stored `[k, n]` where AVX-512 runs
+    /// `matmul_kn::product_half`.
+    pub(crate) fn takes_half_weights(m: usize, k: usize, transpose_b: bool) -> bool {
+        if transpose_b {
+            return m <= matmul_rows::MAX_ROWS && k >= matmul_rows::MIN_K;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            m <= matmul_rows::MAX_ROWS && matmul_kn::half_available()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
     }
 
     pub(crate) fn info(selection: String) -> DeviceInfo {

@@ -470,8 +470,9 @@ pub async fn matmul_f16_small_rows(dev: &Device) {
 /// the product of the rounded weight, whether the backend reads the weight as stored (the
 /// CPU's few-row product with AVX-512: up to 32 rows, k from 128) or widens it first; edge
 /// tiles, row tails past 16, a bias and an activation, 40 rows past the few-row path, an
-/// empty weight, the widening's edge values (subnormal, largest, infinite and NaN halves), and
-/// batched weights not transposed.
+/// empty weight, the widening's edge values (subnormal, largest, infinite and NaN halves), each
+/// with the weight stored `[n, k]` (read transposed) and `[k, n]`, and batched weights not
+/// transposed.
 pub async fn matmul_half_weights(dev: &Device) {
     use gpukit::{Activation, DType};
     for dtype in [DType::F16, DType::BF16] {
@@ -520,6 +521,22 @@ pub async fn matmul_half_weights(dev: &Device) {
                 &got,
                 &want,
             );
+            // The same weight stored `[k, n]` (a model's transposed copy, which the CPU reads
+            // as stored with AVX-512 for up to 32 rows).
+            let w_kn: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+            let tkn = dev.tensor(&w_kn, &[k, n]).unwrap().cast(dtype).unwrap();
+            let options = gpukit::MatmulOptions {
+                bias: with_bias.then_some(&tc),
+                activation: act,
+                ..Default::default()
+            };
+            let got = tx.matmul_with(&tkn, options).unwrap().read().await.unwrap();
+            check(
+                &format!("{} weight: {lead:?} x {k} by [{k}, {n}]", dtype.name()),
+                &|i| format!("out[{}][{}]", i / n, i % n),
+                &got,
+                &want,
+            );
         }
         // The weight's edges as the backends widen them: subnormal halves (a whole column),
         // the largest f16, -0, a value f16 flushes to zero, and columns with an infinity and
@@ -540,6 +557,8 @@ pub async fn matmul_half_weights(dev: &Device) {
         w[5 * k + 100] = f32::NAN;
         let rounded: Vec<f32> = w.iter().map(|&v| round(v)).collect();
         let tw = dev.tensor(&w, &[n, k]).unwrap().cast(dtype).unwrap();
+        let w_kn: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect();
+        let tkn = dev.tensor(&w_kn, &[k, n]).unwrap().cast(dtype).unwrap();
         for rows in [1usize, 3] {
             let tx = dev.tensor(&x[..rows * k], &[rows, k]).unwrap();
             let got = tx.linear(&tw, None, None).unwrap().read().await.unwrap();
@@ -552,6 +571,9 @@ pub async fn matmul_half_weights(dev: &Device) {
                 None,
             );
             let ctx = format!("{} weight's edge values, {rows} rows", dtype.name());
+            check(&ctx, &|i| format!("out[{}][{}]", i / n, i % n), &got, &want);
+            let got = tx.matmul(&tkn).unwrap().read().await.unwrap();
+            let ctx = format!("{} [k, n] weight's edge values, {rows} rows", dtype.name());
             check(&ctx, &|i| format!("out[{}][{}]", i / n, i % n), &got, &want);
         }
         // A plain `[batch, k, n]` weight (not transposed), one per batch entry.
