@@ -19,8 +19,9 @@
 // the last layer comes one more stage: the output norm and the LM head, each block keeping the
 // largest logit it made, the blocks' largest met by an atomic maximum. (Done by kernels of
 // their own, the embedding's gathers, the head and the argmax took about 40 us more a step.)
-// A product's rows are taken two a warp (a RoPE pair, or gate and up), a lane taking whole
-// quant blocks; the vector it multiplies sits in shared memory. Weights are GGUF blocks of 32
+// A product's rows are taken two a warp (a RoPE pair, or gate and up; the LM head's four), a
+// lane taking whole quant blocks; the vector it multiplies sits in shared memory, each block of
+// 32 values turned so the lanes' reads meet no bank conflicts (ds_slot). Weights are GGUF blocks of 32
 // in gpukit's device layout (quant.cu): format 0 Q8_0, 1 Q4_0, 2 Q4_1, f32 scales and minimums
 // apart from the words. Values written during the kernel are read through L2 only (__ldcg):
 // another SM wrote them, and L1 is not coherent.
@@ -162,15 +163,26 @@ __device__ __forceinline__ void ds_warm_layer(const DsLayer& l, const DsDims& d)
     ds_warm_weight(l.down, h, d.ffn);
 }
 
-// One quant block's dot product with 32 values of x (in shared memory), weight by weight so that
-// infinities and NaN in x give what the reference gives.
+// Where value i of a vector goes in shared memory: each block of 32 values keeps its 8 float4s
+// turned by the block's index, so the lanes of a warp, each reading the c-th float4 of its own
+// block, read 8 different banks' groups (in order, every lane of a quarter-warp hit the same 4
+// banks: 8-way conflicts on each of a block's 8 loads).
+__device__ __forceinline__ u32 ds_slot(u32 i) {
+    const u32 b = i / 32;
+    return b * 32 + ((i / 4 + b) & 7) * 4 + i % 4;
+}
+
+// One quant block's dot product with the 32 values of block qb of x (in shared memory, laid out
+// by ds_slot), weight by weight so that infinities and NaN in x give what the reference gives.
 template <u32 FMT>
 __device__ __forceinline__ float ds_block_dot(const uint4* wv, float d, float m,
-                                              const float* __restrict__ x) {
+                                              const float* __restrict__ x, u64 qb) {
+    const float4* xb = reinterpret_cast<const float4*>(x) + qb * 8;
+    const u32 turn = (u32)qb & 7;
     float xv[32];
 #pragma unroll
     for (u32 c = 0; c < 8; ++c) {
-        const float4 t = reinterpret_cast<const float4*>(x)[c];
+        const float4 t = xb[(c + turn) & 7];
         xv[4 * c] = t.x;
         xv[4 * c + 1] = t.y;
         xv[4 * c + 2] = t.z;
@@ -233,8 +245,8 @@ __device__ __forceinline__ float2 ds_pair_t(const DsWeight& w, u64 r0, u64 r1, u
         for (u32 r = 0; r < 2; ++r) {
             const u64 qb = qb0 + 32 * r;
             if (qb < blocks) {
-                a0 += ds_block_dot<FMT>(w0[r], d0[r], m0[r], x + qb * 32);
-                a1 += ds_block_dot<FMT>(w1[r], d1[r], m1[r], x + qb * 32);
+                a0 += ds_block_dot<FMT>(w0[r], d0[r], m0[r], x, qb);
+                a1 += ds_block_dot<FMT>(w1[r], d1[r], m1[r], x, qb);
             }
         }
     }
@@ -248,8 +260,55 @@ __device__ __forceinline__ float2 ds_pair(const DsWeight& w, u64 r0, u64 r1, u32
     return ds_pair_t<2>(w, r0, r1, k, x);
 }
 
-// n values, value i given by `at(i)`, into shared memory, RMS-normalised and times `norm_w`
-// when it is given; every thread of the block takes part.
+// The LM head's rows a warp task.
+#define DS_HEAD_ROWS 4
+
+// Rows r0 .. r0 + rows (rows <= DS_HEAD_ROWS) of a quantized weight of k columns times x (in
+// shared memory) into y, for the LM head, whose rows outnumber the grid's warps many times:
+// as ds_pair (a lane a quant block of every row, each block of x read once for all of them,
+// all the rows' loads issued before any is used), with twice the rows, so a warp makes half
+// as many trips to memory one after another.
+template <u32 FMT>
+__device__ __forceinline__ void ds_rows_t(const DsWeight& w, u64 r0, u32 rows, u32 k,
+                                          const float* __restrict__ x, float (&y)[DS_HEAD_ROWS]) {
+    constexpr u32 WPB = FMT == 0 ? 8 : 4, VPB = WPB / 4;
+    const u32 lane = threadIdx.x & 31;
+    const u64 blocks = k / 32;
+    const u32* __restrict__ words = reinterpret_cast<const u32*>(w.words);
+    const float* __restrict__ sc = reinterpret_cast<const float*>(w.scales);
+    const float* __restrict__ mn = reinterpret_cast<const float*>(w.mins);
+    float acc[DS_HEAD_ROWS];
+#pragma unroll
+    for (u32 r = 0; r < DS_HEAD_ROWS; ++r) acc[r] = 0.0f;
+    for (u64 qb = lane; qb < blocks; qb += 32) {
+        uint4 wv[DS_HEAD_ROWS][VPB];
+        float dv[DS_HEAD_ROWS], mv[DS_HEAD_ROWS];
+#pragma unroll
+        for (u32 r = 0; r < DS_HEAD_ROWS; ++r) {
+            // Rows past `rows` read row r0 again, and are not used.
+            const u64 b = (r0 + (r < rows ? r : 0)) * blocks + qb;
+            const uint4* src = reinterpret_cast<const uint4*>(words + b * WPB);
+#pragma unroll
+            for (u32 c = 0; c < VPB; ++c) wv[r][c] = __ldg(src + c);
+            dv[r] = __ldg(sc + b);
+            mv[r] = FMT == 2 ? __ldg(mn + b) : 0.0f;
+        }
+#pragma unroll
+        for (u32 r = 0; r < DS_HEAD_ROWS; ++r) acc[r] += ds_block_dot<FMT>(wv[r], dv[r], mv[r], x, qb);
+    }
+#pragma unroll
+    for (u32 r = 0; r < DS_HEAD_ROWS; ++r) y[r] = warp_sum(acc[r]);
+}
+
+__device__ __forceinline__ void ds_rows(const DsWeight& w, u64 r0, u32 rows, u32 k,
+                                        const float* __restrict__ x, float (&y)[DS_HEAD_ROWS]) {
+    if (w.format == 0) ds_rows_t<0>(w, r0, rows, k, x, y);
+    else if (w.format == 1) ds_rows_t<1>(w, r0, rows, k, x, y);
+    else ds_rows_t<2>(w, r0, rows, k, x, y);
+}
+
+// n values (a multiple of 32), value i given by `at(i)`, into shared memory at ds_slot(i),
+// RMS-normalised and times `norm_w` when it is given; every thread of the block takes part.
 template <class At>
 __device__ void ds_load_with(At at, u32 n, const float* __restrict__ norm_w, float eps,
                              float* __restrict__ out, float* scratch) {
@@ -257,7 +316,7 @@ __device__ void ds_load_with(At at, u32 n, const float* __restrict__ norm_w, flo
     float q = 0.0f;
     for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = at(i);
-        out[i] = norm_w ? v * __ldg(norm_w + i) : v;
+        out[ds_slot(i)] = norm_w ? v * __ldg(norm_w + i) : v;
         q += v * v;
     }
     if (norm_w) {
@@ -691,23 +750,27 @@ extern "C" __global__ void __launch_bounds__(DS_WARPS * 32, 1) decode_layers(con
         }
         sync(l, 4);
     }
-    // The output norm and the LM head, a pair of rows a warp task; then the logits, or the
+    // The output norm and the LM head, DS_HEAD_ROWS rows a warp task; then the logits, or the
     // largest one's index: each block offers its largest to `best` (an atomic maximum), and
     // the last block to offer writes the index and clears the word for the next launch.
     ds_load_vector(x_out, hidden, reinterpret_cast<const float*>(e.norm), d.eps, vec, red);
     u64 mine = 0;
-    DS_TASKS(t, (e.vocab + 1) / 2) {
-        const u32 r0 = 2 * t, r1 = r0 + 1 < e.vocab ? r0 + 1 : r0;
-        const float2 y = ds_pair(e.head, r0, r1, hidden, vec);
+    const u32 per = DS_HEAD_ROWS;
+    DS_TASKS(t, (e.vocab + per - 1) / per) {
+        const u32 r0 = per * t;
+        const u32 rows = e.vocab - r0 < per ? e.vocab - r0 : per;
+        float y[DS_HEAD_ROWS];
+        ds_rows(e.head, r0, rows, hidden, vec, y);
         if (lane == 0) {
-            if (e.pick == 0) {
-                float* logits = reinterpret_cast<float*>(out);
-                logits[r0] = y.x;
-                if (r1 != r0) logits[r1] = y.y;
-            } else {
-                const u64 a = ds_rank(y.x, r0), c = ds_rank(y.y, r1);
-                mine = a > mine ? a : mine;
-                mine = c > mine ? c : mine;
+#pragma unroll
+            for (u32 r = 0; r < DS_HEAD_ROWS; ++r) {
+                if (r >= rows) break;
+                if (e.pick == 0) {
+                    reinterpret_cast<float*>(out)[r0 + r] = y[r];
+                } else {
+                    const u64 a = ds_rank(y[r], r0 + r);
+                    mine = a > mine ? a : mine;
+                }
             }
         }
     }
