@@ -3,7 +3,9 @@
 //   1. invocation t scores key j = tile + t: s = scale * q . k_j, or -inf where masked;
 //   2. the tile's maximum updates the running maximum m, the probabilities p_j = exp(s_j - m)
 //      go to workgroup memory and their sum updates the running denominator l;
-//   3. invocation d (< dv) rescales its accumulator and adds sum_j p_j v_j[d].
+//   3. invocation d (< dv) rescales its accumulator and adds sum_j p_j v_j[d], the sum taken by
+//      every invocation of the workgroup in groups of columns, each over some of the tile's
+//      keys, with many value rows loaded at once (a decode step's short rows wait on memory).
 // At the end out[d] = acc / l. Grouped-query attention: query head h reads key/value head
 // h / (hq / hkv). CAUSAL hides keys after the query (aligned to the end when sk > sq, as with a
 // KV cache); HAS_LENS hides keys at or beyond the batch entry's length. A query with no visible
@@ -91,7 +93,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let j = tile + lid;
         var s = neg_inf;
         if (j < visible) {
-            // Eight loads issued before their products, in four independent sums: a key's
+            // 32 loads issued before their products, in four independent sums: a key's
             // row is one invocation's, so its loads are what the tile waits on.
             var d0 = 0.0;
             var d1 = 0.0;
@@ -99,7 +101,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var d3 = 0.0;
             let kj = k_base + j * params.k_ss;
             var e = 0u;
-            for (; e + 8u <= d; e = e + 8u) {
+            for (; e + 32u <= d; e = e + 32u) {
                 let k0 = k[kj + e];
                 let k1 = k[kj + e + 1u];
                 let k2 = k[kj + e + 2u];
@@ -108,10 +110,68 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let k5 = k[kj + e + 5u];
                 let k6 = k[kj + e + 6u];
                 let k7 = k[kj + e + 7u];
-                d0 = fma(q_row[e + 4u], k4, fma(q_row[e], k0, d0));
-                d1 = fma(q_row[e + 5u], k5, fma(q_row[e + 1u], k1, d1));
-                d2 = fma(q_row[e + 6u], k6, fma(q_row[e + 2u], k2, d2));
-                d3 = fma(q_row[e + 7u], k7, fma(q_row[e + 3u], k3, d3));
+                let k8 = k[kj + e + 8u];
+                let k9 = k[kj + e + 9u];
+                let k10 = k[kj + e + 10u];
+                let k11 = k[kj + e + 11u];
+                let k12 = k[kj + e + 12u];
+                let k13 = k[kj + e + 13u];
+                let k14 = k[kj + e + 14u];
+                let k15 = k[kj + e + 15u];
+                let k16 = k[kj + e + 16u];
+                let k17 = k[kj + e + 17u];
+                let k18 = k[kj + e + 18u];
+                let k19 = k[kj + e + 19u];
+                let k20 = k[kj + e + 20u];
+                let k21 = k[kj + e + 21u];
+                let k22 = k[kj + e + 22u];
+                let k23 = k[kj + e + 23u];
+                let k24 = k[kj + e + 24u];
+                let k25 = k[kj + e + 25u];
+                let k26 = k[kj + e + 26u];
+                let k27 = k[kj + e + 27u];
+                let k28 = k[kj + e + 28u];
+                let k29 = k[kj + e + 29u];
+                let k30 = k[kj + e + 30u];
+                let k31 = k[kj + e + 31u];
+                d0 = fma(q_row[e], k0, d0);
+                d1 = fma(q_row[e + 1u], k1, d1);
+                d2 = fma(q_row[e + 2u], k2, d2);
+                d3 = fma(q_row[e + 3u], k3, d3);
+                d0 = fma(q_row[e + 4u], k4, d0);
+                d1 = fma(q_row[e + 5u], k5, d1);
+                d2 = fma(q_row[e + 6u], k6, d2);
+                d3 = fma(q_row[e + 7u], k7, d3);
+                d0 = fma(q_row[e + 8u], k8, d0);
+                d1 = fma(q_row[e + 9u], k9, d1);
+                d2 = fma(q_row[e + 10u], k10, d2);
+                d3 = fma(q_row[e + 11u], k11, d3);
+                d0 = fma(q_row[e + 12u], k12, d0);
+                d1 = fma(q_row[e + 13u], k13, d1);
+                d2 = fma(q_row[e + 14u], k14, d2);
+                d3 = fma(q_row[e + 15u], k15, d3);
+                d0 = fma(q_row[e + 16u], k16, d0);
+                d1 = fma(q_row[e + 17u], k17, d1);
+                d2 = fma(q_row[e + 18u], k18, d2);
+                d3 = fma(q_row[e + 19u], k19, d3);
+                d0 = fma(q_row[e + 20u], k20, d0);
+                d1 = fma(q_row[e + 21u], k21, d1);
+                d2 = fma(q_row[e + 22u], k22, d2);
+                d3 = fma(q_row[e + 23u], k23, d3);
+                d0 = fma(q_row[e + 24u], k24, d0);
+                d1 = fma(q_row[e + 25u], k25, d1);
+                d2 = fma(q_row[e + 26u], k26, d2);
+                d3 = fma(q_row[e + 27u], k27, d3);
+                d0 = fma(q_row[e + 28u], k28, d0);
+                d1 = fma(q_row[e + 29u], k29, d1);
+                d2 = fma(q_row[e + 30u], k30, d2);
+                d3 = fma(q_row[e + 31u], k31, d3);
+            }
+            for (; e + 4u <= d; e = e + 4u) {
+                d0 = fma(q_row[e], k[kj + e], d0);
+                d1 = fma(q_row[e + 1u], k[kj + e + 1u], d1);
+                d2 = fma(q_row[e + 2u], k[kj + e + 2u], d2);
+                d3 = fma(q_row[e + 3u], k[kj + e + 3u], d3);
             }
             for (; e < d; e = e + 1u) {
                 d0 = fma(q_row[e], k[kj + e], d0);
@@ -133,26 +193,65 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         l = l * correction + workgroup_sum(lid, p);
         m = m_new;
-        // workgroup_sum's barriers also published probs.
-        if (lid < dv) {
-            // Four value rows loaded before their products, in two independent sums.
-            var p0 = acc * correction;
-            var p1 = 0.0;
+        // workgroup_sum's barriers also published probs. The value rows: every invocation
+        // takes part, in WG / lanes groups of `lanes` columns (dv rounded up to a power of
+        // two); group g adds the tile's keys g, g + groups, ..., 16 rows loaded before
+        // their products, and the groups' sums meet in workgroup memory.
+        let lanes = 1u << (32u - countLeadingZeros(max(dv, 1u) - 1u));
+        let groups = WG / lanes;
+        let col = lid % lanes;
+        var p0 = 0.0;
+        var p1 = 0.0;
+        if (col < dv) {
             let count = min(WG, visible - tile);
-            let vt = v_base + tile * params.v_ss + lid;
-            var t = 0u;
-            for (; t + 4u <= count; t = t + 4u) {
+            let vt = v_base + tile * params.v_ss + col;
+            var t = lid / lanes;
+            for (; t + 15u * groups < count; t = t + 16u * groups) {
                 let v0 = v[vt + t * params.v_ss];
-                let v1 = v[vt + (t + 1u) * params.v_ss];
-                let v2 = v[vt + (t + 2u) * params.v_ss];
-                let v3 = v[vt + (t + 3u) * params.v_ss];
-                p0 = fma(probs[t + 2u], v2, fma(probs[t], v0, p0));
-                p1 = fma(probs[t + 3u], v3, fma(probs[t + 1u], v1, p1));
+                let v1 = v[vt + (t + 1u * groups) * params.v_ss];
+                let v2 = v[vt + (t + 2u * groups) * params.v_ss];
+                let v3 = v[vt + (t + 3u * groups) * params.v_ss];
+                let v4 = v[vt + (t + 4u * groups) * params.v_ss];
+                let v5 = v[vt + (t + 5u * groups) * params.v_ss];
+                let v6 = v[vt + (t + 6u * groups) * params.v_ss];
+                let v7 = v[vt + (t + 7u * groups) * params.v_ss];
+                let v8 = v[vt + (t + 8u * groups) * params.v_ss];
+                let v9 = v[vt + (t + 9u * groups) * params.v_ss];
+                let v10 = v[vt + (t + 10u * groups) * params.v_ss];
+                let v11 = v[vt + (t + 11u * groups) * params.v_ss];
+                let v12 = v[vt + (t + 12u * groups) * params.v_ss];
+                let v13 = v[vt + (t + 13u * groups) * params.v_ss];
+                let v14 = v[vt + (t + 14u * groups) * params.v_ss];
+                let v15 = v[vt + (t + 15u * groups) * params.v_ss];
+                p0 = fma(probs[t], v0, p0);
+                p1 = fma(probs[t + 1u * groups], v1, p1);
+                p0 = fma(probs[t + 2u * groups], v2, p0);
+                p1 = fma(probs[t + 3u * groups], v3, p1);
+                p0 = fma(probs[t + 4u * groups], v4, p0);
+                p1 = fma(probs[t + 5u * groups], v5, p1);
+                p0 = fma(probs[t + 6u * groups], v6, p0);
+                p1 = fma(probs[t + 7u * groups], v7, p1);
+                p0 = fma(probs[t + 8u * groups], v8, p0);
+                p1 = fma(probs[t + 9u * groups], v9, p1);
+                p0 = fma(probs[t + 10u * groups], v10, p0);
+                p1 = fma(probs[t + 11u * groups], v11, p1);
+                p0 = fma(probs[t + 12u * groups], v12, p0);
+                p1 = fma(probs[t + 13u * groups], v13, p1);
+                p0 = fma(probs[t + 14u * groups], v14, p0);
+                p1 = fma(probs[t + 15u * groups], v15, p1);
             }
-            for (; t < count; t = t + 1u) {
+            for (; t < count; t = t + groups) {
                 p0 = fma(probs[t], v[vt + t * params.v_ss], p0);
             }
-            acc = p0 + p1;
+        }
+        scratch[lid] = p0 + p1;
+        workgroupBarrier();
+        if (lid < dv) {
+            var sum = 0.0;
+            for (var g = 0u; g < groups; g = g + 1u) {
+                sum = sum + scratch[g * lanes + lid];
+            }
+            acc = fma(acc, correction, sum);
         }
         workgroupBarrier();
     }

@@ -1,4 +1,8 @@
 // Top-k along rows (argmax is k = 1): one workgroup per row, rounds of a workgroup arg-max.
+// A long row's arg-max (k = 1) is instead split over workgroups: `main_partial` takes the best
+// of each chunk of params.chunk elements (workgroup (chunk, row)) into `values` as
+// [values of rows x chunks, then their indices], and `main_merge` (a workgroup a row) takes
+// the best of a row's chunks from there (x).
 // A dispatch runs rounds r0 .. r1 and resumes from round r0 - 1's choice, read back from the
 // output; the host splits k into dispatches of bounded work (a software rasteriser stopped
 // long-running workgroups early).
@@ -15,9 +19,9 @@ struct Params {
     k: u32,
     r0: u32,
     r1: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    chunks: u32, // main_partial, main_merge: chunks a row
+    chunk: u32, // main_partial: elements a chunk
+    _pad: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -302,4 +306,97 @@ fn main_select(
         values[row * params.k + i] = x[base + c];
         indices[row * params.k + i] = f32(c);
     }
+}
+
+// The best of a chunk: lowest index among equal keys, as `main`'s first round.
+@compute @workgroup_size(256)
+fn main_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let c = wid.x;
+    let row = wid.y;
+    if (row >= params.rows || c >= params.chunks) {
+        return;
+    }
+    let base = row * params.cols;
+    let start = c * params.chunk;
+    let end = min(start + params.chunk, params.cols);
+    var bk = 0u;
+    var bi = 0xffffffffu;
+    for (var i0 = start + lid; i0 < end; i0 = i0 + 4u * WG) {
+        var xs: array<f32, 4>;
+        for (var u = 0u; u < 4u; u = u + 1u) {
+            let i = i0 + u * WG;
+            if (i < end) {
+                xs[u] = x[base + i];
+            }
+        }
+        for (var u = 0u; u < 4u; u = u + 1u) {
+            let i = i0 + u * WG;
+            if (i < end) {
+                let key = order_key(xs[u]);
+                if (bi == 0xffffffffu || before(key, i, bk, bi)) {
+                    bk = key;
+                    bi = i;
+                }
+            }
+        }
+    }
+    let best = reduce_best(lid, bk, bi);
+    if (lid == 0u && best.y != 0xffffffffu) {
+        let slot = row * params.chunks + c;
+        values[slot] = x[base + best.y];
+        values[params.rows * params.chunks + slot] = f32(best.y);
+    }
+}
+
+// The best of a row's chunks (x holds main_partial's output).
+@compute @workgroup_size(256)
+fn main_merge(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= params.rows) {
+        return;
+    }
+    let base = row * params.chunks;
+    let at_idx = params.rows * params.chunks + base;
+    var bk = 0u;
+    var bi = 0xffffffffu;
+    var bs = 0u;
+    for (var c = lid; c < params.chunks; c = c + WG) {
+        let key = order_key(x[base + c]);
+        let i = u32(x[at_idx + c]);
+        if (bi == 0xffffffffu || before(key, i, bk, bi)) {
+            bk = key;
+            bi = i;
+            bs = c;
+        }
+    }
+    // The chunk travels in the index's place: chunks are in index order, so among equal keys
+    // the lower chunk holds the lower index.
+    let best = reduce_best(lid, bk, select(bs, 0xffffffffu, bi == 0xffffffffu));
+    if (lid == 0u && best.y != 0xffffffffu) {
+        values[row] = x[base + best.y];
+        indices[row] = x[at_idx + best.y];
+    }
+}
+
+// The workgroup's best (key, index) of each invocation's (bk, bi); an index of 0xffffffff is
+// none.
+fn reduce_best(lid: u32, bk: u32, bi: u32) -> vec2<u32> {
+    best_key[lid] = bk;
+    best_idx[lid] = bi;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let ok = best_idx[lid + s];
+            if (ok != 0xffffffffu && (best_idx[lid] == 0xffffffffu || before(best_key[lid + s], ok, best_key[lid], best_idx[lid]))) {
+                best_key[lid] = best_key[lid + s];
+                best_idx[lid] = ok;
+            }
+        }
+        workgroupBarrier();
+    }
+    return vec2<u32>(best_key[0], best_idx[0]);
 }

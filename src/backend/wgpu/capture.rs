@@ -73,6 +73,9 @@ pub(crate) struct Replay {
     buffers: Vec<wgpu::Buffer>,
     shared: Arc<Shared>,
     pub(crate) dispatches: usize,
+    /// Each dispatch's kernel, in order (for profiles).
+    #[cfg_attr(not(native), allow(dead_code))]
+    kernels: Vec<Kernel>,
 }
 
 impl Drop for Replay {
@@ -165,6 +168,7 @@ impl WgpuBackend {
         });
         s.queue.write_buffer(&params, 0, &bytes);
         let mut steps = Vec::with_capacity(commands.len());
+        let mut kernels = Vec::with_capacity(commands.len());
         let mut offsets = offsets.into_iter();
         let mut st = s.state();
         for c in commands {
@@ -177,6 +181,7 @@ impl WgpuBackend {
                     grid,
                 } => {
                     let offset = offsets.next().unwrap_or(0);
+                    kernels.push(kernel);
                     let pipeline = st
                         .pipelines
                         .get(&s.device, kernel, || {
@@ -231,6 +236,7 @@ impl WgpuBackend {
             buffers: end.buffers,
             shared: s.clone(),
             dispatches,
+            kernels,
         })
     }
 
@@ -243,6 +249,17 @@ impl WgpuBackend {
         outputs: &[(&WgpuStorage, usize)],
     ) -> Result<Vec<Vec<f32>>> {
         let s = self.begin()?;
+        #[cfg(native)]
+        let started = std::time::Instant::now();
+        #[cfg(native)]
+        let profiling = match &s.profiler {
+            Some(p) => u32::try_from(replay.kernels.len() + 1)
+                .ok()
+                .and_then(|count| super::lock(p).queries(&s.device, count)),
+            None => None,
+        };
+        #[cfg(not(native))]
+        let profiling: Option<(wgpu::QuerySet, wgpu::Buffer, wgpu::Buffer)> = None;
         {
             let mut st = s.state();
             // Earlier work first, so the input writes below cannot overtake it.
@@ -253,6 +270,7 @@ impl WgpuBackend {
                         .write_buffer(t.buffer()?, 0, bytemuck::cast_slice(data));
                 }
             }
+            let mut stamp = 0;
             for (i, step) in replay.steps.iter().enumerate() {
                 if i > 0 && (i as u64).is_multiple_of(super::recorder::SUBMIT_EVERY) {
                     // In parts, as eager dispatches go: the GPU starts on the first.
@@ -265,15 +283,38 @@ impl WgpuBackend {
                         grid,
                     } => {
                         let pass = st.recorder.pass(&s.device);
+                        if let Some((set, ..)) = &profiling {
+                            if stamp == 0 {
+                                pass.write_timestamp(set, 0);
+                            }
+                        }
                         pass.set_pipeline(pipeline);
                         pass.set_bind_group(0, bind_group, &[]);
                         pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+                        if let Some((set, ..)) = &profiling {
+                            stamp += 1;
+                            pass.write_timestamp(set, stamp);
+                        }
                     }
                     Step::Clear(b) => st.recorder.encoder(&s.device).clear_buffer(b, 0, None),
                 }
             }
+            if let Some((set, resolve, read)) = &profiling {
+                let bytes = (u64::from(stamp) + 1) * 8;
+                let encoder = st.recorder.encoder(&s.device);
+                encoder.resolve_query_set(set, 0..stamp + 1, resolve, 0);
+                encoder.copy_buffer_to_buffer(resolve, 0, read, 0, bytes);
+            }
         }
-        s.read_many(outputs).await
+        #[cfg(native)]
+        let encoded = started.elapsed();
+        let out = s.read_many(outputs).await?;
+        #[cfg(native)]
+        if let (Some((_, _, read)), Some(p)) = (&profiling, &s.profiler) {
+            let stamps = s.read_stamps(read, replay.kernels.len() + 1)?;
+            super::lock(p).add(&replay.kernels, &stamps, started.elapsed(), encoded);
+        }
+        Ok(out)
     }
 
     /// Reads several tensors with one copy each into one staging buffer, one submit and one
@@ -287,6 +328,29 @@ impl WgpuBackend {
 }
 
 impl Shared {
+    /// Reads `count` timestamps that a replay resolved into `read` (native; blocks).
+    #[cfg(native)]
+    fn read_stamps(&self, read: &wgpu::Buffer, count: usize) -> Result<Vec<u64>> {
+        {
+            let mut st = self.state();
+            self.submit(&mut st);
+        }
+        let bytes = count as u64 * 8;
+        read.map_async(wgpu::MapMode::Read, 0..bytes, |_| {});
+        self.wait()?;
+        let stamps = {
+            let view = read
+                .get_mapped_range(0..bytes)
+                .map_err(|e| Error::Backend {
+                    backend: self.backend,
+                    detail: e.to_string(),
+                })?;
+            bytemuck::pod_collect_to_vec::<u8, u64>(&view)
+        };
+        read.unmap();
+        Ok(stamps)
+    }
+
     pub(super) async fn read_many(
         self: &Arc<Self>,
         outputs: &[(&WgpuStorage, usize)],

@@ -12,6 +12,8 @@ mod kernels;
 mod matmul_template;
 pub(crate) mod pipelines;
 pub(crate) mod pool;
+#[cfg(native)]
+mod profile;
 mod recorder;
 pub(crate) mod shaders;
 pub(crate) mod tuner;
@@ -82,6 +84,9 @@ pub(crate) struct Core {
     /// subgroups of at least 4 invocations. (In the browser WGSL needs `enable subgroups;`,
     /// which naga 30 does not accept yet, so the portable kernels run there.)
     subgroup_kernels: bool,
+    /// Times replays dispatch by dispatch when `GPUKIT_PROFILE_REPLAY` asks (`profile.rs`).
+    #[cfg(native)]
+    profiler: Option<Mutex<profile::Profiler>>,
     /// Held while a batch is encoded: batches of several threads take turns.
     batch_turn: Mutex<()>,
     /// Matmul size classes to tune at the next wait (browser only).
@@ -185,6 +190,10 @@ impl WgpuBackend {
         let coop_matrix = info.features.cooperative_matrix;
         let mut wanted =
             wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+        #[cfg(native)]
+        if profile::wanted() {
+            wanted |= wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        }
         let mut experimental = wgpu::ExperimentalFeatures::disabled();
         if coop_matrix {
             wanted |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -253,6 +262,12 @@ impl WgpuBackend {
             info.features.subgroups && web_features::has_subgroup_id()
         };
         let subgroup_kernels = subgroup_kernels && adapter.get_info().subgroup_min_size >= 4;
+        #[cfg(native)]
+        let profiler = (profile::wanted()
+            && device.features().contains(
+                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
+            ))
+        .then(|| Mutex::new(profile::Profiler::new(queue.get_timestamp_period())));
         let core = Core {
             device,
             queue,
@@ -266,6 +281,8 @@ impl WgpuBackend {
             shader_f16,
             coop_matrix,
             subgroup_kernels,
+            #[cfg(native)]
+            profiler,
             batch_turn: Mutex::default(),
             pending_tunes: Mutex::default(),
         };

@@ -94,6 +94,11 @@ pub(crate) enum Kernel {
     TopK,
     /// topk.wgsl's radix selection (`main_select`).
     TopKSelect,
+    /// A long row's arg-max over workgroups: topk.wgsl's `main_partial`, or with `merge` its
+    /// `main_merge`.
+    TopKSplit {
+        merge: bool,
+    },
     QMatmul {
         format: QuantFormat,
         dequant: bool,
@@ -158,7 +163,7 @@ impl Kernel {
                 ..
             } => Shader::AttentionSplit,
             Kernel::Attention { .. } => Shader::Attention,
-            Kernel::TopK | Kernel::TopKSelect => Shader::TopK,
+            Kernel::TopK | Kernel::TopKSelect | Kernel::TopKSplit { .. } => Shader::TopK,
             Kernel::QMatmul { .. } => Shader::Quant,
             Kernel::Conv2d { .. } => Shader::Conv,
             Kernel::Pool2d { .. } => Shader::Pool,
@@ -255,6 +260,8 @@ impl Kernel {
             Kernel::StridedGated(..) => "gated",
             Kernel::WriteRows => "write_rows",
             Kernel::TopKSelect => "main_select",
+            Kernel::TopKSplit { merge: false } => "main_partial",
+            Kernel::TopKSplit { merge: true } => "main_merge",
             Kernel::Attention {
                 blocks: AttentionBlocks::Flash { .. },
                 ..
@@ -287,7 +294,9 @@ impl Kernel {
             },
             Kernel::Attention { .. } => Layout::FourInputs,
             Kernel::QMatmul { .. } => Layout::SevenInputs,
-            Kernel::TopK | Kernel::TopKSelect => Layout::OneInputTwoOutputs,
+            Kernel::TopK | Kernel::TopKSelect | Kernel::TopKSplit { .. } => {
+                Layout::OneInputTwoOutputs
+            }
             Kernel::Matmul { .. }
             | Kernel::Norm { .. }
             | Kernel::Rope { .. }

@@ -27,6 +27,7 @@ impl Kernel {
             | Kernel::WriteRows
             | Kernel::TopK
             | Kernel::TopKSelect
+            | Kernel::TopKSplit { .. }
             | Kernel::Where
             | Kernel::Fused { .. } => vec![],
             Kernel::QMatmul {

@@ -173,7 +173,12 @@ fn every_kernel() -> Vec<Kernel> {
             weight: DType::F32,
         });
     }
-    k.extend([Kernel::TopK, Kernel::TopKSelect]);
+    k.extend([
+        Kernel::TopK,
+        Kernel::TopKSelect,
+        Kernel::TopKSplit { merge: false },
+        Kernel::TopKSplit { merge: true },
+    ]);
     for inputs in 1..=crate::ops::fused::MAX_INPUTS {
         k.push(super::super::kernels::fused::fused_kernel(
             &sample_fused_source(inputs),
@@ -259,9 +264,10 @@ fn variant(k: Kernel) -> usize {
         Kernel::TopKSelect => 26,
         Kernel::SoftmaxRows { .. } => 27,
         Kernel::StridedGated(..) => 28,
+        Kernel::TopKSplit { .. } => 29,
     }
 }
-const VARIANTS: usize = 29;
+const VARIANTS: usize = 30;
 
 #[test]
 fn every_kernel_variant_is_checked() {
