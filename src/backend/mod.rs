@@ -508,6 +508,49 @@ impl BackendImpl {
         }
     }
 
+    /// The one-row quantized product of `spec` that also stores its columns `from..` as row
+    /// `at[0]` of `cache` (`capacity` rows, held as `kv`), in one kernel: wgpu natively (see
+    /// `WgpuBackend::caches_in_gemv`). `None` where the backend has no such kernel: the caller
+    /// then multiplies and writes the rows apart.
+    #[allow(clippy::too_many_arguments)]
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn matmul_quant_cached(
+        &self,
+        x: &Storage,
+        w: &[&Storage],
+        around: &QuantAround<'_, Storage>,
+        spec: QuantMatmulSpec,
+        (cache, at): (&Storage, &Storage),
+        (from, capacity): (usize, usize),
+        kv: crate::DType,
+    ) -> Result<Option<Storage>> {
+        match (self, x, cache, at) {
+            (BackendImpl::Wgpu(be), Storage::Wgpu(x), Storage::Wgpu(c), Storage::Wgpu(a))
+                if be.caches_in_gemv(&spec) =>
+            {
+                let w: Vec<&self::wgpu::WgpuStorage> =
+                    w.iter().map(|s| s.as_wgpu()).collect::<Result<_>>()?;
+                let around = around.try_map(Storage::as_wgpu)?;
+                let target = self::wgpu::QuantCache {
+                    cache: c,
+                    at: a,
+                    from: from as u64,
+                    capacity: capacity as u64,
+                    kv: self::wgpu::kv_code(kv),
+                };
+                let out = be.encode_matmul_quant_cached(
+                    x,
+                    spec.weight.parts(&w)?,
+                    &around,
+                    spec,
+                    target,
+                )?;
+                Ok(Some(Storage::Wgpu(out)))
+            }
+            _ => Ok(None),
+        }
+    }
+
     pub(crate) fn rope(
         &self,
         x: &Storage,

@@ -276,6 +276,38 @@ impl Batch {
     where
         W: std::ops::Deref<Target = QuantTensor> + 'static,
     {
+        self.quant_product(x, w, options, None)
+    }
+
+    /// [`Batch::matmul_quant_with_by`] of one row that also writes the product's columns
+    /// `from..` into the preallocated cache `cache` as its row `at` (see
+    /// [`Tensor::matmul_quant_caching`]). Recorded after earlier readers of the cache and
+    /// before later ones, as batches keep their order.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn matmul_quant_cached_by<W>(
+        &mut self,
+        x: Value,
+        w: W,
+        options: QuantMatmulOptions<Value>,
+        (cache, at): (Value, Value),
+        from: usize,
+    ) -> Result<Value>
+    where
+        W: std::ops::Deref<Target = QuantTensor> + 'static,
+    {
+        self.quant_product(x, w, options, Some((cache, at, from)))
+    }
+
+    fn quant_product<W>(
+        &mut self,
+        x: Value,
+        w: W,
+        options: QuantMatmulOptions<Value>,
+        cache: Option<(Value, Value, usize)>,
+    ) -> Result<Value>
+    where
+        W: std::ops::Deref<Target = QuantTensor> + 'static,
+    {
         let op = "matmul_quant_with";
         let QuantMatmulOptions {
             rms_norm,
@@ -306,8 +338,11 @@ impl Batch {
         inputs.extend(residual);
         inputs.extend(rms_norm.map(|n| n.0));
         inputs.extend(rope.into_iter().flat_map(|r| [r.0, r.1]));
+        inputs.extend(cache.into_iter().flat_map(|c| [c.0, c.1]));
         let (has_r, eps) = (residual.is_some(), rms_norm.map(|n| n.1));
         let layout = rope.map(|r| r.2);
+        let has_rope = usize::from(layout.is_some());
+        let from = cache.map(|c| c.2);
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| {
             // The inputs in order: x, then each present part.
             let at = 1 + usize::from(has_r) + usize::from(eps.is_some());
@@ -318,7 +353,13 @@ impl Batch {
                 rope: layout.map(|l| (t[at], t[at + 1], l)),
                 precision,
             };
-            t[0].matmul_quant_with(&w, options)
+            match from {
+                Some(from) => {
+                    let c = at + 2 * has_rope;
+                    t[0].matmul_quant_caching(&w, options, (t[c], t[c + 1]), from)
+                }
+                None => t[0].matmul_quant_with(&w, options),
+            }
         });
         self.push_apply(op, &inputs, shape, DType::F32, f)
     }

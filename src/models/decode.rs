@@ -337,14 +337,18 @@ fn record_layers(
     let (hd, heads, kv, rows) = (c.head_dim(), c.heads, c.kv_heads, model.head_rows());
     for (l, cached) in model.layers.iter().zip(layers) {
         let norm = b.tensor(&l.attn_norm)?;
-        let qkv = linear_norm_rope(b, &l.qkv, x, (norm, c.eps), (cos, sin, hd))?;
+        let cached = b.tensor(cached)?;
+        let (qkv, cached) = qkv_into_cache(
+            b,
+            &l.qkv,
+            x,
+            (norm, c.eps),
+            (cos, sin, hd),
+            (cached, position),
+            heads * hd,
+        )?;
         let qkv = b.reshape(qkv, &[1, 1, rows, hd])?;
         let q = b.slice(qkv, 2, 0..heads)?;
-        let new = b.slice(qkv, 2, heads..rows)?;
-        let cached = b.tensor(cached)?;
-        let cached = b.apply("write_rows", &[cached, new, position], |t| {
-            t[0].write_rows(1, t[2], &t[1].cast(t[0].dtype())?)
-        })?;
         let k = b.slice(cached, 2, 0..kv)?;
         let v = b.slice(cached, 2, kv..2 * kv)?;
         let att = b.apply("attention", &[q, k, v, keys], |t| {
@@ -426,6 +430,41 @@ fn linear_norm_rope(
             b.reshape(y, &shape)
         }
     }
+}
+
+/// Records [`linear_norm_rope`] of one row whose columns `from..` (the new key and value
+/// rows) also go into the preallocated cache `cache` as its row `position`; returns the
+/// product and the cache as written. One kernel for a quantized weight where the backend has
+/// it (`Tensor::matmul_quant_caching`: wgpu natively), else the product, then `write_rows`.
+fn qkv_into_cache(
+    b: &mut Batch,
+    w: &Linear,
+    x: Value,
+    (norm, eps): (Value, f32),
+    (cos, sin, dim): (Value, Value, usize),
+    (cache, position): (Value, Value),
+    from: usize,
+) -> Result<(Value, Value)> {
+    let y = match w {
+        Linear::Quant(q) => {
+            let options = QuantMatmulOptions {
+                rms_norm: Some((norm, eps)),
+                rope: Some((cos, sin, RopeLayout::Interleaved)),
+                ..Default::default()
+            };
+            b.matmul_quant_cached_by(x, q.clone(), options, (cache, position), from)?
+        }
+        Linear::Dense(_) => {
+            let y = linear_norm_rope(b, w, x, (norm, eps), (cos, sin, dim))?;
+            b.apply("write_rows", &[cache, position, y], move |t| {
+                t[0].write_columns(t[1], t[2], from)?;
+                Ok(t[2].clone())
+            })?
+        }
+    };
+    // The cache as read after the write: the same tensor, ordered after the product.
+    let written = b.apply("cache_written", &[cache, y], |t| Ok(t[0].clone()))?;
+    Ok((y, written))
 }
 
 /// Records `residual + x x w^T` for a linear layer's weight: one kernel for a quantized one.

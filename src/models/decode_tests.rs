@@ -101,6 +101,99 @@ fn write_rows_writes_in_place_and_drops_rows_past_the_end() {
     let e = dst.write_rows(1, &at, &dst).unwrap_err().to_string();
     assert!(e.contains("replays graphs"), "{e}");
 }
+/// Uniform values in [lo, hi) from a 64-bit LCG: deterministic inputs for the test below.
+fn uniform(seed: &mut u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((*seed >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+/// The query, key and value projection that stores its key and value rows in the cache
+/// (one kernel on Vulkan) against the product and `write_rows` apart: the same product, the
+/// same cache rows in f32, f16 and bf16, at an inner row, the last and past the end (dropped),
+/// the other rows kept.
+#[test]
+fn the_cached_projection_matches_the_product_then_write_rows() {
+    use crate::{QuantFormat, QuantMatmulOptions, RopeLayout};
+    let d = Device::with_backend_blocking(Backend::Vulkan)
+        .expect("make test installs lavapipe, so a Vulkan adapter exists");
+    // 3 query heads and a KV head of 8: 5 head rows, the last 2 (16 values) cached.
+    let (k, hd, heads, rows, capacity) = (64usize, 8usize, 3usize, 5usize, 4usize);
+    let n = rows * hd;
+    let from = heads * hd;
+    let mut seed = 2026;
+    // Q4_1 blocks: f16 scale and min, 16 bytes of nibbles.
+    let mut bytes = Vec::new();
+    for block in 0..n * k / 32 {
+        let dm = uniform(&mut seed, 2, 0.01, 0.05);
+        bytes.extend(half::f16::from_f32(dm[0]).to_le_bytes());
+        bytes.extend(half::f16::from_f32(-dm[1]).to_le_bytes());
+        bytes.extend((0..16).map(|i| ((block * 7 + i * 13) % 251) as u8));
+    }
+    let w = d.quantized(&bytes, QuantFormat::Q4_1, n, k).unwrap();
+    let x = d
+        .tensor(&uniform(&mut seed, k, -1.0, 1.0), &[1, k])
+        .unwrap();
+    let norm = d.tensor(&uniform(&mut seed, k, 0.5, 1.5), &[k]).unwrap();
+    let angles = uniform(&mut seed, rows * hd / 2, -3.0, 3.0);
+    let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+    let cos = d.tensor(&cos, &[rows, hd / 2]).unwrap();
+    let sin = d.tensor(&sin, &[rows, hd / 2]).unwrap();
+    let options = QuantMatmulOptions {
+        rms_norm: Some((&norm, 1e-5)),
+        rope: Some((&cos, &sin, RopeLayout::Interleaved)),
+        ..Default::default()
+    };
+    let start = uniform(&mut seed, capacity * 2 * hd, -2.0, 2.0);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let fused = d.tensor(&start, &[1, capacity, 2, hd]).unwrap();
+        let fused = fused.cast(dtype).unwrap();
+        let apart = d.tensor(&start, &[1, capacity, 2, hd]).unwrap();
+        let apart = apart.cast(dtype).unwrap();
+        // Halves: a value may round the other way when the sums differ in the last bit.
+        let tol = match dtype {
+            DType::F16 => 1e-3,
+            DType::BF16 => 8e-3,
+            _ => 1e-6,
+        };
+        for at in [1u32, 3, 4, u32::MAX] {
+            let at = d.tensor_of(&[at], &[1]).unwrap();
+            let y = x
+                .matmul_quant_cached(&w, options, (&fused, &at), from)
+                .unwrap()
+                .expect("one kernel on Vulkan");
+            let want = x.matmul_quant_with(&w, options).unwrap();
+            let new = want
+                .reshape(&[1, 1, rows, hd])
+                .unwrap()
+                .slice(2, heads..rows)
+                .unwrap()
+                .cast(dtype)
+                .unwrap();
+            apart.write_rows(1, &at, &new).unwrap();
+            let (got, want) = (y.read_blocking().unwrap(), want.read_blocking().unwrap());
+            let read = |t: &crate::Tensor| t.cast(DType::F32).unwrap().read_blocking().unwrap();
+            let (got_cache, want_cache) = (read(&fused), read(&apart));
+            for (what, got, want) in [("product", &got, &want), ("cache", &got_cache, &want_cache)]
+            {
+                for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
+                    let bound = if what == "cache" { tol } else { 1e-6 };
+                    assert!(
+                        (g - w).abs() <= bound * w.abs().max(1.0),
+                        "{dtype:?} {what}[{i}]: {g} against {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The fused decoding step (CUDA) against the same step recorded op by op, from the same
 /// cache: the 16 largest logits of each step agree (and the fused argmax picks the same id
 /// where the top two are apart) within 1e-3 of the largest in size for

@@ -138,6 +138,29 @@ impl Tensor {
     /// Tensors are otherwise values; this is for buffers the caller owns alone, such as a
     /// preallocated KV cache, on backends that replay graphs (wgpu and CUDA). The CPU backend,
     /// whose graphs run their ops again, refuses it.
+    /// Writes the one-row product `y`'s columns `from..` into this `[1, capacity, .., width]`
+    /// tensor in place as its row `at` (see [`Tensor::write_rows`]), in this tensor's dtype:
+    /// the new key and value rows of a fused projection. The columns are read in place as
+    /// rows of `width`.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn write_columns(&self, at: &Tensor, y: &Tensor, from: usize) -> Result<Tensor> {
+        let width = self.shape().last().copied().unwrap_or(1).max(1);
+        let n = y.len();
+        if !(n.is_multiple_of(width) && from.is_multiple_of(width) && from <= n) {
+            return Err(Error::shape(
+                "write_rows",
+                y.shape(),
+                self.shape(),
+                "(the product's columns from `from` on are whole rows of the cache's width)",
+            ));
+        }
+        let rows = y
+            .reshape(&[1, 1, n / width, width])?
+            .slice(2, from / width..n / width)?
+            .cast(self.dtype())?;
+        self.write_rows(1, at, &rows)
+    }
+
     #[cfg_attr(not(feature = "models"), allow(dead_code))]
     pub(crate) fn write_rows(&self, axis: usize, at: &Tensor, rows: &Tensor) -> Result<Tensor> {
         let op = "write_rows";

@@ -9,6 +9,8 @@ pub(crate) mod adapter;
 mod bind_groups;
 pub(crate) mod capture;
 mod kernels;
+pub(crate) use kernels::quant::QuantCache;
+pub(crate) use pipelines::kv_code;
 mod matmul_template;
 pub(crate) mod pipelines;
 pub(crate) mod pool;

@@ -110,6 +110,9 @@ pub(crate) enum Kernel {
         swiglu: bool,
         /// Rotates the result as interleaved RoPE rows (the product only).
         rope: bool,
+        /// quant_cached.wgsl: also stores the product's last columns in a KV cache held as
+        /// `cache - 1` ([`kv_code`]); 0 is quant.wgsl (the product only).
+        cache: u8,
     },
     Conv2d {
         bias: bool,
@@ -164,7 +167,8 @@ impl Kernel {
             } => Shader::AttentionSplit,
             Kernel::Attention { .. } => Shader::Attention,
             Kernel::TopK | Kernel::TopKSelect | Kernel::TopKSplit { .. } => Shader::TopK,
-            Kernel::QMatmul { .. } => Shader::Quant,
+            Kernel::QMatmul { cache: 0, .. } => Shader::Quant,
+            Kernel::QMatmul { .. } => Shader::QuantCached,
             Kernel::Conv2d { .. } => Shader::Conv,
             Kernel::Pool2d { .. } => Shader::Pool,
             Kernel::Gemv {
@@ -293,7 +297,8 @@ impl Kernel {
                 _ => Layout::FourInputs,
             },
             Kernel::Attention { .. } => Layout::FourInputs,
-            Kernel::QMatmul { .. } => Layout::SevenInputs,
+            Kernel::QMatmul { cache: 0, .. } => Layout::SevenInputs,
+            Kernel::QMatmul { .. } => Layout::EightInputsTwoOutputs,
             Kernel::TopK | Kernel::TopKSelect | Kernel::TopKSplit { .. } => {
                 Layout::OneInputTwoOutputs
             }

@@ -21,6 +21,7 @@ pub(crate) enum Shader {
     AttentionSplit,
     TopK,
     Quant,
+    QuantCached,
     Conv,
     Pool,
     MatmulGemv,
@@ -30,7 +31,7 @@ pub(crate) enum Shader {
 }
 
 impl Shader {
-    pub(crate) const ALL: [Shader; 23] = [
+    pub(crate) const ALL: [Shader; 24] = [
         Shader::Cast,
         Shader::Compare,
         Shader::ElementwiseUnary,
@@ -48,6 +49,7 @@ impl Shader {
         Shader::AttentionSplit,
         Shader::TopK,
         Shader::Quant,
+        Shader::QuantCached,
         Shader::Conv,
         Shader::Pool,
         Shader::MatmulGemv,
@@ -75,6 +77,7 @@ impl Shader {
             Shader::AttentionSplit => "attention_split.wgsl",
             Shader::TopK => "topk.wgsl",
             Shader::Quant => "quant.wgsl",
+            Shader::QuantCached => "quant_cached.wgsl",
             Shader::Conv => "conv.wgsl",
             Shader::Pool => "pool.wgsl",
             Shader::MatmulGemv => "matmul_gemv.wgsl",
@@ -120,6 +123,14 @@ impl Shader {
             }
             Shader::TopK => include_str!(concat!(env!("OUT_DIR"), "/shaders/topk.wgsl")),
             Shader::Quant => include_str!(concat!(env!("OUT_DIR"), "/shaders/quant.wgsl")),
+            // The cache-storing GEMV is native-only (`caches_in_gemv`): the browser package
+            // leaves the text out.
+            #[cfg(native)]
+            Shader::QuantCached => {
+                include_str!(concat!(env!("OUT_DIR"), "/shaders/quant_cached.wgsl"))
+            }
+            #[cfg(web)]
+            Shader::QuantCached => "",
             Shader::Conv => include_str!(concat!(env!("OUT_DIR"), "/shaders/conv.wgsl")),
             Shader::Pool => include_str!(concat!(env!("OUT_DIR"), "/shaders/pool.wgsl")),
             Shader::MatmulGemv => {

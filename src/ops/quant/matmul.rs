@@ -37,6 +37,77 @@ impl Tensor {
         w: &QuantTensor,
         options: QuantMatmulOptions<&Tensor>,
     ) -> Result<Tensor> {
+        self.matmul_quant_into(w, options, None)?
+            .ok_or(Error::InvalidArgument {
+                op: "matmul_quant",
+                reason: "internal error: the product was not made".into(),
+            })
+    }
+
+    /// [`Tensor::matmul_quant_with`] of one row that also writes the product's columns
+    /// `from..` into `cache` **in place**, as its row `at` along axis 1 (as
+    /// [`Tensor::write_rows`] writes; `cache` is `[1, capacity, ..]` with `n - from` values a
+    /// row, f32, f16 or bf16): a LLaMA's query, key and value projection storing the new key
+    /// and value rows of a preallocated KV cache. One kernel where the backend has one (wgpu
+    /// natively); elsewhere the product, then `write_rows`. Returns the whole product.
+    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    pub(crate) fn matmul_quant_caching(
+        &self,
+        w: &QuantTensor,
+        options: QuantMatmulOptions<&Tensor>,
+        (cache, at): (&Tensor, &Tensor),
+        from: usize,
+    ) -> Result<Tensor> {
+        if let Some(y) = self.matmul_quant_cached(w, options, (cache, at), from)? {
+            return Ok(y);
+        }
+        let y = self.matmul_quant_with(w, options)?;
+        cache.write_columns(at, &y, from)?;
+        Ok(y)
+    }
+
+    /// [`Tensor::matmul_quant_caching`] as one kernel, or `None` (nothing written) where the
+    /// backend has none.
+    pub(crate) fn matmul_quant_cached(
+        &self,
+        w: &QuantTensor,
+        options: QuantMatmulOptions<&Tensor>,
+        (cache, at): (&Tensor, &Tensor),
+        from: usize,
+    ) -> Result<Option<Tensor>> {
+        let op = "matmul_quant";
+        self.same_device(cache, op)?;
+        self.same_device(at, op)?;
+        at.expect_integer(op, "at")?;
+        let s = cache.shape();
+        let width = w.rows.checked_sub(from);
+        if s.len() < 2
+            || s[0] != 1
+            || Some(s[2..].iter().product::<usize>()) != width
+            || at.len() != 1
+            || !cache.dtype().is_float()
+        {
+            return Err(Error::shape(
+                op,
+                s,
+                &[1, 0, w.rows.saturating_sub(from)],
+                "(a cache [1, capacity, ..] with a row per product's cached columns, one index)",
+            ));
+        }
+        if !cache.is_contiguous() || !at.is_contiguous() {
+            return Ok(None);
+        }
+        self.matmul_quant_into(w, options, Some((cache, at, from)))
+    }
+
+    /// [`Tensor::matmul_quant_with`], storing in `cache` as [`Tensor::matmul_quant_caching`]
+    /// says when given (`None` when that takes more than the product's kernel).
+    fn matmul_quant_into(
+        &self,
+        w: &QuantTensor,
+        options: QuantMatmulOptions<&Tensor>,
+        cache: Option<(&Tensor, &Tensor, usize)>,
+    ) -> Result<Option<Tensor>> {
         let op = "matmul_quant";
         if options.swiglu && options.rms_norm.is_some() {
             return Err(Error::InvalidArgument {
@@ -55,8 +126,12 @@ impl Tensor {
         {
             self.same_device(t, op)?;
         }
+        if cache.is_some() && Tensor::promotion(op, &[self])?.is_some() {
+            // A half input is converted around the product: the caller writes the rows.
+            return Ok(None);
+        }
         if let Some(out) = Tensor::promoted(op, &[self], |t| t[0].matmul_quant_with(w, options))? {
-            return Ok(out);
+            return Ok(Some(out));
         }
         let Some((&k, lead)) = self.shape().split_last() else {
             return Err(Error::InvalidArgument {
@@ -106,6 +181,14 @@ impl Tensor {
             Some((cos, sin, layout)) => Some(rope_dim(cos, sin, layout, m, w.rows)?),
             None => None,
         };
+        if cache.is_some()
+            && (m != 1
+                || options.residual.is_some()
+                || options.swiglu
+                || matches!(options.rope, Some((_, _, RopeLayout::HalfSplit))))
+        {
+            return Ok(None);
+        }
         if let (Some((cos, sin, RopeLayout::HalfSplit)), Some(dim)) = (options.rope, rope_dim) {
             // Pairs half a row apart: no kernel rotates them as they are written, so the
             // product, then the rotation, then the add.
@@ -123,8 +206,8 @@ impl Tensor {
                 .rope(cos, sin, RopeLayout::HalfSplit)?;
             let rotated = rotated.reshape(&shape)?;
             return match options.residual {
-                Some(r) => r.add(&rotated),
-                None => Ok(rotated),
+                Some(r) => r.add(&rotated).map(Some),
+                None => Ok(Some(rotated)),
             };
         }
         // The kernels take row-major f32 residuals, norm weights and tables; others are
@@ -153,11 +236,26 @@ impl Tensor {
             norm: norm.as_ref().map(|n| n.0.storage()),
             rope: tables.as_ref().map(|t| (t.0.storage(), t.1.storage())),
         };
-        let storage =
-            self.device()
-                .op(&spec)
-                .matmul_quant(self.storage(), &w.storages(), &around, spec)?;
-        Ok(self.with_storage(storage, shape))
+        let backend = self.device().op(&spec);
+        let storage = match cache {
+            Some((c, at, from)) => {
+                let cached = backend.matmul_quant_cached(
+                    self.storage(),
+                    &w.storages(),
+                    &around,
+                    spec,
+                    (c.storage(), at.storage()),
+                    (from, c.shape()[1]),
+                    c.dtype(),
+                )?;
+                match cached {
+                    Some(s) => s,
+                    None => return Ok(None),
+                }
+            }
+            None => backend.matmul_quant(self.storage(), &w.storages(), &around, spec)?,
+        };
+        Ok(Some(self.with_storage(storage, shape)))
     }
 }
 

@@ -15,7 +15,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod pool;
-mod quant;
+pub(crate) mod quant;
 mod reduce;
 mod rope;
 mod softmax;

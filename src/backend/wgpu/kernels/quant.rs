@@ -6,7 +6,7 @@ use super::super::{WgpuBackend, WgpuStorage};
 use super::matmul::GEMV_MAX_ROWS;
 use super::{u32_of, whole, Kernel, WG};
 use crate::backend::BackendOps;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ops::matmul::{MatmulDims, MatmulSpec};
 use crate::ops::norm::NormSpec;
 use crate::ops::quant::{QuantAround, QuantMatmulSpec, QuantParts, BLOCK};
@@ -22,7 +22,9 @@ struct QuantParams {
     rope_dim: u32,
     /// The dequantisation writes `[k, n]`.
     transposed: u32,
-    _pad: [u32; 2],
+    /// quant_cached.wgsl: the first column stored in the cache, and the cache's rows.
+    cache_from: u32,
+    capacity: u32,
 }
 
 impl WgpuBackend {
@@ -96,7 +98,7 @@ impl WgpuBackend {
                 self.shared.coop_matrix,
             ) == Arith::F16Coop;
             let transposed = coop && n % 4 == 0 && k % 4 == 0;
-            let weights = self.quant_kernel(w, None, transposed)?;
+            let weights = self.quant_kernel(w, None, transposed, None)?;
             let spec = MatmulSpec {
                 dims: MatmulDims {
                     batch: 1,
@@ -116,20 +118,48 @@ impl WgpuBackend {
             };
             return self.encode_matmul(x, &weights, None, spec);
         }
-        self.quant_kernel(w, Some((x, around, spec)), false)
+        self.quant_kernel(w, Some((x, around, spec)), false, None)
+    }
+
+    /// Whether [`WgpuBackend::encode_matmul_quant_cached`] runs `spec` as one kernel: natively
+    /// (the browser package leaves quant_cached.wgsl out), one row, no residual or SwiGLU, and
+    /// an adapter that binds ten storage buffers to a kernel.
+    pub(crate) fn caches_in_gemv(&self, spec: &QuantMatmulSpec) -> bool {
+        cfg!(native)
+            && spec.m == 1
+            && !spec.residual
+            && !spec.swiglu
+            && spec.weight.cols > 0
+            && self.shared.limits.max_storage_buffers_per_shader_stage >= 10
+    }
+
+    /// The one-row GEMV of [`WgpuBackend::encode_matmul_quant`] (norm and interleaved RoPE
+    /// as asked) that also stores columns `target.from..` of its product as row `at[0]` of
+    /// the cache (quant_cached.wgsl), for specs [`WgpuBackend::caches_in_gemv`] takes.
+    pub(crate) fn encode_matmul_quant_cached(
+        &self,
+        x: &WgpuStorage,
+        w: QuantParts<'_, WgpuStorage>,
+        around: &QuantAround<'_, WgpuStorage>,
+        spec: QuantMatmulSpec,
+        target: QuantCache<'_>,
+    ) -> Result<WgpuStorage> {
+        self.quant_kernel(w, Some((x, around, spec)), false, Some(target))
     }
 
     pub(super) fn encode_dequantize(&self, w: QuantParts<'_, WgpuStorage>) -> Result<WgpuStorage> {
-        self.quant_kernel(w, None, false)
+        self.quant_kernel(w, None, false, None)
     }
 
     /// Runs quant.wgsl: the GEMV of `product`'s x (its rows, with what its operands and spec
-    /// ask) when given, else the dequantisation, as `[k, n]` when `transposed`.
+    /// ask) when given, else the dequantisation, as `[k, n]` when `transposed`; with a
+    /// `cache`, quant_cached.wgsl's GEMV storing the product's last columns there too.
     fn quant_kernel(
         &self,
         w: QuantParts<'_, WgpuStorage>,
         product: Option<(&WgpuStorage, &QuantAround<'_, WgpuStorage>, QuantMatmulSpec)>,
         transposed: bool,
+        cache: Option<QuantCache<'_>>,
     ) -> Result<WgpuStorage> {
         let none = QuantAround {
             residual: None,
@@ -170,6 +200,26 @@ impl WgpuBackend {
         ] {
             s.check_binding(what, len)?;
         }
+        // The cache's words: `capacity` rows of n - from values, f32 or two halves a word.
+        let cached = match &cache {
+            Some(c) => {
+                let width = n.checked_sub(c.from).ok_or(Error::InvalidArgument {
+                    op: "matmul_quant",
+                    reason: "the cached columns start past the product's".into(),
+                })?;
+                let per_word = if c.kv == 0 { 1 } else { 2 };
+                if m != 1 || (per_word == 2 && (width % 2 != 0 || c.from % 2 != 0)) {
+                    return Err(Error::InvalidArgument {
+                        op: "matmul_quant",
+                        reason: "a cached product is one row; halves need even columns".into(),
+                    });
+                }
+                let words = c.capacity * width / per_word;
+                s.check_binding("the KV cache", words)?;
+                Some((c, words))
+            }
+            None => None,
+        };
         let p = QuantParams {
             m: u32_of(m, "rows")?,
             n: u32_of(n, "weight rows")?,
@@ -178,14 +228,15 @@ impl WgpuBackend {
             eps_bits: eps.map_or(0, f32::to_bits),
             rope_dim: u32_of(rope_dim.unwrap_or(0) as u64, "rope rows")?,
             transposed: u32::from(transposed),
-            _pad: [0; 2],
+            cache_from: u32_of(cache.as_ref().map_or(0, |c| c.from), "the cached columns")?,
+            capacity: u32_of(cache.as_ref().map_or(0, |c| c.capacity), "the cache's rows")?,
         };
         // The tables' length: half a value per output.
         let table = (out_len / 2).max(1);
         // Absent x (dequantise), mins (Q4_0, Q8_0), residual, norm or tables: the shader
         // never reads them; scales stand in. The rotation's cos shares the residual's binding
         // (the caller never asks both of the kernel).
-        let binds = [
+        let mut binds = vec![
             xb.map_or(whole(scales, blocks), |x| {
                 whole(x, (m * k * (1 + u64::from(swiglu))).max(1))
             }),
@@ -199,8 +250,16 @@ impl WgpuBackend {
             },
             nb.map_or(whole(scales, blocks), |b| whole(b, k.max(1))),
             sb.map_or(whole(scales, blocks), |b| whole(b, table)),
-            whole(&out, out_len),
         ];
+        let (ab, cacheb) = match &cached {
+            Some((c, _)) => (Some(c.at.buffer()?), Some(c.cache.buffer()?)),
+            None => (None, None),
+        };
+        if let (Some(ab), Some(cacheb), Some((_, words))) = (ab, cacheb, &cached) {
+            binds.extend([whole(ab, 1), whole(&out, out_len), whole(cacheb, *words)]);
+        } else {
+            binds.push(whole(&out, out_len));
+        }
         let kernel = Kernel::QMatmul {
             format: w.format,
             dequant: x.is_none(),
@@ -208,6 +267,7 @@ impl WgpuBackend {
             norm: nb.is_some(),
             swiglu,
             rope: cb.is_some(),
+            cache: cached.map_or(0, |(c, _)| c.kv + 1),
         };
         let groups = if x.is_some() {
             m * n.div_ceil(8)
@@ -220,6 +280,18 @@ impl WgpuBackend {
         s.dispatch(&mut st, kernel, bytemuck::bytes_of(&p), &binds, groups)?;
         Ok(s.storage(out))
     }
+}
+
+/// Where quant_cached.wgsl stores the product's columns `from..`: row `at[0]` (a one-word
+/// u32 tensor) of `cache`, `capacity` rows of them, held as `kv` ([`kv_code`]).
+///
+/// [`kv_code`]: super::super::pipelines::kv_code
+pub(crate) struct QuantCache<'a> {
+    pub cache: &'a WgpuStorage,
+    pub at: &'a WgpuStorage,
+    pub from: u64,
+    pub capacity: u64,
+    pub kv: u8,
 }
 
 #[cfg(all(test, native))]
@@ -259,7 +331,7 @@ mod tests {
                 .map(|s| s.as_wgpu().unwrap())
                 .collect();
             let parts = w.spec().parts(&storages).unwrap();
-            let t = be.quant_kernel(parts, None, true).unwrap();
+            let t = be.quant_kernel(parts, None, true, None).unwrap();
             let t = crate::future::block_on(be.read(&t, n * k)).unwrap();
             assert!(plain.iter().any(|&v| v != 0.0), "{format:?}");
             for r in 0..n {

@@ -36,14 +36,21 @@ impl Kernel {
                 norm,
                 swiglu,
                 rope,
+                cache,
                 ..
-            } => vec![
-                ("FORMAT", format as u32 as f64),
-                ("HAS_RESIDUAL", residual as u32 as f64),
-                ("HAS_NORM", norm as u32 as f64),
-                ("HAS_SWIGLU", swiglu as u32 as f64),
-                ("HAS_ROPE", rope as u32 as f64),
-            ],
+            } => {
+                let mut c = vec![
+                    ("FORMAT", format as u32 as f64),
+                    ("HAS_RESIDUAL", residual as u32 as f64),
+                    ("HAS_NORM", norm as u32 as f64),
+                    ("HAS_SWIGLU", swiglu as u32 as f64),
+                    ("HAS_ROPE", rope as u32 as f64),
+                ];
+                if cache > 0 {
+                    c.push(("CACHE_KV", f64::from(cache - 1)));
+                }
+                c
+            }
             Kernel::Conv2d { bias } => vec![("HAS_BIAS", bias as u32 as f64)],
             Kernel::Pool2d { max } => vec![("MAX", max as u32 as f64)],
             Kernel::Gemv {

@@ -11,6 +11,9 @@ pub(crate) enum Layout {
     SevenInputs,
     /// One input, two outputs (values and indices).
     OneInputTwoOutputs,
+    /// quant_cached.wgsl: quant.wgsl's seven inputs and the cache's row index, then the
+    /// product and the cache.
+    EightInputsTwoOutputs,
 }
 
 impl Layout {
@@ -22,12 +25,13 @@ impl Layout {
             Layout::FourInputs => 4,
             Layout::SevenInputs => 7,
             Layout::OneInputTwoOutputs => 1,
+            Layout::EightInputsTwoOutputs => 8,
         }
     }
 
     pub(crate) fn outputs(self) -> usize {
         match self {
-            Layout::OneInputTwoOutputs => 2,
+            Layout::OneInputTwoOutputs | Layout::EightInputsTwoOutputs => 2,
             _ => 1,
         }
     }

@@ -204,6 +204,18 @@ fn every_kernel() -> Vec<Kernel> {
                 norm,
                 swiglu,
                 rope,
+                cache: 0,
+            });
+        }
+        for cache in 1..=3 {
+            k.push(Kernel::QMatmul {
+                format,
+                dequant: false,
+                residual: false,
+                norm: true,
+                swiglu: false,
+                rope: true,
+                cache,
             });
         }
     }
