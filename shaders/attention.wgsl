@@ -93,14 +93,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let j = tile + lid;
         var s = neg_inf;
         if (j < visible) {
-            // 32 loads issued before their products, in four independent sums: a key's
-            // row is one invocation's, so its loads are what the tile waits on.
+            // 32 loads issued before their products natively (4 in the browser), in four
+            // independent sums: a key's row is one invocation's, so its loads are what the
+            // tile waits on.
             var d0 = 0.0;
             var d1 = 0.0;
             var d2 = 0.0;
             var d3 = 0.0;
             let kj = k_base + j * params.k_ss;
             var e = 0u;
+            // @native-only (the browser package carries the shorter loop below)
             for (; e + 32u <= d; e = e + 32u) {
                 let k0 = k[kj + e];
                 let k1 = k[kj + e + 1u];
@@ -167,6 +169,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 d2 = fma(q_row[e + 30u], k30, d2);
                 d3 = fma(q_row[e + 31u], k31, d3);
             }
+            // @native-end
             for (; e + 4u <= d; e = e + 4u) {
                 d0 = fma(q_row[e], k[kj + e], d0);
                 d1 = fma(q_row[e + 1u], k[kj + e + 1u], d1);
@@ -196,7 +199,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // workgroup_sum's barriers also published probs. The value rows: every invocation
         // takes part, in WG / lanes groups of `lanes` columns (dv rounded up to a power of
         // two); group g adds the tile's keys g, g + groups, ..., 16 rows loaded before
-        // their products, and the groups' sums meet in workgroup memory.
+        // their products natively (4 in the browser), and the groups' sums meet in workgroup
+        // memory.
         let lanes = 1u << (32u - countLeadingZeros(max(dv, 1u) - 1u));
         let groups = WG / lanes;
         let col = lid % lanes;
@@ -206,6 +210,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let count = min(WG, visible - tile);
             let vt = v_base + tile * params.v_ss + col;
             var t = lid / lanes;
+            // @native-only (the browser package carries the shorter loop below)
             for (; t + 15u * groups < count; t = t + 16u * groups) {
                 let v0 = v[vt + t * params.v_ss];
                 let v1 = v[vt + (t + 1u * groups) * params.v_ss];
@@ -239,6 +244,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 p1 = fma(probs[t + 13u * groups], v13, p1);
                 p0 = fma(probs[t + 14u * groups], v14, p0);
                 p1 = fma(probs[t + 15u * groups], v15, p1);
+            }
+            // @native-end
+            for (; t + 3u * groups < count; t = t + 4u * groups) {
+                let v0 = v[vt + t * params.v_ss];
+                let v1 = v[vt + (t + 1u * groups) * params.v_ss];
+                let v2 = v[vt + (t + 2u * groups) * params.v_ss];
+                let v3 = v[vt + (t + 3u * groups) * params.v_ss];
+                p0 = fma(probs[t], v0, p0);
+                p1 = fma(probs[t + 1u * groups], v1, p1);
+                p0 = fma(probs[t + 2u * groups], v2, p0);
+                p1 = fma(probs[t + 3u * groups], v3, p1);
             }
             for (; t < count; t = t + groups) {
                 p0 = fma(probs[t], v[vt + t * params.v_ss], p0);

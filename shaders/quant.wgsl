@@ -31,7 +31,14 @@ fn main(
     let o = gemv(wid, nwg, lid);
     if (o.write) {
         var v = o.v;
-        if (HAS_RESIDUAL && !HAS_ROPE) {
+        if (HAS_ROPE) {
+            let t = rope_entry(o.at);
+            if ((o.c & 1u) == 0u) {
+                v = v * residual[t] - o.pair * sin_t[t];
+            } else {
+                v = o.pair * sin_t[t] + v * residual[t];
+            }
+        } else if (HAS_RESIDUAL) {
             v = v + residual[o.at];
         }
         out[o.at] = v;

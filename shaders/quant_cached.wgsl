@@ -22,9 +22,21 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let o = gemv(wid, nwg, lid);
+    var o = gemv(wid, nwg, lid);
     if (!o.write) {
         return;
+    }
+    if (HAS_ROPE) {
+        // Both values of the pair, rotated as quant.wgsl rotates each.
+        let t = rope_entry(o.at);
+        let cs = residual[t];
+        let sn = sin_t[t];
+        let even = select(o.pair, o.v, (o.c & 1u) == 0u);
+        let odd = select(o.v, o.pair, (o.c & 1u) == 0u);
+        let even_r = even * cs - odd * sn;
+        let odd_r = even * sn + odd * cs;
+        o.v = select(odd_r, even_r, (o.c & 1u) == 0u);
+        o.pair = select(even_r, odd_r, (o.c & 1u) == 0u);
     }
     out[o.at] = o.v;
     let first = params.cache_from;

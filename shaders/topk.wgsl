@@ -1,5 +1,5 @@
 // Top-k along rows (argmax is k = 1): one workgroup per row, rounds of a workgroup arg-max.
-// A long row's arg-max (k = 1) is instead split over workgroups: `main_partial` takes the best
+// Natively, a long row's arg-max (k = 1) is instead split over workgroups: `main_partial` takes the best
 // of each chunk of params.chunk elements (workgroup (chunk, row)) into `values` as
 // [values of rows x chunks, then their indices], and `main_merge` (a workgroup a row) takes
 // the best of a row's chunks from there (x).
@@ -308,6 +308,7 @@ fn main_select(
     }
 }
 
+// @native-only (the browser walks a row in one workgroup: its package keeps its size)
 // The best of a chunk: lowest index among equal keys, as `main`'s first round.
 @compute @workgroup_size(256)
 fn main_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -400,3 +401,4 @@ fn reduce_best(lid: u32, bk: u32, bi: u32) -> vec2<u32> {
     }
     return vec2<u32>(best_key[0], best_idx[0]);
 }
+// @native-end

@@ -112,7 +112,7 @@ fn part(r: u32, c: u32, w: u32) -> f32 {
 }
 
 // What an invocation of the GEMV leaves: whether it writes output `at` (column c of its
-// row), the output's value (normalised and rotated as asked, no residual) and its RoPE
+// row), the output's value (normalised as asked; not rotated, no residual) and its RoPE
 // partner's (column c ^ 1, of the same workgroup).
 struct Output {
     write: bool,
@@ -185,17 +185,11 @@ fn gemv(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Output {
         v = v * scale;
         other = other * scale;
     }
-    if (HAS_ROPE && write) {
-        let dim = params.rope_dim;
-        let t = (at / dim) * (dim / 2u) + (at % dim) / 2u;
-        let cs = residual[t];
-        let sn = sin_t[t];
-        let even = select(other, v, (c & 1u) == 0u);
-        let odd = select(v, other, (c & 1u) == 0u);
-        let even_r = even * cs - odd * sn;
-        let odd_r = even * sn + odd * cs;
-        v = select(odd_r, even_r, (c & 1u) == 0u);
-        other = select(even_r, odd_r, (c & 1u) == 0u);
-    }
     return Output(write, at, c, v, other);
+}
+
+// The rope table entry of output `at`: its pair's index in the cos and sin tables.
+fn rope_entry(at: u32) -> u32 {
+    let dim = params.rope_dim;
+    return (at / dim) * (dim / 2u) + (at % dim) / 2u;
 }

@@ -513,7 +513,7 @@ impl BackendImpl {
     /// `WgpuBackend::caches_in_gemv`). `None` where the backend has no such kernel: the caller
     /// then multiplies and writes the rows apart.
     #[allow(clippy::too_many_arguments)]
-    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    #[cfg(feature = "models")]
     pub(crate) fn matmul_quant_cached(
         &self,
         x: &Storage,

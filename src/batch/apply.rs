@@ -283,7 +283,7 @@ impl Batch {
     /// `from..` into the preallocated cache `cache` as its row `at` (see
     /// [`Tensor::matmul_quant_caching`]). Recorded after earlier readers of the cache and
     /// before later ones, as batches keep their order.
-    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    #[cfg(feature = "models")]
     pub(crate) fn matmul_quant_cached_by<W>(
         &mut self,
         x: Value,
@@ -341,8 +341,10 @@ impl Batch {
         inputs.extend(cache.into_iter().flat_map(|c| [c.0, c.1]));
         let (has_r, eps) = (residual.is_some(), rms_norm.map(|n| n.1));
         let layout = rope.map(|r| r.2);
-        let has_rope = usize::from(layout.is_some());
-        let from = cache.map(|c| c.2);
+        // The cache's operands follow the rope tables (models only: the core package leaves
+        // the cached product out).
+        #[cfg(feature = "models")]
+        let (has_rope, from) = (usize::from(layout.is_some()), cache.map(|c| c.2));
         let f: super::apply::ApplyFn = Rc::new(move |t: &[&Tensor]| {
             // The inputs in order: x, then each present part.
             let at = 1 + usize::from(has_r) + usize::from(eps.is_some());
@@ -353,13 +355,12 @@ impl Batch {
                 rope: layout.map(|l| (t[at], t[at + 1], l)),
                 precision,
             };
-            match from {
-                Some(from) => {
-                    let c = at + 2 * has_rope;
-                    t[0].matmul_quant_caching(&w, options, (t[c], t[c + 1]), from)
-                }
-                None => t[0].matmul_quant_with(&w, options),
+            #[cfg(feature = "models")]
+            if let Some(from) = from {
+                let c = at + 2 * has_rope;
+                return t[0].matmul_quant_caching(&w, options, (t[c], t[c + 1]), from);
             }
+            t[0].matmul_quant_with(&w, options)
         });
         self.push_apply(op, &inputs, shape, DType::F32, f)
     }

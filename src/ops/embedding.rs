@@ -142,7 +142,7 @@ impl Tensor {
     /// tensor in place as its row `at` (see [`Tensor::write_rows`]), in this tensor's dtype:
     /// the new key and value rows of a fused projection. The columns are read in place as
     /// rows of `width`.
-    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    #[cfg(feature = "models")]
     pub(crate) fn write_columns(&self, at: &Tensor, y: &Tensor, from: usize) -> Result<Tensor> {
         let width = self.shape().last().copied().unwrap_or(1).max(1);
         let n = y.len();

@@ -73,8 +73,8 @@ pub(crate) struct Replay {
     buffers: Vec<wgpu::Buffer>,
     shared: Arc<Shared>,
     pub(crate) dispatches: usize,
-    /// Each dispatch's kernel, in order (for profiles).
-    #[cfg_attr(not(native), allow(dead_code))]
+    /// Each dispatch's kernel, in order (for profiles; native only).
+    #[cfg(native)]
     kernels: Vec<Kernel>,
 }
 
@@ -168,6 +168,7 @@ impl WgpuBackend {
         });
         s.queue.write_buffer(&params, 0, &bytes);
         let mut steps = Vec::with_capacity(commands.len());
+        #[cfg(native)]
         let mut kernels = Vec::with_capacity(commands.len());
         let mut offsets = offsets.into_iter();
         let mut st = s.state();
@@ -181,6 +182,7 @@ impl WgpuBackend {
                     grid,
                 } => {
                     let offset = offsets.next().unwrap_or(0);
+                    #[cfg(native)]
                     kernels.push(kernel);
                     let pipeline = st
                         .pipelines
@@ -236,6 +238,7 @@ impl WgpuBackend {
             buffers: end.buffers,
             shared: s.clone(),
             dispatches,
+            #[cfg(native)]
             kernels,
         })
     }

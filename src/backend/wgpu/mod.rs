@@ -9,7 +9,9 @@ pub(crate) mod adapter;
 mod bind_groups;
 pub(crate) mod capture;
 mod kernels;
+#[cfg(feature = "models")]
 pub(crate) use kernels::quant::QuantCache;
+#[cfg(feature = "models")]
 pub(crate) use pipelines::kv_code;
 mod matmul_template;
 pub(crate) mod pipelines;

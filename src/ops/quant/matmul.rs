@@ -40,7 +40,7 @@ impl Tensor {
         self.matmul_quant_into(w, options, None)?
             .ok_or(Error::InvalidArgument {
                 op: "matmul_quant",
-                reason: "internal error: the product was not made".into(),
+                reason: "internal error: no product".into(),
             })
     }
 
@@ -50,7 +50,7 @@ impl Tensor {
     /// row, f32, f16 or bf16): a LLaMA's query, key and value projection storing the new key
     /// and value rows of a preallocated KV cache. One kernel where the backend has one (wgpu
     /// natively); elsewhere the product, then `write_rows`. Returns the whole product.
-    #[cfg_attr(not(feature = "models"), allow(dead_code))]
+    #[cfg(feature = "models")]
     pub(crate) fn matmul_quant_caching(
         &self,
         w: &QuantTensor,
@@ -68,6 +68,7 @@ impl Tensor {
 
     /// [`Tensor::matmul_quant_caching`] as one kernel, or `None` (nothing written) where the
     /// backend has none.
+    #[cfg(feature = "models")]
     pub(crate) fn matmul_quant_cached(
         &self,
         w: &QuantTensor,
@@ -238,6 +239,9 @@ impl Tensor {
         };
         let backend = self.device().op(&spec);
         let storage = match cache {
+            #[cfg(not(feature = "models"))]
+            Some(_) => return Ok(None),
+            #[cfg(feature = "models")]
             Some((c, at, from)) => {
                 let cached = backend.matmul_quant_cached(
                     self.storage(),

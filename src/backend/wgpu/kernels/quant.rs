@@ -124,6 +124,7 @@ impl WgpuBackend {
     /// Whether [`WgpuBackend::encode_matmul_quant_cached`] runs `spec` as one kernel: natively
     /// (the browser package leaves quant_cached.wgsl out), one row, no residual or SwiGLU, and
     /// an adapter that binds ten storage buffers to a kernel.
+    #[cfg(feature = "models")]
     pub(crate) fn caches_in_gemv(&self, spec: &QuantMatmulSpec) -> bool {
         cfg!(native)
             && spec.m == 1
@@ -136,6 +137,7 @@ impl WgpuBackend {
     /// The one-row GEMV of [`WgpuBackend::encode_matmul_quant`] (norm and interleaved RoPE
     /// as asked) that also stores columns `target.from..` of its product as row `at[0]` of
     /// the cache (quant_cached.wgsl), for specs [`WgpuBackend::caches_in_gemv`] takes.
+    #[cfg(feature = "models")]
     pub(crate) fn encode_matmul_quant_cached(
         &self,
         x: &WgpuStorage,
@@ -200,7 +202,9 @@ impl WgpuBackend {
         ] {
             s.check_binding(what, len)?;
         }
-        // The cache's words: `capacity` rows of n - from values, f32 or two halves a word.
+        // The cache's words: `capacity` rows of n - from values, f32 or two halves a word. (The
+        // browser build has no cached kernel: there the code below folds away.)
+        let cache = if cfg!(native) { cache } else { None };
         let cached = match &cache {
             Some(c) => {
                 let width = n.checked_sub(c.from).ok_or(Error::InvalidArgument {

@@ -58,7 +58,9 @@ impl WgpuBackend {
             // A long row's arg-max: chunks over workgroups, then a merge (one workgroup a row
             // walking 49152 logits took 81 us on an H200; the split 2 x 6).
             let chunks = cols.div_ceil(ARGMAX_CHUNK);
-            if k == 1 && cols > 2 * ARGMAX_CHUNK && chunks <= 65535 && rows <= 65535 {
+            // Natively: the browser package leaves the two entry points out.
+            if cfg!(native) && k == 1 && cols > 2 * ARGMAX_CHUNK && chunks <= 65535 && rows <= 65535
+            {
                 let scratch_len = rows * chunks * 2;
                 s.check_binding("arg-max's partial results", scratch_len)?;
                 let scratch = s.alloc(&mut st, scratch_len * 4)?;
