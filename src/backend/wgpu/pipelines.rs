@@ -476,7 +476,9 @@ impl PipelineCache {
 /// ids (partners `lid ^ 32`, sums `lid + s` for `lid < s`), read weights, x, the residual,
 /// the norm's weight and the rope tables at rows and words below the extents checked when
 /// they were bound (a lane's extra loads are clamped to the row's last word), and loop up to
-/// word and column counts far below 2^31, so no counter wraps.
+/// word and column counts far below 2^31, so no counter wraps; quant_cached.wgsl writes the
+/// cache's words only for a row below its capacity and columns below its width, within the
+/// words bound (checked).
 /// Buffer accesses keep whatever robustness the driver itself provides. In the browser the
 /// checks are the browser's to keep.
 fn create_module(

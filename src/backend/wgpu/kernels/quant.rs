@@ -218,7 +218,14 @@ impl WgpuBackend {
                         reason: "a cached product is one row; halves need even columns".into(),
                     });
                 }
-                let words = c.capacity * width / per_word;
+                let words = c
+                    .capacity
+                    .checked_mul(width)
+                    .ok_or(Error::InvalidArgument {
+                        op: "matmul_quant",
+                        reason: "the KV cache's size overflows".into(),
+                    })?
+                    / per_word;
                 s.check_binding("the KV cache", words)?;
                 Some((c, words))
             }
