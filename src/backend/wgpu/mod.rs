@@ -267,11 +267,23 @@ impl WgpuBackend {
         };
         let subgroup_kernels = subgroup_kernels && adapter.get_info().subgroup_min_size >= 4;
         #[cfg(native)]
-        let profiler = (profile::wanted()
-            && device.features().contains(
-                wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
-            ))
-        .then(|| Mutex::new(profile::Profiler::new(queue.get_timestamp_period())));
+        let profiler = profile::wanted()
+            .then(|| {
+                let stamps =
+                    wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+                if device.features().contains(stamps) {
+                    return Some(Mutex::new(profile::Profiler::new(
+                        queue.get_timestamp_period(),
+                    )));
+                }
+                log::warn!(
+                    "GPUKIT_PROFILE_REPLAY: {} has no timestamps inside passes; replays are \
+                     not profiled",
+                    info.adapter
+                );
+                None
+            })
+            .flatten();
         let core = Core {
             device,
             queue,
