@@ -3,7 +3,7 @@
 // A row's statistics are (m, s): its maximum and the sum of exp(x - m). Pairs merge exactly
 // (the online-softmax rule), so a long row is split into chunks:
 // `stats`: one workgroup per (row, chunk) writes the chunk's (m, s) pair (each invocation
-// pushes its elements into a pair with one exponential each, then the pairs merge);
+// makes a pair of its elements, HELD at a time, then the pairs merge);
 // `combine`: one workgroup per row merges its chunks' pairs (skipped with one chunk per row);
 // `apply`: one invocation per element writes exp(x - m) / s, or x - m - log(s) when LOG;
 // `rows`: rows of one chunk, all of that in one workgroup a row and one dispatch.
@@ -63,23 +63,6 @@ fn merge(p: vec2<f32>, q: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(m, rescale(p, m) + rescale(q, m));
 }
 
-// Adds element x to a running pair with one exponential: a new maximum rescales the sum, any
-// other value adds exp(x - m). NaN sticks in m; -inf adds nothing.
-fn push(p: vec2<f32>, x: f32) -> vec2<f32> {
-    if (is_nan(x) || is_nan(p.x)) {
-        return vec2<f32>(bitcast<f32>(nan_bits), p.y);
-    }
-    if (bitcast<u32>(x) == neg_inf_bits) {
-        return p;
-    }
-    if (x > p.x) {
-        // The old sum counted against the old maximum (none yet when it is -inf).
-        let kept = select(p.y * exp(p.x - x), 0.0, bitcast<u32>(p.x) == neg_inf_bits);
-        return vec2<f32>(x, kept + 1.0);
-    }
-    return vec2<f32>(p.x, p.y + exp(x - p.x));
-}
-
 // Merges the workgroup's pairs in two rounds of ROUND (two barriers, where a halving tree takes
 // log2(WG) + 1: barriers are what a software adapter pays for most). The result is invocation
 // 0's; the others get their own pair back.
@@ -106,14 +89,43 @@ fn merge_workgroup(lid: u32, v: vec2<f32>) -> vec2<f32> {
     return r;
 }
 
-// The pair of elements start .. end of the row at `base`: each invocation pushes its elements,
-// then the workgroup's pairs merge (invocation 0 holds the result).
-fn span_pair(lid: u32, base: u32, start: u32, end: u32) -> vec2<f32> {
-    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
-    for (var i = start + lid; i < end; i = i + WG) {
-        acc = push(acc, a[base + i]);
+// Each invocation holds HELD elements of a row at a time, WG apart: all their loads in flight
+// at once, then their maximum, then one exponential each. A row of up to WG * HELD elements
+// (the chunk, on a GPU) stays in registers between `rows`' two phases.
+const HELD: u32 = 16u;
+
+// The row's elements first + j * WG below `end`; -inf past it, which adds nothing.
+fn load_held(base: u32, first: u32, end: u32) -> array<f32, HELD> {
+    var x: array<f32, HELD>;
+    for (var j = 0u; j < HELD; j = j + 1u) {
+        let i = first + j * WG;
+        x[j] = bitcast<f32>(neg_inf_bits);
+        if (i < end) {
+            x[j] = a[base + i];
+        }
     }
-    return merge_workgroup(lid, acc);
+    return x;
+}
+
+fn held_pair(x: array<f32, HELD>) -> vec2<f32> {
+    var m = x[0];
+    for (var j = 1u; j < HELD; j = j + 1u) {
+        m = nan_max(m, x[j]);
+    }
+    var s = 0.0;
+    for (var j = 0u; j < HELD; j = j + 1u) {
+        s = s + select(exp(x[j] - m), 0.0, bitcast<u32>(x[j]) == neg_inf_bits);
+    }
+    return vec2<f32>(m, s);
+}
+
+// The invocation's pair of the row's elements from `first` below `end`, HELD at a time.
+fn invocation_pair(base: u32, first: u32, end: u32) -> vec2<f32> {
+    var acc = vec2<f32>(bitcast<f32>(neg_inf_bits), 0.0);
+    for (var i = first; i < end; i = i + WG * HELD) {
+        acc = merge(acc, held_pair(load_held(base, i, end)));
+    }
+    return acc;
 }
 
 @compute @workgroup_size(WG)
@@ -129,7 +141,7 @@ fn stats(
     let row = g / params.chunks;
     let start = (g % params.chunks) * params.chunk_len;
     let end = min(start + params.chunk_len, params.cols);
-    let r = span_pair(lid, row * params.cols, start, end);
+    let r = merge_workgroup(lid, invocation_pair(row * params.cols, start + lid, end));
     if (lid == 0u) {
         out[2u * g] = r.x;
         out[2u * g + 1u] = r.y;
@@ -181,7 +193,8 @@ fn apply(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
 }
 
 // `rows`: rows of one chunk, one workgroup a row: the row's pair as in `stats`, shared through
-// workgroup memory, then its values as in `apply`, in one dispatch.
+// workgroup memory, then its values as in `apply`, in one dispatch. The invocation's first HELD
+// elements stay in registers for the second phase.
 @compute @workgroup_size(WG)
 fn rows(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -193,7 +206,9 @@ fn rows(
         return;
     }
     let base = row * params.cols;
-    let r = span_pair(lid, base, 0u, params.cols);
+    let x = load_held(base, lid, params.cols);
+    let step = WG * HELD;
+    let r = merge_workgroup(lid, merge(held_pair(x), invocation_pair(base, lid + step, params.cols)));
     if (lid == 0u) {
         shared_m[0] = r.x;
         shared_s[0] = r.y;
@@ -201,7 +216,13 @@ fn rows(
     workgroupBarrier();
     let m = shared_m[0];
     let s = shared_s[0];
-    for (var i = lid; i < params.cols; i = i + WG) {
+    for (var j = 0u; j < HELD; j = j + 1u) {
+        let i = lid + j * WG;
+        if (i < params.cols) {
+            out[base + i] = value(x[j], m, s);
+        }
+    }
+    for (var i = lid + step; i < params.cols; i = i + WG) {
         out[base + i] = value(a[base + i], m, s);
     }
 }

@@ -27,11 +27,14 @@ async fn run_softmax(dev: &Device, x: &[f32], shape: &[usize], log: bool, ctx: &
 }
 
 pub async fn softmax_random(dev: &Device) {
-    let shapes: [&[usize]; 9] = [
+    // 4096 columns fill the registers of a GPU's `rows` kernel (256 x 16); 257 and 129 leave
+    // some empty, and a software adapter's (4 x 16) takes its second loop.
+    let shapes: [&[usize]; 10] = [
         &[1],
         &[3],
         &[257],
         &[37, 129],
+        &[3, 4096],
         &[4, 4097],
         &[2, 65537],
         &[1000, 7],
