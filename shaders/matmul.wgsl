@@ -167,9 +167,7 @@ fn main(
             fetch(k0 + TK, row0, col0, a_base, b_base, tid);
         }
         // @generate zero: part_R_C = 0 when SPLIT
-        for (var kk = 0u; kk < TK; kk = kk + 1u) {
-            // @generate fma: b_C = b_tile[kk * BV + lid.x + 16u * C]; a_I = a_tile[kk * AV + lid.y * RV + I]; acc (or part) += a x b
-        }
+        // @generate fma: for kk < TK (a loop, or unrolled), b_C = b_tile[kk * BV + 16 C + lid.x]; a_I = a_tile[kk * AV + I + lid.y * RV]; acc (or part) += a x b
         // @generate sum: acc_R_C += part_R_C when SPLIT
         workgroupBarrier();
     }

@@ -15,14 +15,19 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// No adapter of any usable backend was found (and the CPU fallback was not allowed).
-    #[error("no GPU adapter found: {reason}. Install a Vulkan, Metal or DX12 driver (on Linux without a GPU, Mesa's lavapipe: `apt-get install mesa-vulkan-drivers`), or choose the CPU backend")]
+    #[cfg_attr(not(web), error("no GPU adapter found: {reason}. Install a Vulkan, Metal or DX12 driver (on Linux without a GPU, Mesa's lavapipe: `apt-get install mesa-vulkan-drivers`), or choose the CPU backend"))]
+    #[cfg_attr(web, error("no GPU adapter found: {reason}. Choose the CPU backend"))]
     NoAdapter {
         /// What the search found instead.
         reason: String,
     },
 
     /// The backend that was asked for explicitly cannot run here.
-    #[error("backend {backend} is not available: {reason}. Choose another backend (`gpukit backends` lists them) or unset GPUKIT_BACKEND for automatic selection")]
+    #[cfg_attr(not(web), error("backend {backend} is not available: {reason}. Choose another backend (`gpukit backends` lists them) or unset GPUKIT_BACKEND for automatic selection"))]
+    #[cfg_attr(
+        web,
+        error("backend {backend} is not available: {reason}. Choose another backend, or \"auto\"")
+    )]
     BackendUnavailable {
         /// The backend that was asked for.
         backend: Backend,

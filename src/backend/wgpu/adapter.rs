@@ -38,10 +38,10 @@ pub(crate) fn not_compiled(b: Backend) -> Option<String> {
         return None;
     }
     Some(match b {
-        Backend::Gl if cfg!(web) => {
-            "WebGL2 has no compute shaders, so gpukit does not build it for the browser".into()
+        Backend::Gl if cfg!(web) => "WebGL2 has no compute shaders".into(),
+        Backend::WebGpu if cfg!(native) => {
+            "WebGPU exists only in the browser (wasm32 builds)".into()
         }
-        Backend::WebGpu => "WebGPU exists only in the browser (wasm32 builds)".into(),
         _ => format!("{b} is not on this platform"),
     })
 }
