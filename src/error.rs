@@ -108,8 +108,13 @@ pub enum Error {
     },
 
     /// A shader failed to compile on this device. This is a gpukit bug or a driver bug.
-    #[error(
-        "shader {shader} failed to compile: {detail}. Please report it with `gpukit info --json`"
+    #[cfg_attr(
+        not(web),
+        error("shader {shader} failed to compile: {detail}. Please report it with `gpukit info --json`")
+    )]
+    #[cfg_attr(
+        web,
+        error("shader {shader} failed to compile: {detail}. Please report it")
     )]
     ShaderCompilation {
         /// The shader file.
@@ -133,7 +138,11 @@ pub enum Error {
     },
 
     /// The backend rejected a command (a wgpu validation error or a driver error).
-    #[error("the {backend} backend rejected a command: {detail}. Please report it with `gpukit info --json`")]
+    #[cfg_attr(not(web), error("the {backend} backend rejected a command: {detail}. Please report it with `gpukit info --json`"))]
+    #[cfg_attr(
+        web,
+        error("the {backend} backend rejected a command: {detail}. Please report it")
+    )]
     Backend {
         /// Which backend.
         backend: Backend,

@@ -37,7 +37,7 @@ impl MemoryStats {
 /// What the autotuner measured for one size class on one adapter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuneRecord {
-    /// The size class, e.g. `f32 m:513-2048 n:513-2048 k:>2048`.
+    /// The size class, e.g. `f32 m:513-1024 n:1025-2048 k:>2048`.
     pub class: String,
     /// The sizes timed: `[m, n, k]`.
     pub shape: [u64; 3],

@@ -128,7 +128,7 @@ export interface GpuInfo {
 
 /** What the matmul autotuner measured for one size class on this adapter. */
 export interface TuneRecord {
-  /** The size class, e.g. "f32 m:513-2048 n:513-2048 k:513-2048". */
+  /** The size class, e.g. "f32 m:513-1024 n:513-1024 k:513-1024". */
   class: string;
   /** The sizes timed: [m, n, k]. */
   shape: [number, number, number];

@@ -3,7 +3,8 @@
 //! fastest, in memory for the process and, natively, on disk, so a later process tunes
 //! nothing.
 //!
-//! Size classes split m, n and k at 64, 512 and 2048. The timing runs the call's own sizes,
+//! Size classes split m, n and k at 64, 512, 1024 and 2048 (1024 and 2048 want different
+//! tiles on an H200). The timing runs the call's own sizes,
 //! capped at 4096 per side (512 on software adapters, whose runs are slow), on scratch
 //! buffers: a warm-up dispatch, then enough back-to-back dispatches in one submit to last a
 //! few milliseconds, best of three. Natively the first call waits for this (tens of
@@ -63,7 +64,8 @@ fn class(m: u64, n: u64, k: u64, arith: Arith) -> String {
     let range = |v: u64| match v {
         0..=64 => "1-64",
         65..=512 => "65-512",
-        513..=2048 => "513-2048",
+        513..=1024 => "513-1024",
+        1025..=2048 => "1025-2048",
         _ => ">2048",
     };
     let kind = match arith {
@@ -417,7 +419,11 @@ mod tests {
         assert_eq!(class(1, 64, 65, Arith::F32), "f32 m:1-64 n:1-64 k:65-512");
         assert_eq!(
             class(4096, 2048, 513, Arith::F16),
-            "f16 m:>2048 n:513-2048 k:513-2048"
+            "f16 m:>2048 n:1025-2048 k:513-1024"
+        );
+        assert_eq!(
+            class(1024, 1025, 2049, Arith::F32),
+            "f32 m:513-1024 n:1025-2048 k:>2048"
         );
         assert_ne!(
             class(7, 7, 7, Arith::F32),
