@@ -6,7 +6,11 @@
 //! shader's text; the comments are for people reading `shaders/`); the other marker lines
 //! (`// @...`), which the templates rewrite at run time, stay, except `// @native-only` and
 //! `// @native-end`: the lines between them are left out of the browser build's text (code
-//! for paths that build never takes, which its size budget need not carry).
+//! for paths that build never takes, which its size budget need not carry). Then the
+//! functions, parameters, constants and variables the modules declare get names of two
+//! characters, the same in every module (`short_names`): 636 bytes of the gzipped browser
+//! package. Natively too, so that naga's validation of every kernel and the op suite on
+//! lavapipe check the text the browser runs; a shader error's message names the short names.
 use std::path::Path;
 
 fn main() {
@@ -27,20 +31,203 @@ fn strip_shaders() -> std::io::Result<()> {
     let out_dir = std::env::var_os("OUT_DIR").ok_or(std::io::ErrorKind::NotFound)?;
     let out = Path::new(&out_dir).join("shaders");
     std::fs::create_dir_all(out.join("include"))?;
+    let mut modules = Vec::new();
     for (dir, to) in [
         ("shaders", out.clone()),
         ("shaders/include", out.join("include")),
     ] {
+        let mut paths = Vec::new();
         for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
+            paths.push(entry?.path());
+        }
+        paths.sort();
+        for path in paths {
             if path.extension().is_some_and(|e| e == "wgsl") {
                 let text = assemble(&std::fs::read_to_string(&path)?, 0)?;
                 let name = path.file_name().ok_or(std::io::ErrorKind::NotFound)?;
-                std::fs::write(to.join(name), strip(&text, web)?)?;
+                let kept = dir != "shaders" || KEPT_NAMES.iter().any(|k| name == *k);
+                // Of the includes, only the two the fused kernels read name anything others use.
+                let named = KEPT_NAMES.iter().any(|k| name == *k)
+                    || ["unary_op.wgsl", "fused_ieee.wgsl"]
+                        .iter()
+                        .any(|k| name == *k);
+                modules.push((to.join(name), strip(&text, web)?, kept, named));
             }
         }
     }
+    let short = short_names(&modules);
+    for (path, text, kept, _) in &modules {
+        let text = if *kept {
+            text.clone()
+        } else {
+            rename(text, &short)
+        };
+        std::fs::write(path, text)?;
+    }
     Ok(())
+}
+
+/// The modules whose names other code uses: the matmul templates (their generators write
+/// statements naming the templates' variables and functions) and elementwise_unary.wgsl (the
+/// fused kernels' generator calls its functions); shaders/include's files are written
+/// unrenamed too (the fused kernels include two of them at run time).
+const KEPT_NAMES: [&str; 3] = ["matmul.wgsl", "matmul_coop.wgsl", "elementwise_unary.wgsl"];
+
+/// An identifier, number or other character of WGSL text, with where it starts.
+fn tokens(text: &str) -> Vec<(usize, &str)> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let start = i;
+        if c.is_ascii_alphanumeric() || c == b'_' {
+            // Identifiers and numbers (`0x7fc00000u`, `1e5f`) alike run to the next other
+            // character, so no identifier is found inside a number.
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+        } else {
+            i += text[i..].chars().next().map_or(1, char::len_utf8);
+        }
+        out.push((start, &text[start..i]));
+    }
+    out
+}
+
+fn is_ident(t: &str) -> bool {
+    t.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+}
+
+/// Short names for the functions, parameters, constants and variables the renamable modules
+/// declare, the same in every module (the package's gzip finds a name repeated across
+/// modules as it finds it within one): the most frequent long names get the shortest, a
+/// letter and a digit (no WGSL keyword or type has that form), each new to every module.
+/// Left alone: entry points and overrides (the pipelines name them), struct members (and
+/// every word after a `.`: members and swizzles), names something calls that no module
+/// declares as a function (WGSL's built-ins), and every name in the kept modules.
+fn short_names(modules: &[(std::path::PathBuf, String, bool, bool)]) -> Vec<(String, String)> {
+    use std::collections::{HashMap, HashSet};
+    let mut declared = HashSet::new();
+    let mut functions = HashSet::new();
+    let mut protect: HashSet<&str> = HashSet::new();
+    let mut called = HashSet::new();
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    let mut every = HashSet::new();
+    for (_, text, kept, named) in modules {
+        let toks: Vec<&str> = tokens(text).into_iter().map(|(_, t)| t).collect();
+        every.extend(toks.iter().copied());
+        if *named {
+            protect.extend(toks.iter().copied().filter(|t| is_ident(t)));
+            continue;
+        }
+        if *kept {
+            continue;
+        }
+        let words: Vec<&str> = toks
+            .iter()
+            .copied()
+            .filter(|t| !t.trim().is_empty())
+            .collect();
+        let mut depth_struct = false;
+        let mut compute = false;
+        for (i, &t) in words.iter().enumerate() {
+            let next = words.get(i + 1).copied().unwrap_or("");
+            let prev = if i > 0 { words[i - 1] } else { "" };
+            match t {
+                "struct" => depth_struct = true,
+                "}" if depth_struct => depth_struct = false,
+                "compute" if prev == "@" => compute = true,
+                "fn" if is_ident(next) => {
+                    if compute {
+                        protect.insert(next);
+                        compute = false;
+                    } else {
+                        functions.insert(next);
+                        declared.insert(next);
+                    }
+                }
+                "override" if is_ident(next) => {
+                    protect.insert(next);
+                }
+                "let" | "const" if is_ident(next) => {
+                    declared.insert(next);
+                }
+                _ => {}
+            }
+            if is_ident(t) {
+                *count.entry(t).or_default() += 1;
+                if next == "(" {
+                    called.insert(t);
+                }
+                // A declaration `name: type` (a parameter, or `var<...> name: type` after
+                // `>`), or a struct's member.
+                if depth_struct || prev == "." {
+                    protect.insert(t);
+                } else if next == ":" && (prev == "(" || prev == ",") {
+                    declared.insert(t);
+                }
+                // `var name` or `var<space, access> name`.
+                let after_var = prev == "var"
+                    || (prev == ">"
+                        && i >= 3
+                        && (words[i - 3] == "<" && words[i - 4.min(i)] == "var"
+                            || words[i - 5.min(i)] == "<" && words[i - 6.min(i)] == "var"));
+                if after_var {
+                    declared.insert(t);
+                }
+                if prev == "." {
+                    protect.insert(t);
+                }
+            }
+        }
+    }
+    let mut names: Vec<&str> = declared
+        .into_iter()
+        .filter(|n| !protect.contains(n) && (!called.contains(n) || functions.contains(n)))
+        .filter(|n| n.len() > 2)
+        .collect();
+    names.sort_by_key(|n| {
+        (
+            std::cmp::Reverse(count.get(n).copied().unwrap_or(0) * n.len()),
+            *n,
+        )
+    });
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    for n in names {
+        let short = loop {
+            let candidate = format!("{}{}", (b'a' + (i % 26) as u8) as char, i / 26);
+            i += 1;
+            if !every.contains(candidate.as_str()) {
+                break candidate;
+            }
+        };
+        if short.len() < n.len() {
+            out.push((n.to_string(), short));
+        }
+    }
+    out
+}
+
+/// `text` with each identifier `short` names replaced, except after a `.`.
+fn rename(text: &str, short: &[(String, String)]) -> String {
+    let map: std::collections::HashMap<&str, &str> = short
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    let mut prev = "";
+    for (_, t) in tokens(text) {
+        match map.get(t) {
+            Some(s) if prev != "." => out.push_str(s),
+            _ => out.push_str(t),
+        }
+        if !t.trim().is_empty() {
+            prev = t;
+        }
+    }
+    out
 }
 
 /// `text` with each `// @include NAME` line replaced by `shaders/include/NAME.wgsl`,
