@@ -4,7 +4,10 @@
 // 8 columns of a key (one 16-byte vector of halves, two of f32), so L = d / 8 lanes share a
 // key and a warp reads 32 / L keys at once; in a round each warp issues its key and value loads
 // for DR_SLOTS such reads before using any, so a round costs one memory latency and no shared
-// memory. Scores are summed across a key's lanes by shuffles; each warp keeps its own online
+// memory. A round's scores (each slot's key against each query row) are summed across a key's
+// lanes by one reduce-scatter of shuffles, which leaves each lane one or a few finished sums,
+// then gathered back: half the shuffles of summing each score alone, and 8-10% off A3 on an
+// H200 (BENCHMARKS.md). Each warp keeps its own online
 // softmax in base 2 (q is scaled by log2 e), and at the end the warps' (m, l, acc) join in
 // shared memory into one partial (attention_merge's layout, m in natural units) or, with one
 // split, the output row. A value whose probability is 0 is never added, so a NaN in a masked
@@ -118,27 +121,54 @@ __device__ __forceinline__ void decode_rows(AttnLayout lay, const void* __restri
         }
         kp += RK * kst;
         vp += RK * vst;
-        // Scores: the lane's 8 products, summed over the key's L lanes, then masked.
-        float s[SLOTS][DR_ROWS];
+        // Scores: the lane's 8 products of each (slot, row) pair, summed over the key's L
+        // lanes by one reduce-scatter (each exchange halves the pairs a lane holds: V / 2 +
+        // V / 4 + ... shuffles instead of V log2 L), then gathered back, then masked.
+        constexpr u32 V = SLOTS * DR_ROWS;
+        constexpr u32 LOGV = V == 16 ? 4 : (V == 8 ? 3 : (V == 4 ? 2 : 1));
+        constexpr u32 LOGL = L == 32 ? 5 : (L == 16 ? 4 : (L == 8 ? 3 : 2));
+        constexpr u32 S = LOGV < LOGL ? LOGV : LOGL;
+        constexpr u32 CNT = V >> S;
+        float part[V];
 #pragma unroll
         for (u32 n = 0; n < SLOTS; ++n) {
             float kf[8];
             dr_unpack<NV>(kr[n], elem, kf);
-            const u32 key = t0 + first + n * DR_WARPS * KG;
 #pragma unroll
             for (u32 r = 0; r < DR_ROWS; ++r) {
-                if (r >= rows) break;
                 float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
                 for (u32 j = 0; j < 8; j += 2) {
                     a0 = fmaf(qf[r][j], kf[j], a0);
                     a1 = fmaf(qf[r][j + 1], kf[j + 1], a1);
                 }
-                float x = a0 + a1;
-#pragma unroll
-                for (u32 o = L / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-                s[n][r] = key < lim[r] ? x : NEG_INF;
+                part[n * DR_ROWS + r] = a0 + a1;
             }
+        }
+#pragma unroll
+        for (u32 st = 0, cnt = V; st < S; ++st, cnt >>= 1) {
+            const bool up = (sub >> st) & 1u;
+#pragma unroll
+            for (u32 i = 0; i < cnt / 2; ++i) {
+                const float send = up ? part[i] : part[i + cnt / 2];
+                const float keep = up ? part[i + cnt / 2] : part[i];
+                part[i] = keep + __shfl_xor_sync(0xffffffffu, send, 1u << st);
+            }
+        }
+#pragma unroll
+        for (u32 o = 1u << S; o < L; o <<= 1) {
+#pragma unroll
+            for (u32 i = 0; i < CNT; ++i) part[i] += __shfl_xor_sync(0xffffffffu, part[i], o);
+        }
+        float s[SLOTS][DR_ROWS];
+#pragma unroll
+        for (u32 v = 0; v < V; ++v) {
+            u32 from = 0;
+#pragma unroll
+            for (u32 st = 0; st < S; ++st) from |= ((v >> (LOGV - 1 - st)) & 1u) << st;
+            const float x = __shfl_sync(0xffffffffu, part[v & (CNT - 1)], (lane & ~(L - 1)) | from);
+            const u32 n = v / DR_ROWS, r = v % DR_ROWS;
+            s[n][r] = t0 + first + n * DR_WARPS * KG < lim[r] ? x : NEG_INF;
         }
         // The round's softmax, row by row: the max over the warp's keys, the running sum and
         // accumulators rescaled, the scores turned into probabilities.
