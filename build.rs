@@ -73,15 +73,14 @@ fn strip_shaders() -> std::io::Result<()> {
 /// unrenamed too (the fused kernels include two of them at run time).
 const KEPT_NAMES: [&str; 3] = ["matmul.wgsl", "matmul_coop.wgsl", "elementwise_unary.wgsl"];
 
-/// An identifier, number or other character of WGSL text, with where it starts.
-fn tokens(text: &str) -> Vec<(usize, &str)> {
+/// The identifiers, numbers and other characters of WGSL text, in order.
+fn tokens(text: &str) -> Vec<&str> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
-        let c = bytes[i];
         let start = i;
-        if c.is_ascii_alphanumeric() || c == b'_' {
+        if bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' {
             // Identifiers and numbers (`0x7fc00000u`, `1e5f`) alike run to the next other
             // character, so no identifier is found inside a number.
             while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
@@ -90,7 +89,7 @@ fn tokens(text: &str) -> Vec<(usize, &str)> {
         } else {
             i += text[i..].chars().next().map_or(1, char::len_utf8);
         }
-        out.push((start, &text[start..i]));
+        out.push(&text[start..i]);
     }
     out
 }
@@ -115,7 +114,7 @@ fn short_names(modules: &[(std::path::PathBuf, String, bool, bool)]) -> Vec<(Str
     let mut count: HashMap<&str, usize> = HashMap::new();
     let mut every = HashSet::new();
     for (_, text, kept, named) in modules {
-        let toks: Vec<&str> = tokens(text).into_iter().map(|(_, t)| t).collect();
+        let toks = tokens(text);
         every.extend(toks.iter().copied());
         if *named {
             protect.extend(toks.iter().copied().filter(|t| is_ident(t)));
@@ -129,14 +128,17 @@ fn short_names(modules: &[(std::path::PathBuf, String, bool, bool)]) -> Vec<(Str
             .copied()
             .filter(|t| !t.trim().is_empty())
             .collect();
-        let mut depth_struct = false;
+        let mut in_struct = false;
         let mut compute = false;
+        // After `var`: the name is the first word past its optional `<space, access>`.
+        let mut after_var = false;
+        let mut in_angle = false;
         for (i, &t) in words.iter().enumerate() {
             let next = words.get(i + 1).copied().unwrap_or("");
             let prev = if i > 0 { words[i - 1] } else { "" };
             match t {
-                "struct" => depth_struct = true,
-                "}" if depth_struct => depth_struct = false,
+                "struct" => in_struct = true,
+                "}" if in_struct => in_struct = false,
                 "compute" if prev == "@" => compute = true,
                 "fn" if is_ident(next) => {
                     if compute {
@@ -155,29 +157,31 @@ fn short_names(modules: &[(std::path::PathBuf, String, bool, bool)]) -> Vec<(Str
                 }
                 _ => {}
             }
+            if after_var {
+                match t {
+                    "<" => in_angle = true,
+                    ">" => in_angle = false,
+                    _ if !in_angle && is_ident(t) => {
+                        declared.insert(t);
+                        after_var = false;
+                    }
+                    _ => {}
+                }
+            }
+            if t == "var" {
+                after_var = true;
+            }
             if is_ident(t) {
                 *count.entry(t).or_default() += 1;
                 if next == "(" {
                     called.insert(t);
                 }
-                // A declaration `name: type` (a parameter, or `var<...> name: type` after
-                // `>`), or a struct's member.
-                if depth_struct || prev == "." {
+                // Struct members and words after a `.` (members, swizzles) stay; a parameter
+                // `name: type` is declared.
+                if in_struct || prev == "." {
                     protect.insert(t);
                 } else if next == ":" && (prev == "(" || prev == ",") {
                     declared.insert(t);
-                }
-                // `var name` or `var<space, access> name`.
-                let after_var = prev == "var"
-                    || (prev == ">"
-                        && i >= 3
-                        && (words[i - 3] == "<" && words[i - 4.min(i)] == "var"
-                            || words[i - 5.min(i)] == "<" && words[i - 6.min(i)] == "var"));
-                if after_var {
-                    declared.insert(t);
-                }
-                if prev == "." {
-                    protect.insert(t);
                 }
             }
         }
@@ -218,7 +222,7 @@ fn rename(text: &str, short: &[(String, String)]) -> String {
         .collect();
     let mut out = String::with_capacity(text.len());
     let mut prev = "";
-    for (_, t) in tokens(text) {
+    for t in tokens(text) {
         match map.get(t) {
             Some(s) if prev != "." => out.push_str(s),
             _ => out.push_str(t),
