@@ -122,11 +122,12 @@ fn prompt(cx: &Ctx, dtype: Option<gpukit::DType>) -> Result<Row, String> {
 }
 
 /// A3: one query row, 32 heads of 128, against 8 KV heads of 4096 positions (512 with
-/// --quick). Four caches in turn (134 MB) so the keys and values come from memory, not the L2.
+/// --quick, N with --decode-keys N). Four caches in turn (134 MB at 4096) so the keys and
+/// values come from memory, not the L2.
 fn decode(cx: &Ctx, dtype: Option<gpukit::DType>) -> Result<Row, String> {
     let device = &cx.device;
     let (heads, kv_heads, hd) = (32usize, 8usize, 128usize);
-    let keys = if cx.quick { 512 } else { 4096 };
+    let keys = cx.decode_keys.unwrap_or(if cx.quick { 512 } else { 4096 });
     let q = device
         .tensor(&data(heads * hd, 31), &[1, heads, 1, hd])
         .map_err(|e| e.to_string())?;

@@ -174,6 +174,8 @@ pub(crate) struct Options {
     /// `--only A,Q1`: run the families with a row whose id starts with one of these, and
     /// report only those rows (all when empty).
     pub(crate) only: Vec<String>,
+    /// `--decode-keys N`: A3's KV length (4096 unless given; 512 with --quick).
+    pub(crate) decode_keys: Option<usize>,
 }
 
 impl Options {
@@ -196,6 +198,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         backend: None,
         peer: None,
         only: Vec::new(),
+        decode_keys: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -218,6 +221,17 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     .map(str::to_string)
                     .collect();
             }
+            "--decode-keys" => {
+                let n = it
+                    .next()
+                    .ok_or("--decode-keys needs a KV length, as in --decode-keys 16384")?;
+                let n: usize = n
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or(format!("--decode-keys takes a positive count, not {n:?}"))?;
+                o.decode_keys = Some(n);
+            }
             "--backend" => {
                 let name = it.next().ok_or("--backend needs a name")?;
                 o.backend = Some(name.parse().map_err(|e: gpukit::Error| e.to_string())?);
@@ -239,6 +253,8 @@ pub(crate) struct Ctx {
     pub(crate) runs: usize,
     /// Large sizes shrink by this with --quick (for software adapters and CI smoke runs).
     pub(crate) div: usize,
+    /// A3's KV length when `--decode-keys` gives one.
+    pub(crate) decode_keys: Option<usize>,
 }
 
 impl Ctx {
@@ -287,6 +303,7 @@ pub fn run(args: &[String]) -> CliResult {
         quick: o.quick,
         runs: if o.quick { 5 } else { 20 },
         div: if o.quick { 16 } else { 1 },
+        decode_keys: o.decode_keys,
     };
 
     // The round trips, W1-W6, in their order.
