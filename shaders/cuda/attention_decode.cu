@@ -289,54 +289,49 @@ extern "C" __global__ void attention_decode(AttnLayout lay, const void* __restri
 }
 
 // Joins the partials of attention_split, attention_decode and attention_rows (value widths up
-// to 256): a block of MERGE_WARPS warps a query row. Warp w folds splits w, w + MERGE_WARPS, ...
-// in batches of MERGE_BATCH, every load of a batch issued before any is used, keeping a
-// running maximum, sum and weighted row (a lane holds columns lane, lane + 32, ...); the warps'
-// results join in shared memory.
+// to 256): a block of MERGE_WARPS warps takes 32 columns of one query row (grid y: the
+// column groups), a lane a column. Warp w folds splits w, w + MERGE_WARPS, ... in batches of
+// MERGE_BATCH, every load of a batch issued before any is used (64 splits: one batch), keeping
+// a running maximum, sum and weighted column; the warps' results join in shared memory. Four
+// blocks a row at width 128 rather than one: on an H200 the one-block merge took about 4 us
+// of A3's call.
 #define MERGE_WARPS 8
-#define MERGE_BATCH 4
-#define MERGE_COLS 8
+#define MERGE_BATCH 8
 extern "C" __global__ void __launch_bounds__(256) attention_merge(
     AttnLayout lay, const float* __restrict__ partial, const u32* __restrict__ lens, u64 hq,
     u64 sq, u64 sk, u64 dv, u32 causal, u64 splits, u32 elem, void* __restrict__ out) {
     WAIT_PRIOR();
-    __shared__ float sm[MERGE_WARPS][2 + 32 * MERGE_COLS];
+    __shared__ float sm[MERGE_WARPS][2 + 32];
     const u32 tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u64 row = blockIdx.x, i = row % sq, bh = row / sq, b = bh / hq, h = bh % hq;
+    const u64 col = (u64)blockIdx.y * 32 + lane;
+    const bool live = col < dv;
     const u64 visible = visible_keys(lens, b, i, sq, sk, causal);
     const float* part = partial + row * splits * (dv + 2);
     const u64 o = (lay.out_bshd ? (b * sq + i) * hq + h : bh * sq + i) * dv;
-    float mm = NEG_INF, ll = 0.0f, a[MERGE_COLS];
-#pragma unroll
-    for (u32 c = 0; c < MERGE_COLS; ++c) a[c] = 0.0f;
+    float mm = NEG_INF, ll = 0.0f, a = 0.0f;
     for (u64 s0 = warp; s0 < splits; s0 += MERGE_WARPS * MERGE_BATCH) {
-        float ms[MERGE_BATCH], ls[MERGE_BATCH], xs[MERGE_BATCH][MERGE_COLS];
+        float ms[MERGE_BATCH], ls[MERGE_BATCH], xs[MERGE_BATCH];
 #pragma unroll
         for (u32 j = 0; j < MERGE_BATCH; ++j) {
             const u64 s = s0 + j * MERGE_WARPS;
             const float* ps = part + s * (dv + 2);
             ms[j] = s < splits ? ps[0] : NEG_INF;
             ls[j] = s < splits ? ps[1] : 0.0f;
-#pragma unroll
-            for (u32 c = 0; c < MERGE_COLS; ++c) {
-                const u64 col = lane + 32 * c;
-                xs[j][c] = s < splits && col < dv ? ps[2 + col] : 0.0f;
-            }
+            xs[j] = s < splits && live ? ps[2 + col] : 0.0f;
         }
         float mb = mm;
 #pragma unroll
         for (u32 j = 0; j < MERGE_BATCH; ++j) mb = nan_max(mb, ms[j]);
         const float f = mm == NEG_INF ? 0.0f : expf(mm - mb);
         ll *= f;
-#pragma unroll
-        for (u32 c = 0; c < MERGE_COLS; ++c) a[c] *= f;
+        a *= f;
 #pragma unroll
         for (u32 j = 0; j < MERGE_BATCH; ++j) {
             const float w = (mb == NEG_INF || ms[j] == NEG_INF) ? 0.0f : expf(ms[j] - mb);
             if (w != 0.0f) {
                 ll += w * ls[j];
-#pragma unroll
-                for (u32 c = 0; c < MERGE_COLS; ++c) a[c] += w * xs[j][c];
+                a += w * xs[j];
             }
         }
         mm = mb;
@@ -345,24 +340,19 @@ extern "C" __global__ void __launch_bounds__(256) attention_merge(
         sm[warp][0] = mm;
         sm[warp][1] = ll;
     }
-#pragma unroll
-    for (u32 c = 0; c < MERGE_COLS; ++c) sm[warp][2 + lane + 32 * c] = a[c];
+    sm[warp][2 + lane] = a;
     __syncthreads();
-    float m_all = NEG_INF, l_all = 0.0f, f[MERGE_WARPS];
+    if (warp != 0 || !live) return;
+    float m_all = NEG_INF, l_all = 0.0f, t = 0.0f;
 #pragma unroll
     for (u32 w = 0; w < MERGE_WARPS; ++w) m_all = nan_max(m_all, sm[w][0]);
 #pragma unroll
     for (u32 w = 0; w < MERGE_WARPS; ++w) {
-        f[w] = (m_all == NEG_INF || sm[w][0] == NEG_INF) ? 0.0f : expf(sm[w][0] - m_all);
-        if (f[w] != 0.0f) l_all += f[w] * sm[w][1];
-    }
-    for (u64 c = tid; c < dv; c += blockDim.x) {
-        float t = 0.0f;
-#pragma unroll
-        for (u32 w = 0; w < MERGE_WARPS; ++w) {
-            if (f[w] != 0.0f) t += f[w] * sm[w][2 + c];
+        const float f = (m_all == NEG_INF || sm[w][0] == NEG_INF) ? 0.0f : expf(sm[w][0] - m_all);
+        if (f != 0.0f) {
+            l_all += f * sm[w][1];
+            t += f * sm[w][2 + lane];
         }
-        store_elem(out, o + c, elem,
-                   visible == 0 ? 0.0f : (m_all == NEG_INF ? QNAN : t / l_all));
     }
+    store_elem(out, o + col, elem, visible == 0 ? 0.0f : (m_all == NEG_INF ? QNAN : t / l_all));
 }

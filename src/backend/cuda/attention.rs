@@ -91,8 +91,8 @@ pub(super) fn attention(
         Arg::F(a.scale),
     ];
     let rows = heads * a.sq;
-    // The partials of a split kernel joined into `out`: a block of 256 threads a query row
-    // (value widths up to 256, as every split kernel takes).
+    // The partials of a split kernel joined into `out`: a block of 256 threads for 32 columns
+    // of a query row (value widths up to 256, as every split kernel takes).
     let merge = |partial: &CudaStorage, splits: usize| {
         let merge = [
             Arg::Raw(bytemuck::bytes_of(&layout)),
@@ -107,7 +107,14 @@ pub(super) fn attention(
             Arg::I(elem),
             p(&out),
         ];
-        backend.launch(Entry::AttentionMerge, (rows as u32, 1, 1), 256, 0, &merge)
+        let groups = a.dv.div_ceil(32) as u32;
+        backend.launch(
+            Entry::AttentionMerge,
+            (rows as u32, groups, 1),
+            256,
+            0,
+            &merge,
+        )
     };
     // A split kernel: `extra` arguments after the common ones, partials (m, l, acc[dv]) per
     // row and split, merged when there are several.
