@@ -174,7 +174,7 @@ pub(crate) struct Options {
     /// `--only A,Q1`: run the families with a row whose id starts with one of these, and
     /// report only those rows (all when empty).
     pub(crate) only: Vec<String>,
-    /// `--decode-keys N`: A3's KV length (4096 unless given; 512 with --quick).
+    /// `--decode-keys N`: A3's KV length, 1 to 262,144 (4096 unless given; 512 with --quick).
     pub(crate) decode_keys: Option<usize>,
 }
 
@@ -225,11 +225,15 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 let n = it
                     .next()
                     .ok_or("--decode-keys needs a KV length, as in --decode-keys 16384")?;
-                let n: usize = n
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or(format!("--decode-keys takes a positive count, not {n:?}"))?;
+                // A bound so that the caches' host data (8 heads x N x 128 values each) stays
+                // allocatable: 262,144 keys make 1 GiB a cache tensor.
+                let n: usize =
+                    n.parse()
+                        .ok()
+                        .filter(|n| (1..=1 << 18).contains(n))
+                        .ok_or(format!(
+                            "--decode-keys takes a count from 1 to 262144, not {n:?}"
+                        ))?;
                 o.decode_keys = Some(n);
             }
             "--backend" => {
