@@ -111,6 +111,16 @@ pub(super) fn binary(op: BinaryOp, a: Side<'_>, b: Side<'_>, out: &mut [MaybeUni
 
 /// Applies `op` to every element of `v` in place (matmul and conv epilogues).
 pub(super) fn unary_in_place(op: UnaryOp, v: &mut [f32]) {
+    // A short run (a product's column panel, row by row) copies through a small buffer, not
+    // a block-sized one that would be zeroed every call.
+    const SHORT: usize = 64;
+    if v.len() <= SHORT {
+        let mut tmp = [0.0f32; SHORT];
+        let t = &mut tmp[..v.len()];
+        t.copy_from_slice(v);
+        unary(op, t, slots(v));
+        return;
+    }
     par::chunks_mut(v, par::GRAIN, |_, chunk| {
         let mut tmp = [0.0f32; BLOCK];
         for block in chunk.chunks_mut(BLOCK) {

@@ -206,14 +206,14 @@ pub(super) fn matmul_half_weight(
         return Ok(out);
     }
     #[cfg(target_arch = "x86_64")]
-    if super::matmul_kn::half_available() {
+    if super::matmul_kn::available() {
         let acc = bias.is_some();
         let (m, n, k) = (d.m, d.n, d.k);
         super::matmul_kn::product_half(m, n, k, a, k, halves, n, bf16, &mut out, n, acc, act);
         return Ok(out);
     }
     Err(internal(
-        "half-weight matmul by a [k, n] weight without AVX-512",
+        "half-weight matmul by a [k, n] weight without AVX-512 or AVX2",
     ))
 }
 

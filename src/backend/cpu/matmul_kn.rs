@@ -5,7 +5,8 @@
 //! loads 48 weights of one row of `b` and multiplies them by one broadcast element of each of
 //! the 8 rows of `a`, so no output ends in a sum across lanes (the cost that holds the `[n, k]`
 //! dot products of `matmul_rows` back at short rows). AVX2 has 16 registers of 8 lanes: tiles
-//! of 6 rows by 16 columns (12 accumulators). The first tile of rows over a column panel reads
+//! of 6 rows by 16 columns (12 accumulators), f16 weights widened by F16C as they load. Both
+//! take f32, f16 and bf16 weights (half the bytes streamed). The first tile of rows over a column panel reads
 //! it from memory and asks for the weight rows a few steps ahead; the later tiles find the
 //! panel in the core's L2 and ask for the next panel meanwhile, so the memory never idles.
 
@@ -40,12 +41,21 @@ fn avx512<W: Weight>() -> Kernel<W> {
     }
 }
 
-/// 6 x 16 in AVX2 + FMA, f32 weights.
-const AVX2: Kernel<f32> = Kernel {
-    rows: 6,
-    cols: 16,
-    run: avx2::tile,
-};
+/// 6 x 16 in AVX2 + FMA (and F16C, which every AVX2 processor has, for f16 weights).
+fn avx2<W: Weight>() -> Kernel<W> {
+    Kernel {
+        rows: 6,
+        cols: 16,
+        run: avx2::tile::<W>,
+    }
+}
+
+/// Whether the AVX2 kernels run here.
+fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
 
 /// Whether the AVX-512 kernels run here (and `GPUKIT_CPU_AVX2=1` does not ask for the AVX2
 /// paths).
@@ -56,26 +66,21 @@ fn has_avx512() -> bool {
         && !super::forced_avx2()
 }
 
-/// The f32 kernel this CPU runs.
-fn kernel() -> Option<Kernel<f32>> {
+/// The kernel this CPU runs for weights of `W`.
+fn kernel<W: Weight>() -> Option<Kernel<W>> {
     if has_avx512() {
         Some(avx512())
-    } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        Some(AVX2)
+    } else if has_avx2() {
+        Some(avx2())
     } else {
         None
     }
 }
 
-/// Whether this CPU runs [`product`].
+/// Whether this CPU runs [`product`] and [`product_half`] (AVX-512, or AVX2 with FMA and
+/// F16C; elsewhere half-precision weights keep their `[n, k]` dot products).
 pub(super) fn available() -> bool {
-    kernel().is_some()
-}
-
-/// Whether this CPU runs [`product_half`] (AVX-512 only: elsewhere half-precision weights
-/// keep their `[n, k]` dot products).
-pub(super) fn half_available() -> bool {
-    has_avx512()
+    kernel::<f32>().is_some()
 }
 
 /// The rows of an output tile, a raw pointer shared by the tasks: each writes only its own
@@ -138,17 +143,18 @@ pub(super) fn product_half(
     accumulate: bool,
     act: Option<UnaryOp>,
 ) {
-    if !half_available() {
-        return;
-    }
     // SAFETY: F16 and Bf16 are transparent over u16.
     unsafe {
         if bf16 {
             let b: &[Bf16] = std::slice::from_raw_parts(b.as_ptr().cast(), b.len());
-            product_with(avx512(), m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
+            if let Some(kernel) = kernel() {
+                product_with(kernel, m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
+            }
         } else {
             let b: &[F16] = std::slice::from_raw_parts(b.as_ptr().cast(), b.len());
-            product_with(avx512(), m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
+            if let Some(kernel) = kernel() {
+                product_with(kernel, m, n, k, a, ars, b, brs, c, ldc, accumulate, act);
+            }
         }
     }
 }
@@ -181,11 +187,11 @@ fn product_with<W: Weight + Sync>(
     // Panels start where the weight's rows are 64-byte aligned, when every row is aligned
     // alike (a row stride of whole lines): a row of 48 weights then spans three lines, not
     // four. Host buffers start 16 bytes into a line (the allocator's alignment), so the first
-    // panel is narrower.
+    // panel is narrower. (An AVX2 panel of halves is 32 bytes: it starts 32 bytes on.)
     let size = std::mem::size_of::<W>();
     let lead = match (b.as_ptr() as usize % 64, (brs * size) % 64) {
         (0, _) | (_, 1..) => 0,
-        (off, 0) => ((64 - off) / size).min(n),
+        (off, 0) => (((64 - off) / size) % panel_cols).min(n),
     };
     let start = |p: usize| {
         if p == 0 {
@@ -416,33 +422,73 @@ mod avx2 {
     /// loads and stores, a whole one plain ones.
     ///
     /// # Safety
-    /// AVX2 and FMA must be present; [`Tile`]'s contract.
-    pub(super) unsafe fn tile(t: &Tile<f32>, rows: usize, fetch: u8) {
+    /// AVX2, FMA and F16C must be present; [`Tile`]'s contract.
+    pub(super) unsafe fn tile<W: Weight>(t: &Tile<W>, rows: usize, fetch: u8) {
         // SAFETY: the caller's contract.
         unsafe {
             match (fetch, t.cols >= 16) {
-                (AHEAD_ROWS, true) => by_rows::<AHEAD_ROWS, false>(t, rows),
-                (NEXT_PANEL, true) => by_rows::<NEXT_PANEL, false>(t, rows),
-                (_, true) => by_rows::<NONE, false>(t, rows),
-                (AHEAD_ROWS, false) => by_rows::<AHEAD_ROWS, true>(t, rows),
-                (NEXT_PANEL, false) => by_rows::<NEXT_PANEL, true>(t, rows),
-                (_, false) => by_rows::<NONE, true>(t, rows),
+                (AHEAD_ROWS, true) => by_rows::<W, AHEAD_ROWS, false>(t, rows),
+                (NEXT_PANEL, true) => by_rows::<W, NEXT_PANEL, false>(t, rows),
+                (_, true) => by_rows::<W, NONE, false>(t, rows),
+                (AHEAD_ROWS, false) => by_rows::<W, AHEAD_ROWS, true>(t, rows),
+                (NEXT_PANEL, false) => by_rows::<W, NEXT_PANEL, true>(t, rows),
+                (_, false) => by_rows::<W, NONE, true>(t, rows),
             }
         }
     }
 
     /// # Safety
     /// As [`tile`].
-    unsafe fn by_rows<const FETCH: u8, const MASKED: bool>(t: &Tile<f32>, rows: usize) {
+    unsafe fn by_rows<W: Weight, const FETCH: u8, const MASKED: bool>(t: &Tile<W>, rows: usize) {
         // SAFETY: the caller's contract.
         unsafe {
             match rows {
-                1 => run::<1, FETCH, MASKED>(t),
-                2 => run::<2, FETCH, MASKED>(t),
-                3 => run::<3, FETCH, MASKED>(t),
-                4 => run::<4, FETCH, MASKED>(t),
-                5 => run::<5, FETCH, MASKED>(t),
-                _ => run::<6, FETCH, MASKED>(t),
+                1 => run::<W, 1, FETCH, MASKED>(t),
+                2 => run::<W, 2, FETCH, MASKED>(t),
+                3 => run::<W, 3, FETCH, MASKED>(t),
+                4 => run::<W, 4, FETCH, MASKED>(t),
+                5 => run::<W, 5, FETCH, MASKED>(t),
+                _ => run::<W, 6, FETCH, MASKED>(t),
+            }
+        }
+    }
+
+    /// 8 weights from `p` as f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be present; 8 elements readable at `p`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load8<W: Weight>(p: *const W) -> __m256 {
+        // SAFETY: the caller's contract; f16 and bf16 elements are 2 bytes, f32 ones 4.
+        unsafe {
+            match W::KIND {
+                0 => _mm256_loadu_ps(p.cast()),
+                1 => _mm256_cvtph_ps(_mm_loadu_si128(p.cast())),
+                _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(
+                    _mm_loadu_si128(p.cast()),
+                ))),
+            }
+        }
+    }
+
+    /// The first `live` (at most 8) weights from `p` as f32, the other lanes 0; `mask` has
+    /// those lanes set (for f32, read by a masked load; 16-bit elements are copied first, as
+    /// AVX2 has no masked load of them).
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be present; `live` elements readable at `p`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn load_live<W: Weight>(p: *const W, live: usize, mask: __m256i) -> __m256 {
+        // SAFETY: the caller's contract: only the live elements are read.
+        unsafe {
+            if W::KIND == 0 {
+                _mm256_maskload_ps(p.cast(), mask)
+            } else {
+                let mut bits = [0u16; 8];
+                std::ptr::copy_nonoverlapping(p.cast::<u16>(), bits.as_mut_ptr(), live);
+                load8(bits.as_ptr().cast::<W>())
             }
         }
     }
@@ -451,36 +497,32 @@ mod avx2 {
     ///
     /// # Safety
     /// As [`tile`]; without `MASKED`, `cols` >= 16.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[inline(never)]
-    unsafe fn run<const R: usize, const FETCH: u8, const MASKED: bool>(t: &Tile<f32>) {
+    unsafe fn run<W: Weight, const R: usize, const FETCH: u8, const MASKED: bool>(t: &Tile<W>) {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let xs: [*const f32; R] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ars));
         let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let masks: [__m256i; 2] = std::array::from_fn(|v| {
-            let live = t.cols.saturating_sub(8 * v).min(8) as i32;
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lanes)
-        });
-        let load = |p: *const f32, v: usize| {
-            // SAFETY: this function's contract: without MASKED, 16 columns readable.
-            unsafe {
-                if MASKED {
-                    _mm256_maskload_ps(p, masks[v])
-                } else {
-                    _mm256_loadu_ps(p)
-                }
-            }
-        };
+        let live: [usize; 2] = std::array::from_fn(|v| t.cols.saturating_sub(8 * v).min(8));
+        let masks: [__m256i; 2] =
+            std::array::from_fn(|v| _mm256_cmpgt_epi32(_mm256_set1_epi32(live[v] as i32), lanes));
         let mut w = t.w;
         for e in 0..t.k {
-            // SAFETY: as in the AVX-512 kernel.
+            // SAFETY: as in the AVX-512 kernel; without MASKED 16 weights are readable.
             unsafe {
                 if FETCH == AHEAD_ROWS {
-                    prefetch::<true, f32>(w.wrapping_add(AHEAD * t.brs), 1);
+                    prefetch::<true, W>(w.wrapping_add(AHEAD * t.brs), 1);
                 } else if FETCH == NEXT_PANEL {
-                    prefetch::<false, f32>(w.wrapping_add(t.next), 1);
+                    prefetch::<false, W>(w.wrapping_add(t.next), 1);
                 }
-                let wv = [load(w, 0), load(w.wrapping_add(8), 1)];
+                let wv = if MASKED {
+                    [
+                        load_live(w, live[0], masks[0]),
+                        load_live(w.wrapping_add(8), live[1], masks[1]),
+                    ]
+                } else {
+                    [load8(w), load8(w.wrapping_add(8))]
+                };
                 for (acc, x) in acc.iter_mut().zip(xs) {
                     let xv = _mm256_broadcast_ss(&*x.add(e));
                     for (a, wv) in acc.iter_mut().zip(wv) {
@@ -495,10 +537,10 @@ mod avx2 {
                 // SAFETY: this function's contract: the masked-in lanes of row `i`.
                 unsafe {
                     let d = t.dst.wrapping_add(i * t.ldc + 8 * v);
-                    let r = if t.accumulate {
-                        _mm256_add_ps(a, load(d, v))
-                    } else {
-                        a
+                    let r = match (t.accumulate, MASKED) {
+                        (false, _) => a,
+                        (true, false) => _mm256_add_ps(a, _mm256_loadu_ps(d)),
+                        (true, true) => _mm256_add_ps(a, _mm256_maskload_ps(d, masks[v])),
                     };
                     if MASKED {
                         _mm256_maskstore_ps(d, masks[v], r);

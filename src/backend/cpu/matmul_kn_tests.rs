@@ -2,9 +2,9 @@
 
 use super::*;
 
-/// Against an f64 product, each kernel this CPU runs (f32, and f16 and bf16 weights with
-/// AVX-512): every row count of a last tile (8-row and 6-row tiles), panels cut at every
-/// alignment of the weight (the narrower first panel included), columns past a whole
+/// Against an f64 product, each kernel this CPU runs (f32, f16 and bf16 weights): every
+/// row count of a last tile (8-row and 6-row tiles), panels cut at every alignment of the
+/// weight (the narrower first panel included), columns past a whole
 /// panel, strided rows of `a`, `b` and `c`, accumulating onto `c`, an activation over the
 /// panels, a NaN weight reaching exactly its column, and `c` untouched past `n`.
 #[test]
@@ -20,12 +20,18 @@ fn matches_f64_product() {
         });
         ran += 1;
     }
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        check("AVX2 f32", AVX2, |v| v);
+    if has_avx2() {
+        check("AVX2 f32", avx2::<f32>(), |v| v);
+        check("AVX2 f16", avx2::<F16>(), |v| {
+            F16(half::f16::from_f32(v).to_bits())
+        });
+        check("AVX2 bf16", avx2::<Bf16>(), |v| {
+            Bf16(half::bf16::from_f32(v).to_bits())
+        });
         ran += 1;
     }
     if ran == 0 {
-        eprintln!("matmul_kn: this CPU has neither AVX-512 nor AVX2 + FMA; not used here");
+        eprintln!("matmul_kn: this CPU has neither AVX-512 nor AVX2 + FMA + F16C; not used here");
     }
 }
 

@@ -111,7 +111,7 @@ impl CpuBackend {
 
     /// Whether an `m x k` product by a half-precision weight runs with the weight as stored:
     /// stored `[n, k]` and read transposed (`transpose_b`) on every CPU
-    /// (`matmul_rows::product_half`), stored `[k, n]` where AVX-512 runs
+    /// (`matmul_rows::product_half`), stored `[k, n]` where AVX-512 or AVX2 runs
     /// `matmul_kn::product_half`.
     pub(crate) fn takes_half_weights(m: usize, k: usize, transpose_b: bool) -> bool {
         if transpose_b {
@@ -119,7 +119,7 @@ impl CpuBackend {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            m <= matmul_rows::MAX_ROWS && matmul_kn::half_available()
+            m <= matmul_rows::MAX_ROWS && matmul_kn::available()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
