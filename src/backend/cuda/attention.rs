@@ -228,6 +228,7 @@ pub(super) fn attention(
         && aligned(a.k, k.ptr())
         && aligned(a.v, v.ptr())
         && tc32_shared(a.d) <= backend.shared_optin as usize
+        && mma_blocks(heads, a.sq).is_some()
     {
         let entry = Entry::FlashTc32 { width: a.d as u32 };
         tensor_core_flash(backend, (q, k, v, lens), a, &out, entry, tc32_shared(a.d))?;
@@ -306,8 +307,7 @@ impl CudaBackend {
             && matches!(d, 32 | 64 | 128)
             && strides.iter().all(|s| s.aligned(8))
             && mma_shared(d) <= self.shared_optin as usize
-            && batch.saturating_mul(hq) <= 65535
-            && sq.div_ceil(MMA_ROWS) <= i32::MAX as usize
+            && mma_blocks(batch.saturating_mul(hq), sq).is_some()
     }
 }
 
@@ -343,6 +343,20 @@ fn tensor_core_flash(
         Arg::F(a.scale),
         p(out),
     ];
-    let grid = (a.sq.div_ceil(MMA_ROWS) as u32, (a.batch * a.hq) as u32, 1);
-    backend.launch(entry, grid, 128, shared as u32, &args)
+    let heads = a.batch * a.hq;
+    let blocks = mma_blocks(heads, a.sq).ok_or_else(|| Error::LimitExceeded {
+        what: "tensor-core attention blocks".into(),
+        limit: "CUDA grid x dimension",
+        needed: (heads as u64).saturating_mul(a.sq.div_ceil(MMA_ROWS) as u64),
+        max: i32::MAX as u64,
+    })?;
+    backend.launch(entry, (blocks, 1, 1), 128, shared as u32, &args)
+}
+
+/// The one-dimensional grid of the tensor-core flash kernels, `heads` x the query blocks of
+/// [`MMA_ROWS`] (the kernels' `block_of` takes a block's head and query block from it), if
+/// it fits a grid's x extent.
+fn mma_blocks(heads: usize, sq: usize) -> Option<u32> {
+    let blocks = heads.checked_mul(sq.div_ceil(MMA_ROWS))?;
+    u32::try_from(blocks).ok().filter(|&b| b <= i32::MAX as u32)
 }
