@@ -443,21 +443,23 @@ fn main_flash(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     // (Dividing by SPLIT_KEYS itself would be a division by zero in the pipeline without a
     // split, which WGSL rejects even where it is never run.)
     let split = max(SPLIT_KEYS, 1u);
+    // The grid: x the query head, y the batch entry, z the block of rows (times the key
+    // chunks), so every head's first block starts before any head's second.
     var chunks = 1u;
     var chunk = 0u;
     if (SPLIT_KEYS > 0u) {
         chunks = (params.sk + split - 1u) / split;
-        chunk = wid.x % chunks;
+        chunk = wid.z % chunks;
     }
-    var block = wid.x / chunks;
+    var block = wid.z / chunks;
     if (CAUSAL) {
-        // Causal blocks further down see more keys: they start first, so that the short ones
-        // fill the last wave instead of leaving the GPU idle behind a long one.
+        // Causal blocks further down see more keys: they start first (every head's), so that
+        // the short ones fill the last wave instead of leaving the GPU idle behind a long one.
         block = (params.sq + FLASH_ROWS - 1u) / FLASH_ROWS - 1u - block;
     }
     let i0 = block * FLASH_ROWS;
-    let h = wid.y;
-    let b = wid.z;
+    let h = wid.x;
+    let b = wid.y;
     let d = params.d;
     let kvh = h / (params.hq / params.hkv);
     let k_base = params.k_off + b * params.k_sb + kvh * params.k_sh;

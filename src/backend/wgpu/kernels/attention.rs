@@ -210,13 +210,12 @@ impl Shared {
             blocks,
         };
         let rows = sq.div_ceil(blocks.rows());
-        self.dispatch_grid(
-            st,
-            kernel,
-            bytemuck::bytes_of(&p),
-            &binds,
-            [rows as u32, hq as u32, b as u32],
-        )
+        // The flash kernel's grid goes through the heads first (see `main_flash`).
+        let grid = match blocks {
+            AttentionBlocks::Flash { .. } => [hq as u32, b as u32, rows as u32],
+            _ => [rows as u32, hq as u32, b as u32],
+        };
+        self.dispatch_grid(st, kernel, bytemuck::bytes_of(&p), &binds, grid)
     }
 
     /// `main_flash` in `flash`'s blocks with their keys split in chunks of its `split` (a grid
@@ -234,9 +233,9 @@ impl Shared {
         let (split, rows) = (flash.split_keys(), flash.rows());
         let [b, hq, sq, sk] = [a.batch, a.hq, a.sq, a.sk].map(|x| x as u64);
         // At most 512 / blocks chunks (`flash_split`) for fewer than 256 blocks of rows, so
-        // the grid's x (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
+        // the grid's z (blocks of rows times chunks) stays under 1024, within WebGPU's 65535.
         let chunks = sk.div_ceil(u64::from(split));
-        let grid = [(sq.div_ceil(rows) * chunks) as u32, hq as u32, b as u32];
+        let grid = [hq as u32, b as u32, (sq.div_ceil(rows) * chunks) as u32];
         let kernel = (flash, grid);
         self.record_split(st, binds, has_lens, a, p, kernel, chunks, split)
     }
