@@ -135,10 +135,12 @@ __device__ __forceinline__ void flash_body(const AttnLayout& lay, const float* _
     const u32 kreg = (u32)d * kstride > FK * qstride ? (u32)d * kstride : FK * qstride;
     float* vs = ks + kreg;                              // [FK][dv]
     const u32 tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const u64 bh = blockIdx.y, b = bh / hq, h = bh % hq, kvh = h / (hq / hkv);
-    // Causal blocks further down see more keys: they start first, so that the short ones fill
-    // the last wave instead of leaving SMs idle behind a long one.
-    const u64 qblock = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    // A one-dimensional grid, the heads fastest: causal blocks further down see more keys, so
+    // every head's block of the last rows starts first, then every head's next one, and the
+    // short ones fill the last wave instead of leaving SMs idle behind a long one.
+    const u64 blocks = (sq + FQ - 1) / FQ, heads = gridDim.x / blocks, rank = blockIdx.x / heads;
+    const u64 bh = blockIdx.x % heads, b = bh / hq, h = bh % hq, kvh = h / (hq / hkv);
+    const u64 qblock = causal ? blocks - 1 - rank : rank;
     const u64 i0 = qblock * FQ;
     const u64 shift = sk > sq ? sk - sq : 0;
     const u64 cap = lens ? (lens[b] < sk ? lens[b] : sk) : sk;

@@ -242,17 +242,22 @@ pub(super) fn attention(
         let (qs, ks) = (a.d * (FQ + 4), (a.d * (FQ + 4)).max(FQ * (FQ + 4)));
         (qs + ks + FQ * a.dv) * 4
     };
-    if a.dv.is_multiple_of(4)
-        && a.dv <= 128
-        && a.d > 0
-        && flash_shared <= backend.shared_optin as usize
-    {
+    let flash_blocks = heads
+        .checked_mul(a.sq.div_ceil(FQ))
+        .filter(|&n| n <= i32::MAX as usize);
+    if let Some(blocks) = flash_blocks.filter(|_| {
+        a.dv.is_multiple_of(4)
+            && a.dv <= 128
+            && a.d > 0
+            && flash_shared <= backend.shared_optin as usize
+    }) {
         let entry = if a.dv <= 64 {
             Entry::FlashAttention64
         } else {
             Entry::FlashAttention128
         };
-        let grid = (a.sq.div_ceil(FQ) as u32, heads as u32, 1);
+        // One-dimensional, the heads fastest (see flash_body in attention.cu).
+        let grid = (blocks as u32, 1, 1);
         let args = [&common[..], &[p(&out)]].concat();
         backend.launch(entry, grid, 256, flash_shared as u32, &args)?;
         return Ok(out);
