@@ -228,7 +228,7 @@ pub(super) fn attention(
         && aligned(a.k, k.ptr())
         && aligned(a.v, v.ptr())
         && tc32_shared(a.d) <= backend.shared_optin as usize
-        && mma_blocks(heads, a.sq).is_some()
+        && flash_blocks(heads, a.sq, MMA_ROWS).is_some()
     {
         let entry = Entry::FlashTc32 { width: a.d as u32 };
         tensor_core_flash(backend, (q, k, v, lens), a, &out, entry, tc32_shared(a.d))?;
@@ -242,10 +242,8 @@ pub(super) fn attention(
         let (qs, ks) = (a.d * (FQ + 4), (a.d * (FQ + 4)).max(FQ * (FQ + 4)));
         (qs + ks + FQ * a.dv) * 4
     };
-    let flash_blocks = heads
-        .checked_mul(a.sq.div_ceil(FQ))
-        .filter(|&n| n <= i32::MAX as usize);
-    if let Some(blocks) = flash_blocks.filter(|_| {
+    let flash_grid = flash_blocks(heads, a.sq, FQ);
+    if let Some(blocks) = flash_grid.filter(|_| {
         a.dv.is_multiple_of(4)
             && a.dv <= 128
             && a.d > 0
@@ -257,7 +255,7 @@ pub(super) fn attention(
             Entry::FlashAttention128
         };
         // One-dimensional, the heads fastest (see flash_body in attention.cu).
-        let grid = (blocks as u32, 1, 1);
+        let grid = (blocks, 1, 1);
         let args = [&common[..], &[p(&out)]].concat();
         backend.launch(entry, grid, 256, flash_shared as u32, &args)?;
         return Ok(out);
@@ -312,7 +310,7 @@ impl CudaBackend {
             && matches!(d, 32 | 64 | 128)
             && strides.iter().all(|s| s.aligned(8))
             && mma_shared(d) <= self.shared_optin as usize
-            && mma_blocks(batch.saturating_mul(hq), sq).is_some()
+            && flash_blocks(batch.saturating_mul(hq), sq, MMA_ROWS).is_some()
     }
 }
 
@@ -349,7 +347,7 @@ fn tensor_core_flash(
         p(out),
     ];
     let heads = a.batch * a.hq;
-    let blocks = mma_blocks(heads, a.sq).ok_or_else(|| Error::LimitExceeded {
+    let blocks = flash_blocks(heads, a.sq, MMA_ROWS).ok_or_else(|| Error::LimitExceeded {
         what: "tensor-core attention blocks".into(),
         limit: "CUDA grid x dimension",
         needed: (heads as u64).saturating_mul(a.sq.div_ceil(MMA_ROWS) as u64),
@@ -358,10 +356,10 @@ fn tensor_core_flash(
     backend.launch(entry, (blocks, 1, 1), 128, shared as u32, &args)
 }
 
-/// The one-dimensional grid of the tensor-core flash kernels, `heads` x the query blocks of
-/// [`MMA_ROWS`] (the kernels' `block_of` takes a block's head and query block from it), if
-/// it fits a grid's x extent.
-fn mma_blocks(heads: usize, sq: usize) -> Option<u32> {
-    let blocks = heads.checked_mul(sq.div_ceil(MMA_ROWS))?;
+/// The one-dimensional grid of the flash kernels (tensor-core and FP32-core), `heads` x the
+/// query blocks of `rows` (the kernels take a block's head and query block from it, heads
+/// fastest), if it fits a grid's x extent.
+fn flash_blocks(heads: usize, sq: usize, rows: usize) -> Option<u32> {
+    let blocks = heads.checked_mul(sq.div_ceil(rows))?;
     u32::try_from(blocks).ok().filter(|&b| b <= i32::MAX as u32)
 }
